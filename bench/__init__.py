@@ -1,0 +1,1 @@
+"""Benchmarks of mixreg: algorithm quality and speed against a plain reference, and scale."""

@@ -1,0 +1,782 @@
+"""Benchmark of the mixreg algorithms: the paper's experiments, speed against a plain
+reference, and scale.
+
+Run ``python -m bench.algorithms`` (what ``make bench`` does): it prints every table as
+Markdown and writes ``bench/RESULTS.md``. ``--quick`` is a smoke run with fewer seeds, fewer
+partitions and a smaller scale problem; it writes a file only when ``--output`` is given.
+
+Sections:
+
+a) The paper's data sets (Friedman 1/2/3 and the appendix's mixture of two ``make_regression``
+   sets, k = 2): mean and variance over seeds of train and test min-loss for every algorithm,
+   next to the numbers the paper reports, and the mean time per fit.
+b) Speed of ``subsample`` against the plain reference of ``bench/reference.py`` (a Python loop
+   over the h partitions with scikit-learn models) on the same data and seed.
+c) Scale: n = 1,000,000, d = 20, k = 4. Gradient AM against the matrix products it cannot
+   avoid, and ``subsample`` wall time and peak memory (in a fresh subprocess).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sklearn
+import threadpoolctl
+from numpy.typing import NDArray
+from sklearn.linear_model import LinearRegression
+
+from bench.reference import (
+    reference_least_squares,
+    reference_min_loss,
+    reference_predict,
+    reference_subsample,
+)
+from mixreg import MixtureOfLinearRegressions
+from mixreg.datasets import make_friedman, make_realizable, make_two_regressions
+
+FloatArray = NDArray[np.float64]
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUTPUT = REPO_ROOT / "bench" / "RESULTS.md"
+DATA_SEED = 0
+NOT_REPORTED = "—"
+
+# Targets of issue 2.
+RANSAC_SPEEDUP_TARGET = 100.0
+LS_SPEEDUP_TARGET = 30.0
+AM_OVERHEAD_TARGET = 3.0
+SUBSAMPLE_SECONDS_TARGET = 30.0
+PEAK_MEMORY_TARGET = 3.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Sizes of one benchmark run."""
+
+    n_seeds: int
+    n_partitions: int
+    reference_partitions_ls: int
+    reference_partitions_ransac: int
+    reference_loss_seeds_ls: int
+    estimator_repeats: int
+    scale_rows: int
+    scale_partitions: int
+
+
+FULL = Settings(
+    n_seeds=10,
+    n_partitions=1000,
+    reference_partitions_ls=1000,
+    reference_partitions_ransac=1000,
+    reference_loss_seeds_ls=10,
+    estimator_repeats=3,
+    scale_rows=1_000_000,
+    scale_partitions=1000,
+)
+QUICK = Settings(
+    n_seeds=2,
+    n_partitions=100,
+    reference_partitions_ls=100,
+    reference_partitions_ransac=10,
+    reference_loss_seeds_ls=2,
+    estimator_repeats=2,
+    scale_rows=100_000,
+    scale_partitions=100,
+)
+
+
+@dataclass
+class Report:
+    """Markdown of the run, built section by section and echoed to stdout."""
+
+    lines: list[str] = field(default_factory=list)
+    targets: list[tuple[str, str, str, bool]] = field(default_factory=list)
+
+    def add(self, *lines: str) -> None:
+        for line in lines:
+            print(line, flush=True)
+        self.lines.extend(lines)
+
+    def table(self, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+        self.add(
+            "| " + " | ".join(header) + " |",
+            "|" + "|".join("---" for _ in header) + "|",
+            *("| " + " | ".join(row) + " |" for row in rows),
+            "",
+        )
+
+    def target(self, name: str, goal: str, measured: str, met: bool) -> None:
+        self.targets.append((name, goal, measured, met))
+
+
+def log(message: str) -> None:
+    print(f"# {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- machine
+
+
+def machine_description(command: str) -> list[str]:
+    """CPU, cores, RAM, library versions, BLAS, date and command of this run."""
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as meminfo:
+        total_kib = next(int(line.split()[1]) for line in meminfo if line.startswith("MemTotal"))
+    blas = [
+        f"{info['internal_api']} {info.get('version')} ({info.get('threading_layer', '?')}, "
+        f"{info['num_threads']} threads, {info.get('architecture', '?')}) "
+        f"from {Path(info['filepath']).name}"
+        for info in threadpoolctl.threadpool_info()
+        if info["user_api"] == "blas"
+    ]
+    return [
+        f"- CPU: {cpu}; {os.cpu_count()} logical cores "
+        f"({len(os.sched_getaffinity(0))} usable by this process)",
+        f"- RAM: {total_kib / 2**20:.1f} GiB",
+        f"- Python {platform.python_version()}, numpy {np.__version__}, "
+        f"scikit-learn {sklearn.__version__}",
+        f"- BLAS: {'; '.join(blas) or 'none reported by threadpoolctl'}",
+        f"- Date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}; load average "
+        f"(1, 5, 15 min) at the start: {_load_average()}",
+        f"- Command: `{command}`",
+    ]
+
+
+def _load_average() -> str:
+    return ", ".join(f"{load:.2f}" for load in os.getloadavg())
+
+
+# --------------------------------------------------------------------------- section a
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    X_train: FloatArray
+    y_train: FloatArray
+    X_test: FloatArray
+    y_test: FloatArray
+    source_train: NDArray[np.int64] | None = None
+
+
+@dataclass(frozen=True)
+class Method:
+    """One row of the paper tables: how to fit it and what the paper reports for it."""
+
+    label: str
+    fit: Callable[[Dataset, int], tuple[FloatArray, FloatArray]]
+    """Returns (coef, intercept) of the fitted lines for a seed."""
+    paper_key: str | None = None
+
+
+@dataclass(frozen=True)
+class PaperNumbers:
+    train: str
+    test: str
+
+
+# The paper's reported numbers: Table "non-linear synthetic data" (test), the appendix table of
+# training min-losses, and the appendix's oracle on the mixture of two regressions.
+# Pairs are (mean, variance) over 30 runs; single numbers are one fit.
+PAPER: dict[tuple[str, str], PaperNumbers] = {
+    ("Friedman 1", "ls"): PaperNumbers(train="22.57", test="20.13"),
+    ("Friedman 2", "ls"): PaperNumbers(train="18806", test="19605"),
+    ("Friedman 3", "ls"): PaperNumbers(train="15.34", test="12134 ‡"),
+    ("Friedman 1", "am"): PaperNumbers(train="20.37 (10.02)", test="16.60 (16.98)"),
+    ("Friedman 2", "am"): PaperNumbers(train="did not converge", test="did not converge"),
+    ("Friedman 3", "am"): PaperNumbers(train="did not converge", test="did not converge"),
+    ("Friedman 1", "ransac"): PaperNumbers(train="12.01 (0.21)", test="11.84 (0.41)"),
+    ("Friedman 2", "ransac"): PaperNumbers(train="5105 (51537)", test="5002.03 (50925)"),
+    ("Friedman 3", "ransac"): PaperNumbers(train="7.24 (0.16)", test="7.24 (0.16)"),
+    ("Mixture of two regressions", "oracle"): PaperNumbers(train="15.256", test="17.013"),
+}
+
+
+def paper_datasets() -> list[Dataset]:
+    """The paper's four data sets, drawn once with a fixed seed (the paper varies the fit)."""
+    datasets = [
+        Dataset(f"Friedman {variant}", *make_friedman(variant, random_state=DATA_SEED))
+        for variant in (1, 2, 3)
+    ]
+    X_train, y_train, X_test, y_test, source_train, _ = make_two_regressions(random_state=DATA_SEED)
+    datasets.append(
+        Dataset("Mixture of two regressions", X_train, y_train, X_test, y_test, source_train)
+    )
+    return datasets
+
+
+def _estimator_lines(
+    n_components: int, algorithm: str, **params: Any
+) -> Callable[[Dataset, int], tuple[FloatArray, FloatArray]]:
+    def fit(data: Dataset, seed: int) -> tuple[FloatArray, FloatArray]:
+        estimator = MixtureOfLinearRegressions(
+            n_components=n_components, algorithm=algorithm, random_state=seed, **params
+        ).fit(data.X_train, data.y_train)
+        return estimator.coef_, estimator.intercept_
+
+    return fit
+
+
+def _least_squares_lines(data: Dataset, seed: int) -> tuple[FloatArray, FloatArray]:
+    fit = reference_least_squares(data.X_train, data.y_train)
+    return fit.coef, fit.intercept
+
+
+def _oracle_lines(data: Dataset, seed: int) -> tuple[FloatArray, FloatArray]:
+    """One least-squares line per true source of the training rows (the appendix's oracle)."""
+    assert data.source_train is not None
+    models = [
+        LinearRegression().fit(data.X_train[rows], data.y_train[rows])
+        for rows in (data.source_train == 0, data.source_train == 1)
+    ]
+    coef = np.array([model.coef_ for model in models])
+    return coef, np.array([model.intercept_ for model in models])
+
+
+def paper_methods(settings: Settings) -> list[Method]:
+    h = settings.n_partitions
+    return [
+        Method("least squares (one line)", _least_squares_lines, "ls"),
+        Method(
+            "am: random init, gamma=0.1, T=50 (tol=0)",
+            _estimator_lines(2, "am", step_size=0.1, max_iter=50, tol=0.0),
+            "am",
+        ),
+        Method(
+            f"subsample, ls (|A|=150, h={h})",
+            _estimator_lines(2, "subsample", subsample_size=150, n_partitions=h, base="ls"),
+        ),
+        Method(
+            f"subsample, ransac (|A|=150, h={h})",
+            _estimator_lines(2, "subsample", subsample_size=150, n_partitions=h, base="ransac"),
+            "ransac",
+        ),
+        Method(
+            f"subsample+am (ls, h={h}, gamma=0.1, T=100)",
+            _estimator_lines(2, "subsample+am", n_partitions=h),
+        ),
+        Method("em (defaults: T=200, 1 start)", _estimator_lines(2, "em")),
+    ]
+
+
+def _mean_var(values: Sequence[float]) -> str:
+    array = np.asarray(values)
+    variance = float(np.var(array, ddof=1)) if array.size > 1 else 0.0
+    return f"{_number(float(array.mean()))} ({_number(variance)})"
+
+
+def _number(value: float) -> str:
+    magnitude = abs(value)
+    if magnitude >= 1000:
+        return f"{value:.0f}"
+    if magnitude >= 1 or value == 0:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def run_paper_section(report: Report, settings: Settings) -> dict[str, dict[str, list[float]]]:
+    """Section a; returns the estimator's test losses per data set and method for section b."""
+    seeds = range(settings.n_seeds)
+    report.add(
+        "## a) The paper's data sets (k = 2)",
+        "",
+        f"Each data set is drawn once (seed {DATA_SEED}; 3200 train / 800 test rows; Friedman "
+        "noise 4.0, 5 features for Friedman 1; mixture: two `make_regression` sets of 4 features, "
+        "noise 4, biases 100 and 0) and every algorithm is fitted with random_state = "
+        f"0..{settings.n_seeds - 1}. Cells are mean (variance, ddof=1) of the min-loss over those "
+        "seeds; paper cells are as printed (mean (variance) over 30 runs, or one number). "
+        f"{NOT_REPORTED} = the paper reports no number. Time is the mean wall time of one fit.",
+        "",
+    )
+    test_losses: dict[str, dict[str, list[float]]] = {}
+    for data in paper_datasets():
+        methods = paper_methods(settings)
+        if data.source_train is not None:
+            methods.insert(
+                1, Method("oracle: one LS line per true source", _oracle_lines, "oracle")
+            )
+        rows = []
+        test_losses[data.name] = {}
+        for method in methods:
+            log(f"a) {data.name}: {method.label}")
+            train, test, seconds = [], [], []
+            for seed in seeds:
+                started = time.perf_counter()
+                coef, intercept = method.fit(data, seed)
+                seconds.append(time.perf_counter() - started)
+                train.append(
+                    reference_min_loss(
+                        data.y_train, reference_predict(data.X_train, coef, intercept)
+                    )
+                )
+                test.append(
+                    reference_min_loss(data.y_test, reference_predict(data.X_test, coef, intercept))
+                )
+            test_losses[data.name][method.label] = test
+            paper = PAPER.get((data.name, method.paper_key or ""))
+            rows.append(
+                [
+                    method.label,
+                    _mean_var(train),
+                    paper.train if paper else NOT_REPORTED,
+                    _mean_var(test),
+                    paper.test if paper else NOT_REPORTED,
+                    f"{np.mean(seconds):.3f}",
+                ]
+            )
+        report.add(f"### {data.name}", "")
+        report.table(
+            ["method", "train min-loss", "paper train", "test min-loss", "paper test", "s / fit"],
+            rows,
+        )
+    report.add(
+        "‡ The paper's Friedman 3 least-squares test error (12134) cannot be a mean squared "
+        "error of this data set (its training error is 15.34 and the noise variance alone is 16); "
+        "it is reproduced as printed.",
+        "",
+    )
+    _least_squares_across_data_seeds(report, settings)
+    return test_losses
+
+
+def _least_squares_across_data_seeds(report: Report, settings: Settings) -> None:
+    """The one-line baseline over freshly drawn data sets, to compare with the paper's LR."""
+    seeds = range(settings.n_seeds)
+    generators: list[tuple[str, Callable[..., tuple[NDArray[Any], ...]]]] = [
+        (f"Friedman {variant}", partial(make_friedman, variant)) for variant in (1, 2, 3)
+    ]
+    generators.append(("Mixture of two regressions", make_two_regressions))
+    rows = []
+    for name, generate in generators:
+        train, test = [], []
+        for seed in seeds:
+            X_train, y_train, X_test, y_test = generate(random_state=seed)[:4]
+            fit = reference_least_squares(X_train, y_train)
+            train.append(fit.min_loss(X_train, y_train))
+            test.append(fit.min_loss(X_test, y_test))
+        paper = PAPER.get((name, "ls"))
+        rows.append(
+            [
+                name,
+                _mean_var(train),
+                paper.train if paper else NOT_REPORTED,
+                _mean_var(test),
+                paper.test if paper else NOT_REPORTED,
+            ]
+        )
+    report.add(
+        "### Least-squares baseline over freshly drawn data sets",
+        "",
+        f"The one-line fit on data sets drawn with seeds 0..{settings.n_seeds - 1}: how far a "
+        "single draw (like the paper's) can fall from the mean.",
+        "",
+    )
+    report.table(["data set", "train MSE", "paper train", "test MSE", "paper test"], rows)
+
+
+# --------------------------------------------------------------------------- section b
+
+
+def _best_time(run: Callable[[], object], repeats: int) -> float:
+    best = np.inf
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - started)
+    return float(best)
+
+
+def run_speed_section(
+    report: Report, settings: Settings, test_losses: dict[str, dict[str, list[float]]]
+) -> None:
+    h = settings.n_partitions
+    report.add(
+        "## b) Speed against the plain reference",
+        "",
+        "`bench/reference.py` runs Algorithm 3 as the paper's pseudo-code reads: a Python loop "
+        "over the h partitions, a scikit-learn `LinearRegression` or `RANSACRegressor()` (its "
+        "defaults) per part, each candidate scored on all rows, the best one refitted. Both "
+        f"fit the same data (seed {DATA_SEED}) with random_state 0, k = 2, |A| = 150; the "
+        f"estimator runs h = {h} partitions and is timed as the best of "
+        f"{settings.estimator_repeats} fits; the reference is timed once. When the reference "
+        "runs fewer partitions than the estimator, the ratio is per partition "
+        "(reference seconds / its partitions over estimator seconds / h) and the column "
+        "'reference h' says so. Min-losses are those of seed 0; the last column gives the "
+        "estimator's test min-loss mean ± sd over the seeds of section a"
+        + (
+            f" and the reference's over {settings.reference_loss_seeds_ls} seeds (ls only)."
+            if settings.reference_loss_seeds_ls > 1
+            else "."
+        ),
+        "",
+    )
+    datasets = {data.name: data for data in paper_datasets()}
+    rows = []
+    for name in ("Friedman 1", "Mixture of two regressions"):
+        data = datasets[name]
+        for base, reference_h, target in (
+            ("ls", settings.reference_partitions_ls, LS_SPEEDUP_TARGET),
+            ("ransac", settings.reference_partitions_ransac, RANSAC_SPEEDUP_TARGET),
+        ):
+            log(f"b) {name}: reference {base}, h={reference_h}")
+            started = time.perf_counter()
+            reference = reference_subsample(
+                data.X_train,
+                data.y_train,
+                2,
+                subsample_size=150,
+                n_partitions=reference_h,
+                base=base,
+                random_state=0,
+            )
+            reference_seconds = time.perf_counter() - started
+            log(f"b) {name}: estimator {base}, h={h}")
+            estimator = MixtureOfLinearRegressions(
+                n_components=2,
+                algorithm="subsample",
+                subsample_size=150,
+                n_partitions=h,
+                base=base,
+                random_state=0,
+            )
+            estimator_seconds = _best_time(
+                partial(estimator.fit, data.X_train, data.y_train), settings.estimator_repeats
+            )
+            ratio = (reference_seconds / reference_h) / (estimator_seconds / h)
+            spread = _spread(test_losses[name][f"subsample, {base} (|A|=150, h={h})"])
+            if base == "ls" and settings.reference_loss_seeds_ls > 1:
+                spread += " / ref " + _spread(
+                    [
+                        reference_subsample(
+                            data.X_train,
+                            data.y_train,
+                            2,
+                            n_partitions=reference_h,
+                            base="ls",
+                            random_state=seed,
+                        ).min_loss(data.X_test, data.y_test)
+                        for seed in range(settings.reference_loss_seeds_ls)
+                    ]
+                )
+            rows.append(
+                [
+                    name,
+                    base,
+                    f"{reference_h}" + ("" if reference_h == h else " (per-partition ratio)"),
+                    f"{reference_seconds:.2f}",
+                    f"{estimator_seconds:.3f}",
+                    f"{ratio:.0f}x",
+                    f"≥ {target:.0f}x",
+                    _number(reference.min_loss(data.X_train, data.y_train)),
+                    _number(estimator.min_loss(data.X_train, data.y_train)),
+                    _number(reference.min_loss(data.X_test, data.y_test)),
+                    _number(estimator.min_loss(data.X_test, data.y_test)),
+                    spread,
+                ]
+            )
+            report.target(
+                f"subsample {base} speed-up vs reference, {name}",
+                f"≥ {target:.0f}x",
+                f"{ratio:.0f}x",
+                ratio >= target,
+            )
+    report.table(
+        [
+            "data set",
+            "base",
+            "reference h",
+            "reference s",
+            "estimator s",
+            "speed-up",
+            "target",
+            "ref train",
+            "est train",
+            "ref test",
+            "est test",
+            "test over seeds: est / ref",
+        ],
+        rows,
+    )
+
+
+def _spread(values: Sequence[float]) -> str:
+    return f"{_number(float(np.mean(values)))} ± {_number(float(np.std(values, ddof=1)))}"
+
+
+# --------------------------------------------------------------------------- section c
+
+
+def run_scale_section(report: Report, settings: Settings) -> None:
+    n, d, k = settings.scale_rows, 20, 4
+    log(f"c) drawing the scale data set: n={n}, d={d}, k={k}")
+    X, y, _, _, _ = make_realizable(
+        n_samples=n, n_features=d, n_components=k, noise=0.5, random_state=DATA_SEED
+    )
+    report.add(
+        "## c) Scale",
+        "",
+        f"A realizable mixture (`mixreg.datasets.make_realizable`, noise 0.5): n = {n:,}, "
+        f"d = {d}, k = {k}, float64; X takes {X.nbytes / 2**20:.0f} MiB.",
+        "",
+    )
+    am_seconds, am_iterations, products_seconds = _time_am_against_products(X, y, k)
+    am_ratio = am_seconds / products_seconds
+    report.add(
+        "### Gradient AM against its unavoidable matrix products",
+        "",
+        "`am` with max_iter=100, tol=0 against, in the same run, "
+        "100 x (Z @ Theta.T) + 100 x (Z.T @ W) "
+        f"with Z the n x {d + 1} design (features and a column of ones), Theta ({k}, {d + 1}) and "
+        f"W an n x {k} matrix: the products one AM iteration needs to assign rows and to take "
+        "the gradient steps.",
+        "",
+    )
+    report.table(
+        ["am iterations run", "am wall s", "products s", "ratio", "target"],
+        [
+            [
+                str(am_iterations),
+                f"{am_seconds:.2f}",
+                f"{products_seconds:.2f}",
+                f"{am_ratio:.2f}x",
+                f"≤ {AM_OVERHEAD_TARGET:.0f}x",
+            ]
+        ],
+    )
+    report.target(
+        f"am 100 iterations vs products (n={n:,})",
+        f"≤ {AM_OVERHEAD_TARGET:.0f}x",
+        f"{am_ratio:.2f}x",
+        am_ratio <= AM_OVERHEAD_TARGET and am_iterations == 100,
+    )
+
+    h = settings.scale_partitions
+    with tempfile.TemporaryDirectory() as folder:
+        np.save(Path(folder) / "X.npy", X)
+        np.save(Path(folder) / "y.npy", y)
+        nbytes = X.nbytes
+        del X, y
+        job = {"folder": folder, "n_components": k, "n_partitions": h, "seed": 0}
+        log(f"c) subsample ls h={h} in a fresh process (getrusage)")
+        rusage = _run_probe({**job, "meter": "rusage"})
+        log(f"c) subsample ls h={h} in a fresh process (tracemalloc)")
+        traced = _run_probe({**job, "meter": "tracemalloc"})
+    rusage_ratio = rusage["peak_bytes"] / nbytes
+    traced_ratio = traced["peak_bytes"] / nbytes
+    report.add(
+        f"### subsample (ls, |A| = 150, h = {h}) wall time and peak memory",
+        "",
+        "Each measurement runs the fit in a fresh Python process that loads X and y from "
+        "`.npy` files first. getrusage: `ru_maxrss` after the fit minus `ru_maxrss` after "
+        "loading (the whole process, everything the fit allocated on top of its input; "
+        + (
+            "the peak was reset to the current RSS through `/proc/self/clear_refs` before the fit"
+            if rusage["peak_was_reset"]
+            else "the peak could not be reset, so an earlier peak may hide part of the fit's"
+        )
+        + "). "
+        "tracemalloc: peak of traced allocations during the fit (numpy reports its buffers to "
+        "tracemalloc), in a second process; its wall time includes tracing overhead. "
+        f"Peak is compared with X.nbytes = {nbytes / 2**20:.0f} MiB.",
+        "",
+    )
+    report.table(
+        ["meter", "wall s", "train min-loss", "peak extra MiB", "peak / X.nbytes", "target"],
+        [
+            [
+                name,
+                f"{probe['seconds']:.2f}",
+                _number(probe["train_loss"]),
+                f"{probe['peak_bytes'] / 2**20:.0f}",
+                f"{ratio:.2f}x",
+                f"< {PEAK_MEMORY_TARGET:.0f}x",
+            ]
+            for name, probe, ratio in (
+                ("getrusage (ru_maxrss)", rusage, rusage_ratio),
+                ("tracemalloc", traced, traced_ratio),
+            )
+        ],
+    )
+    report.target(
+        f"subsample h={h} wall time (n={n:,})",
+        f"< {SUBSAMPLE_SECONDS_TARGET:.0f} s",
+        f"{rusage['seconds']:.1f} s",
+        rusage["seconds"] < SUBSAMPLE_SECONDS_TARGET,
+    )
+    report.target(
+        f"subsample h={h} peak memory (n={n:,})",
+        f"< {PEAK_MEMORY_TARGET:.0f}x X.nbytes",
+        f"{rusage_ratio:.2f}x (getrusage), {traced_ratio:.2f}x (tracemalloc)",
+        max(rusage_ratio, traced_ratio) < PEAK_MEMORY_TARGET,
+    )
+
+
+def _time_am_against_products(X: FloatArray, y: FloatArray, k: int) -> tuple[float, int, float]:
+    rng = np.random.default_rng(0)
+    n, d = X.shape
+    Z = np.column_stack([X, np.ones(n)])
+    theta = rng.standard_normal((k, d + 1))
+    W = rng.standard_normal((n, k))
+    log("c) timing the unavoidable products")
+    started = time.perf_counter()
+    for _ in range(100):
+        Z @ theta.T
+    for _ in range(100):
+        Z.T @ W
+    products_seconds = time.perf_counter() - started
+    del Z, W
+    log("c) timing am, 100 iterations")
+    started = time.perf_counter()
+    estimator = MixtureOfLinearRegressions(
+        n_components=k, algorithm="am", max_iter=100, tol=0.0, random_state=0
+    ).fit(X, y)
+    am_seconds = time.perf_counter() - started
+    return am_seconds, int(estimator.n_iter_), products_seconds
+
+
+def _run_probe(job: dict[str, Any]) -> dict[str, Any]:
+    completed = subprocess.run(
+        [sys.executable, "-m", "bench.algorithms", "--memory-probe", json.dumps(job)],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
+    return result
+
+
+def memory_probe(job: dict[str, Any]) -> dict[str, Any]:
+    """Fit ``subsample`` on the saved data and measure time and peak memory of the fit alone."""
+    X = np.load(Path(job["folder"]) / "X.npy")
+    y = np.load(Path(job["folder"]) / "y.npy")
+    estimator = MixtureOfLinearRegressions(
+        n_components=job["n_components"],
+        algorithm="subsample",
+        n_partitions=job["n_partitions"],
+        base="ls",
+        random_state=job["seed"],
+    )
+    if job["meter"] == "tracemalloc":
+        tracemalloc.start()
+        started = time.perf_counter()
+        estimator.fit(X, y)
+        seconds = time.perf_counter() - started
+        peak_bytes = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        peak_was_reset = False
+    else:
+        # ru_maxrss (KiB on Linux) is a high-water mark; importing and loading may have peaked
+        # above the current footprint, so reset it to the current RSS where Linux allows it.
+        peak_was_reset = _reset_peak_rss()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        started = time.perf_counter()
+        estimator.fit(X, y)
+        seconds = time.perf_counter() - started
+        peak_bytes = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+    return {
+        "seconds": seconds,
+        "peak_bytes": peak_bytes,
+        "peak_was_reset": peak_was_reset,
+        "train_loss": float(estimator.train_loss_),
+    }
+
+
+def _reset_peak_rss() -> bool:
+    """Reset this process's peak RSS to its current RSS (Linux >= 4.0); False if refused."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+    except OSError:
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _command_line(argv: Sequence[str]) -> str:
+    python = Path(sys.executable)
+    with contextlib.suppress(ValueError):
+        python = python.relative_to(Path.cwd())
+    return " ".join([str(python), "-m", "bench.algorithms", *argv])
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.algorithms",
+        description="Benchmark the mixreg algorithms and write bench/RESULTS.md.",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 2 seeds, h=100, reference on fewer partitions, n=100,000 scale problem",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="where to write the Markdown results (default: bench/RESULTS.md for a full run; "
+        "a quick run writes only when this is given)",
+    )
+    parser.add_argument("--memory-probe", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.memory_probe:
+        print(json.dumps(memory_probe(json.loads(args.memory_probe))))
+        return
+
+    settings = QUICK if args.quick else FULL
+    output = args.output if args.output or args.quick else DEFAULT_OUTPUT
+    command = _command_line(sys.argv[1:] if argv is None else argv)
+    started = time.perf_counter()
+    report = Report()
+    report.add("# mixreg algorithm benchmarks", "")
+    if args.quick:
+        report.add("**Quick smoke run: fewer seeds, partitions and rows than the benchmark.**", "")
+    report.add("Machine and run:", "", *machine_description(command), "")
+    body = Report()
+    test_losses = run_paper_section(body, settings)
+    run_speed_section(body, settings, test_losses)
+    run_scale_section(body, settings)
+    elapsed = time.perf_counter() - started
+
+    report.add("## Targets (issue 2)", "")
+    report.table(
+        ["target", "goal", "measured", "met"],
+        [
+            [name, goal, measured, "yes" if met else "**no**"]
+            for name, goal, measured, met in body.targets
+        ],
+    )
+    report.add(
+        f"Total benchmark time: {elapsed / 60:.1f} min; load average (1, 5, 15 min) at the end: "
+        f"{_load_average()} (timings are wall times on a machine shared with other work).",
+        "",
+    )
+    report.lines.extend(body.lines)
+    if output is not None:
+        output.write_text("\n".join(report.lines).rstrip() + "\n")
+        log(f"wrote {output}")
+
+
+if __name__ == "__main__":
+    main()

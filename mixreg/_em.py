@@ -1,0 +1,130 @@
+"""EM for a Gaussian mixture of linear regressions (the soft counterpart of AM)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ._am import SolverResult, StepCallback, _relative_change
+from ._loss import assign
+from ._lstsq import lstsq_weighted
+
+FloatArray = NDArray[np.float64]
+
+# Variances are floored at this fraction of var(y) (plus a tiny absolute floor) so a component
+# that fits a handful of rows exactly cannot send the likelihood to infinity.
+_VARIANCE_FLOOR = 1e-8
+_WEIGHT_FLOOR = 1e-12
+
+
+@dataclass
+class EMResult(SolverResult):
+    """EM's lines plus the mixture weights, per-line noise variances and log-likelihoods."""
+
+    weights: FloatArray | None = None
+    variances: FloatArray | None = None
+    log_likelihood_history: list[float] | None = None
+
+
+def e_step(
+    Z: FloatArray, y: FloatArray, theta: FloatArray, weights: FloatArray, variances: FloatArray
+) -> tuple[FloatArray, float, FloatArray]:
+    """Responsibilities of every line for every row.
+
+    Returns
+    -------
+    responsibilities : ndarray of shape (n_components, n_samples)
+    log_likelihood : float
+        Mean log-likelihood per row.
+    residuals : ndarray of shape (n_components, n_samples)
+    """
+    residuals = y - theta @ Z.T
+    log_prob = (
+        (np.log(weights) - 0.5 * np.log(2.0 * np.pi * variances))[:, None]
+        - residuals * residuals / (2.0 * variances)[:, None]
+    )
+    top = log_prob.max(axis=0)
+    log_norm = top + np.log(np.exp(log_prob - top).sum(axis=0))
+    responsibilities = np.exp(log_prob - log_norm)
+    return responsibilities, float(log_norm.mean()), residuals
+
+
+def m_step(
+    Z: FloatArray, y: FloatArray, responsibilities: FloatArray, variance_floor: float
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Weighted least squares per line, then the weights and noise variances."""
+    theta = lstsq_weighted(Z, y, responsibilities)
+    residuals = y - theta @ Z.T
+    mass = responsibilities.sum(axis=1)
+    variances = np.einsum("kn,kn->k", responsibilities, residuals * residuals) / np.maximum(
+        mass, np.finfo(np.float64).tiny
+    )
+    variances = np.maximum(variances, variance_floor)
+    weights = np.maximum(mass / Z.shape[0], _WEIGHT_FLOOR)
+    return theta, weights / weights.sum(), variances
+
+
+def initial_parameters(
+    Z: FloatArray, y: FloatArray, theta: FloatArray, variance_floor: float
+) -> tuple[FloatArray, FloatArray]:
+    """Weights and variances that go with given lines: from the hard partition they induce."""
+    residuals, labels = assign(Z, y, theta)
+    n_components = theta.shape[0]
+    best = residuals[labels, np.arange(Z.shape[0])]
+    counts = np.bincount(labels, minlength=n_components).astype(np.float64)
+    squared = np.bincount(labels, weights=best * best, minlength=n_components)
+    overall = float(np.mean(best * best))
+    variances = np.where(counts > 0, squared / np.maximum(counts, 1.0), overall)
+    variances = np.maximum(variances, variance_floor)
+    weights = np.maximum(counts / counts.sum(), _WEIGHT_FLOOR)
+    return weights / weights.sum(), variances
+
+
+def em(
+    Z: FloatArray,
+    y: FloatArray,
+    theta: FloatArray,
+    *,
+    max_iter: int,
+    tol: float,
+    deadline: float | None = None,
+    callback: StepCallback | None = None,
+) -> EMResult:
+    """Fit a Gaussian mixture of regressions by EM, starting from the given lines.
+
+    Model: ``y | z ~ sum_j w_j N(<z, theta_j>, sigma_j^2)``. Stops when the relative change of
+    the mean log-likelihood is at most ``tol`` or after ``max_iter`` iterations. A line whose
+    weight collapses keeps finite parameters (weights and variances are floored).
+
+    Returns
+    -------
+    EMResult
+        ``loss_history`` holds the min-loss of the lines after each iteration.
+    """
+    variance_floor = _VARIANCE_FLOOR * max(float(np.var(y)), 0.0) + 1e-300
+    weights, variances = initial_parameters(Z, y, theta, variance_floor)
+    theta = theta.copy()
+    log_likelihoods: list[float] = []
+    result = EMResult(theta=theta, log_likelihood_history=log_likelihoods)
+    for iteration in range(max_iter + 1):
+        responsibilities, log_likelihood, residuals = e_step(Z, y, theta, weights, variances)
+        log_likelihoods.append(log_likelihood)
+        loss = float(np.mean(np.min(residuals * residuals, axis=0)))
+        result.loss_history.append(loss)
+        if iteration > 0:
+            if callback is not None:
+                callback(iteration, loss)
+            if _relative_change(log_likelihoods[-2], log_likelihoods[-1]) <= tol:
+                result.converged = True
+                break
+        if iteration == max_iter or (deadline is not None and time.monotonic() > deadline):
+            break
+        theta, weights, variances = m_step(Z, y, responsibilities, variance_floor)
+        result.n_iter = iteration + 1
+    result.theta = theta
+    result.weights = weights
+    result.variances = variances
+    return result

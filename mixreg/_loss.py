@@ -1,0 +1,241 @@
+"""The paper's min-loss and the residual computations shared by every solver."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from functools import cache
+
+import numpy as np
+from numpy.typing import NDArray
+from threadpoolctl import ThreadpoolController
+
+FloatArray = NDArray[np.float64]
+
+# Rows per block when scoring many candidate line sets: a block of residuals (1 MiB) stays
+# in cache, and memory never grows with n * h.
+_SCORE_BLOCK_ELEMENTS = 1 << 17
+# Below this many residuals per batch, scoring stays on the calling thread.
+_PARALLEL_MIN_ELEMENTS = 1 << 22
+
+
+@cache
+def _blas_controller() -> ThreadpoolController:
+    return ThreadpoolController()
+
+
+@contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """Run BLAS on one thread for the duration of a fit.
+
+    A fit issues many small or tall-and-skinny products, where OpenBLAS's own threads cost
+    more than they bring (ten times more on a loaded machine, e.g. with fits running side by
+    side); the one heavy pass, candidate scoring, is parallelized over row blocks instead.
+    """
+    with _blas_controller().limit(limits=1, user_api="blas"):
+        yield
+
+
+def predict_lines(X: FloatArray, coef: FloatArray, intercept: FloatArray) -> FloatArray:
+    """Predict with every line: the list decoding.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+    coef : ndarray of shape (n_components, n_features)
+    intercept : ndarray of shape (n_components,)
+
+    Returns
+    -------
+    predictions : ndarray of shape (n_samples, n_components)
+        ``predictions[i, j] = <X[i], coef[j]> + intercept[j]``.
+    """
+    predictions: FloatArray = X @ coef.T
+    predictions += intercept
+    return predictions
+
+
+def min_loss(y: FloatArray, predictions: FloatArray) -> float:
+    """Min-loss of a list-decoded prediction: mean over rows of the best squared error.
+
+    Parameters
+    ----------
+    y : array-like of shape (n_samples,)
+    predictions : array-like of shape (n_samples, n_components)
+
+    Returns
+    -------
+    loss : float
+        ``(1/n) * sum_i min_j (y_i - predictions[i, j]) ** 2``.
+    """
+    y_arr = np.asarray(y, dtype=np.float64)
+    pred = np.asarray(predictions, dtype=np.float64)
+    if pred.ndim != 2 or y_arr.ndim != 1 or pred.shape[0] != y_arr.shape[0]:
+        raise ValueError(
+            f"predictions must have shape (n_samples, n_components) matching y of length "
+            f"{y_arr.shape[0] if y_arr.ndim == 1 else y_arr.shape}; got {pred.shape}"
+        )
+    if y_arr.shape[0] == 0:
+        raise ValueError("min_loss needs at least one row")
+    return float(row_min_losses(y_arr, pred).mean())
+
+
+def row_min_losses(y: FloatArray, predictions: FloatArray) -> FloatArray:
+    """Best squared error of each row, shape (n_samples,)."""
+    residuals = predictions - y[:, None]
+    return np.min(residuals * residuals, axis=1)
+
+
+def assign(Z: FloatArray, y: FloatArray, thetas: FloatArray) -> tuple[FloatArray, NDArray[np.intp]]:
+    """Residuals of every line and the index of each row's best line.
+
+    Ties go to the lowest index, so the partition is deterministic. Residuals are laid out
+    line-major, ``(n_components, n_samples)``: ``thetas @ Z.T`` is the fastest orientation of
+    this tall-and-skinny product.
+
+    Parameters
+    ----------
+    Z : ndarray of shape (n_samples, n_params)
+    y : ndarray of shape (n_samples,)
+    thetas : ndarray of shape (n_components, n_params)
+
+    Returns
+    -------
+    residuals : ndarray of shape (n_components, n_samples)
+        ``y_i - <z_i, theta_j>``.
+    labels : ndarray of shape (n_samples,)
+    """
+    residuals = thetas @ Z.T
+    np.subtract(y, residuals, out=residuals)
+    magnitude = np.abs(residuals)
+    labels = np.zeros(Z.shape[0], dtype=np.intp)
+    smallest = magnitude[0]
+    # A loop over the k lines beats argmin along the short axis by about 2x.
+    for component in range(1, thetas.shape[0]):
+        closer = magnitude[component] < smallest
+        labels[closer] = component
+        np.minimum(smallest, magnitude[component], out=smallest)
+    return residuals, labels
+
+
+def score_candidates(Z: FloatArray, y: FloatArray, candidates: FloatArray) -> FloatArray:
+    """Min-loss of many candidate line sets on all rows, with one matrix product per row block.
+
+    Parameters
+    ----------
+    Z : ndarray of shape (n_samples, n_params)
+    y : ndarray of shape (n_samples,)
+    candidates : ndarray of shape (n_candidates, n_components, n_params)
+
+    Returns
+    -------
+    losses : ndarray of shape (n_candidates,)
+    """
+    n_candidates, n_components, n_params = candidates.shape
+    n_samples = Z.shape[0]
+    # Component-major columns: the k predictions of one candidate are k contiguous blocks of
+    # columns, so the minimum over lines is k - 1 in-place np.minimum calls on wide blocks.
+    flat = candidates.transpose(1, 0, 2).reshape(n_components * n_candidates, n_params).T
+    block = max(1, _SCORE_BLOCK_ELEMENTS // max(1, n_candidates * n_components))
+    totals = np.zeros(n_candidates)
+    for start in range(0, n_samples, block):
+        stop = min(start + block, n_samples)
+        squared = Z[start:stop] @ flat
+        squared -= y[start:stop, None]
+        np.square(squared, out=squared)
+        best = squared[:, :n_candidates]
+        for component in range(1, n_components):
+            columns = slice(component * n_candidates, (component + 1) * n_candidates)
+            np.minimum(best, squared[:, columns], out=best)
+        totals += np.ones(stop - start) @ best
+    losses: FloatArray = totals / n_samples
+    return losses
+
+
+# Float32 screening keeps every candidate whose approximate loss is within this relative
+# margin (plus a small absolute one, in the scaled space where |y| <= 1) of the smallest;
+# those few are rescored exactly in float64, so the chosen candidate is the exact best.
+_SCREEN_RELATIVE_MARGIN = 1e-3
+_SCREEN_ABSOLUTE_MARGIN = 1e-6
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+class CandidateScorer:
+    """Finds the best of many candidate line sets on all rows, fast and exactly.
+
+    A float32 pass over ``[Z | y]`` (the ``- y`` folded into the matrix product) screens all
+    candidates at twice float64's speed and half its memory traffic; the near-best ones are
+    then rescored in float64 by :func:`score_candidates`.
+
+    Parameters
+    ----------
+    Z : ndarray of shape (n_samples, n_params)
+    y : ndarray of shape (n_samples,)
+    """
+
+    def __init__(self, Z: FloatArray, y: FloatArray) -> None:
+        self.Z, self.y = Z, y
+        n_samples, n_params = Z.shape
+        self._Zy = np.empty((n_samples, n_params + 1), dtype=np.float32)
+        self._Zy[:, :n_params] = Z
+        self._Zy[:, n_params] = y
+
+    def screen(self, candidates: FloatArray) -> NDArray[np.float32]:
+        """Approximate (float32) min-loss of each candidate; non-finite ones get +inf."""
+        n_candidates, n_components, n_params = candidates.shape
+        lines = np.empty((n_params + 1, n_components * n_candidates), dtype=np.float32)
+        flat = candidates.transpose(1, 0, 2).reshape(n_components * n_candidates, n_params).T
+        lines[:n_params] = np.clip(flat, -_FLOAT32_MAX, _FLOAT32_MAX)
+        lines[n_params] = -1.0
+        n_samples = self._Zy.shape[0]
+        n_threads = min(os.cpu_count() or 1, 8)
+        if n_threads == 1 or n_samples * lines.shape[1] < _PARALLEL_MIN_ELEMENTS:
+            totals = self._screen_rows(lines, n_candidates, 0, n_samples)
+        else:
+            bounds = np.linspace(0, n_samples, n_threads + 1).astype(int)
+            with ThreadPoolExecutor(n_threads) as pool:
+                totals = sum(
+                    pool.map(
+                        lambda lo_hi: self._screen_rows(lines, n_candidates, *lo_hi),
+                        zip(bounds[:-1], bounds[1:], strict=True),
+                    ),
+                    start=np.zeros(n_candidates),
+                )
+        approx = (totals / n_samples).astype(np.float32)
+        approx[~np.isfinite(approx)] = np.inf
+        return approx
+
+    def _screen_rows(
+        self, lines: NDArray[np.float32], n_candidates: int, first: int, last: int
+    ) -> FloatArray:
+        """Sum over rows ``first:last`` of each candidate's smallest squared residual."""
+        n_components = lines.shape[1] // n_candidates
+        block = max(1, _SCORE_BLOCK_ELEMENTS // lines.shape[1])
+        ones = np.ones(block, dtype=np.float32)
+        totals = np.zeros(n_candidates)
+        with np.errstate(over="ignore", invalid="ignore"):
+            for start in range(first, last, block):
+                stop = min(start + block, last)
+                squared = self._Zy[start:stop] @ lines
+                np.square(squared, out=squared)
+                best = squared[:, :n_candidates]
+                for component in range(1, n_components):
+                    columns = slice(component * n_candidates, (component + 1) * n_candidates)
+                    np.fmin(best, squared[:, columns], out=best)
+                totals += ones[: stop - start] @ best
+        return totals
+
+    def best(self, candidates: FloatArray) -> tuple[int, float]:
+        """Index and exact (float64) min-loss of the best candidate."""
+        approx = self.screen(candidates)
+        floor = float(approx.min())
+        if not np.isfinite(floor):
+            near = np.arange(candidates.shape[0])
+        else:
+            margin = _SCREEN_RELATIVE_MARGIN * floor + _SCREEN_ABSOLUTE_MARGIN
+            near = np.flatnonzero(approx <= floor + margin)
+        exact = score_candidates(self.Z, self.y, candidates[near])
+        winner = int(np.argmin(exact))
+        return int(near[winner]), float(exact[winner])

@@ -1,0 +1,252 @@
+"""RANSAC with scikit-learn's ``RANSACRegressor`` semantics, batched over many parts at once.
+
+Per part (a subset of rows), exactly as ``RANSACRegressor()`` with its defaults:
+
+* ``min_samples = n_features + 1`` rows drawn without replacement per trial, fitted by least
+  squares (an exact solve when the system is square);
+* ``residual_threshold`` = median absolute deviation of the part's ``y``;
+* absolute-error loss: a row is an inlier when ``|y - prediction| <= residual_threshold``;
+* the best trial has the most inliers, ties broken by the R^2 of the trial's model on its
+  inliers (a later trial wins an exact tie);
+* at most ``max_trials = 100`` trials, stopped early as soon as the trial count reaches the
+  dynamic bound ``log(1 - stop_probability) / log(1 - inlier_ratio ** min_samples)`` with
+  ``stop_probability = 0.99``;
+* the returned line is the least-squares fit on the best trial's inliers.
+
+Every trial of every part is computed at once (chunked to bound memory) and the sequential
+early stop is reproduced afterwards from the per-trial inlier counts and scores. A part with
+fewer rows than ``min_samples`` (where ``RANSACRegressor`` would raise) gets its plain
+least-squares fit instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ._lstsq import solve_normal_equations
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.intp]
+
+MAX_TRIALS = 100
+STOP_PROBABILITY = 0.99
+# Elements per (parts x trials x rows) block of residuals: bounds memory to ~32 MiB per block.
+_BLOCK_ELEMENTS = 1 << 22
+_EPSILON = float(np.spacing(1))
+
+
+def dynamic_max_trials(
+    n_inliers: FloatArray, n_samples: FloatArray, min_samples: int, probability: float
+) -> FloatArray:
+    """Trials needed to draw one all-inlier subset with the given probability (vectorized).
+
+    The same bound as scikit-learn's RANSAC uses to stop early.
+    """
+    inlier_ratio = n_inliers / n_samples
+    nom = max(_EPSILON, 1.0 - probability)
+    denom = np.maximum(_EPSILON, 1.0 - inlier_ratio**min_samples)
+    with np.errstate(divide="ignore"):
+        trials = np.ceil(np.log(nom) / np.log(denom))
+    bound: FloatArray = np.where(denom == 1.0, np.inf, np.abs(trials))
+    if nom == 1.0:
+        bound = np.zeros_like(bound)
+    return bound
+
+
+def ransac_lines(
+    Z: FloatArray,
+    y: FloatArray,
+    parts: IntArray,
+    sizes: IntArray,
+    rng: np.random.Generator,
+    *,
+    min_samples: int,
+    max_trials: int = MAX_TRIALS,
+    stop_probability: float = STOP_PROBABILITY,
+) -> FloatArray:
+    """Fit one robust line per part.
+
+    Parameters
+    ----------
+    Z : ndarray of shape (n_rows, n_params)
+        Design matrix (with the intercept column when one is fitted).
+    y : ndarray of shape (n_rows,)
+    parts : ndarray of shape (n_parts, max_size)
+        Row indices of each part; entries at positions ``>= sizes[part]`` are ignored.
+    sizes : ndarray of shape (n_parts,)
+    rng : numpy.random.Generator
+        Source of the random minimal subsets.
+    min_samples : int
+        Rows per minimal subset (``n_features + 1``).
+    max_trials, stop_probability
+        As in ``RANSACRegressor``.
+
+    Returns
+    -------
+    theta : ndarray of shape (n_parts, n_params)
+    """
+    n_parts, max_size = parts.shape
+    theta = np.zeros((n_parts, Z.shape[1]))
+    if n_parts == 0:
+        return theta
+    valid = np.arange(max_size)[None, :] < sizes[:, None]
+    robust = sizes >= min_samples
+    if not robust.all():
+        theta[~robust] = _lstsq_parts(Z, y, parts[~robust], valid[~robust])
+    robust_idx = np.flatnonzero(robust)
+    parts_per_block = max(1, _BLOCK_ELEMENTS // (max_trials * max(1, max_size)))
+    for start in range(0, robust_idx.size, parts_per_block):
+        chosen = robust_idx[start : start + parts_per_block]
+        width = int(sizes[chosen].max())
+        theta[chosen] = _ransac_block(
+            Z,
+            y,
+            parts[chosen, :width],
+            sizes[chosen],
+            valid[chosen, :width],
+            rng,
+            min_samples=min_samples,
+            max_trials=max_trials,
+            stop_probability=stop_probability,
+        )
+    return theta
+
+
+def _lstsq_parts(Z: FloatArray, y: FloatArray, parts: IntArray, valid: NDArray[np.bool_]) -> FloatArray:
+    Zp = Z[parts] * valid[:, :, None]
+    gram = np.einsum("csp,csq->cpq", Zp, Zp)
+    rhs = np.einsum("csp,cs->cp", Zp, y[parts] * valid)
+    return solve_normal_equations(gram, rhs)
+
+
+def _fit_minimal_subsets(Zs: FloatArray, ys: FloatArray) -> FloatArray:
+    """Least squares on each minimal subset: an exact solve when square, min-norm if singular."""
+    n_rows, n_params = Zs.shape[-2:]
+    if n_rows != n_params:
+        gram = np.einsum("...sp,...sq->...pq", Zs, Zs)
+        rhs = np.einsum("...sp,...s->...p", Zs, ys)
+        shape = gram.shape[:-2]
+        flat = solve_normal_equations(gram.reshape(-1, n_params, n_params), rhs.reshape(-1, n_params))
+        return flat.reshape(*shape, n_params)
+    det = np.linalg.det(Zs)
+    singular = ~np.isfinite(det) | (det == 0.0)
+    if singular.any():
+        # Repeated rows (the sub-sample is drawn with replacement) make exactly singular
+        # systems; solve those by the minimum-norm route, as LinearRegression would.
+        safe = np.where(singular[..., None, None], np.eye(n_params), Zs)
+        theta: FloatArray = np.linalg.solve(safe, ys[..., None])[..., 0]
+        Zsing = Zs[singular]
+        theta[singular] = solve_normal_equations(
+            np.einsum("csp,csq->cpq", Zsing, Zsing), np.einsum("csp,cs->cp", Zsing, ys[singular])
+        )
+        return theta
+    solved: FloatArray = np.linalg.solve(Zs, ys[..., None])[..., 0]
+    return solved
+
+
+def _ransac_block(
+    Z: FloatArray,
+    y: FloatArray,
+    parts: IntArray,
+    sizes: IntArray,
+    valid: NDArray[np.bool_],
+    rng: np.random.Generator,
+    *,
+    min_samples: int,
+    max_trials: int,
+    stop_probability: float,
+) -> FloatArray:
+    n_parts, width = parts.shape
+    Zp = Z[parts]  # (c, s, p)
+    yp = y[parts]  # (c, s)
+    y_masked = np.where(valid, yp, np.nan)
+    median = np.nanmedian(y_masked, axis=1, keepdims=True)
+    threshold = np.nanmedian(np.abs(y_masked - median), axis=1)  # (c,)
+
+    picks = _sample_without_replacement(rng, sizes, max_trials, min_samples)  # (c, T, ms)
+    rows_idx = np.arange(n_parts)[:, None, None]
+    trial_theta = _fit_minimal_subsets(Zp[rows_idx, picks], yp[rows_idx, picks])  # (c, T, p)
+
+    residuals = Zp @ trial_theta.transpose(0, 2, 1)  # (c, s, T): one batched product
+    np.subtract(yp[:, :, None], residuals, out=residuals)
+    inliers = np.abs(residuals) <= threshold[:, None, None]
+    inliers &= valid[:, :, None]
+    counts = inliers.sum(axis=1)  # (c, T)
+    scores = _r2_on_inliers(residuals, yp, inliers, counts)
+
+    best = _sequential_best(counts, scores, sizes, min_samples, max_trials, stop_probability)
+    best_inliers = inliers[np.arange(n_parts), :, best]  # (c, s)
+    # Where no trial found any inlier (RANSACRegressor would raise), fall back to the part.
+    no_consensus = counts.max(axis=1) == 0
+    best_inliers[no_consensus] = valid[no_consensus]
+    return _lstsq_parts(Z, y, parts, best_inliers)
+
+
+def _r2_on_inliers(
+    residuals: FloatArray, yp: FloatArray, inliers: NDArray[np.bool_], counts: IntArray
+) -> FloatArray:
+    """R^2 of each trial's model on its own inliers (``r2_score`` with ``force_finite``).
+
+    ``residuals`` and ``inliers`` have shape (parts, rows, trials); the result (parts, trials).
+    """
+    weights = inliers.astype(np.float64)
+    ss_res = (np.square(residuals) * weights).sum(axis=1)
+    sum_y = (yp[:, None, :] @ weights)[:, 0, :]
+    sum_y2 = ((yp * yp)[:, None, :] @ weights)[:, 0, :]
+    n = np.maximum(counts, 1)
+    ss_tot = np.maximum(sum_y2 - sum_y * sum_y / n, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r2 = 1.0 - ss_res / ss_tot
+    scores: FloatArray = np.where(ss_tot > 0, r2, np.where(ss_res > 0, 0.0, 1.0))
+    return scores
+
+
+def _sample_without_replacement(
+    rng: np.random.Generator, sizes: IntArray, n_trials: int, n_picks: int
+) -> IntArray:
+    """``n_picks`` distinct positions in ``range(sizes[c])`` for every part and trial.
+
+    Floyd's algorithm, vectorized over parts and trials: step ``j`` draws ``t`` uniformly
+    from ``range(size - n_picks + j + 1)`` and keeps it unless already taken, in which case it
+    takes ``size - n_picks + j``; every subset is equally likely.
+    """
+    shape = (sizes.shape[0], n_trials)
+    picks = np.empty((*shape, n_picks), dtype=np.intp)
+    for step in range(n_picks):
+        upper = (sizes - n_picks + step)[:, None]  # largest value this step may take
+        drawn = np.floor(rng.random(shape) * (upper + 1)).astype(np.intp)
+        taken = (picks[:, :, :step] == drawn[:, :, None]).any(axis=2)
+        picks[:, :, step] = np.where(taken, upper, drawn)
+    return picks
+
+
+def _sequential_best(
+    counts: IntArray,
+    scores: FloatArray,
+    sizes: IntArray,
+    min_samples: int,
+    max_trials: int,
+    stop_probability: float,
+) -> IntArray:
+    """Index of the trial the sequential RANSAC loop would keep, for every part at once."""
+    n_parts, n_trials = counts.shape
+    trial = np.broadcast_to(np.arange(n_trials), counts.shape)
+    # A trial replaces the best when it has more inliers, or as many and a score at least as
+    # high (so among exact ties the later trial wins): rank trials by (count, score, index).
+    order = np.lexsort((trial, scores, counts), axis=1)
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.broadcast_to(np.arange(n_trials), order.shape), axis=1)
+    # RANSACRegressor starts from n_inliers_best = 1: a trial with no inlier is never kept.
+    rank = np.where(counts >= 1, rank, -1)
+    running = np.maximum.accumulate(rank, axis=1)
+    running_best = np.take_along_axis(order, np.maximum(running, 0), axis=1)
+    best_counts = np.where(running >= 0, np.take_along_axis(counts, running_best, axis=1), 1)
+    bound = dynamic_max_trials(
+        best_counts.astype(np.float64), sizes[:, None].astype(np.float64), min_samples, stop_probability
+    )
+    done = (np.arange(1, n_trials + 1)[None, :] >= np.minimum(bound, max_trials))
+    done[:, -1] = True
+    last = np.argmax(done, axis=1)
+    chosen: IntArray = running_best[np.arange(n_parts), last]
+    return chosen

@@ -1,0 +1,239 @@
+"""The sub-sample algorithms: exhaustive (Algorithm 2) and random partitions (Algorithm 3)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from functools import cache
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ._am import SolverResult
+from ._loss import CandidateScorer, assign
+from ._lstsq import lstsq_by_label, lstsq_weighted_subsets
+from ._ransac import ransac_lines
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.intp]
+ChunkCallback = Callable[[int, float], None]
+"""Called after every batch of candidates with (candidates tried, best min-loss so far)."""
+
+BASES = ("ls", "ransac")
+# Candidate partitions handled per batch: bounds memory and sets how often the time budget
+# and the progress callback are checked.
+_PARTITIONS_PER_BATCH = 128
+
+
+@cache
+def stirling2(n: int, k: int) -> int:
+    """Number of partitions of ``n`` labelled items into ``k`` non-empty unlabelled parts."""
+    if n == k:
+        return 1
+    if k == 0 or k > n:
+        return 0
+    return k * stirling2(n - 1, k) + stirling2(n - 1, k - 1)
+
+
+def largest_enumerable_size(n_components: int, cap: int) -> int:
+    """Largest sub-sample size whose partition count into ``n_components`` parts is <= cap."""
+    size = n_components
+    while stirling2(size + 1, n_components) <= cap:
+        size += 1
+    return size
+
+
+def all_partitions(size: int, n_components: int) -> IntArray:
+    """Every partition of ``range(size)`` into exactly ``n_components`` non-empty parts.
+
+    Each partition is written once, as a restricted growth string: item 0 is in part 0 and
+    each item joins an existing part or opens the next one.
+
+    Returns
+    -------
+    labels : ndarray of shape (stirling2(size, n_components), size)
+    """
+    prefixes = np.zeros((1, 1), dtype=np.intp)
+    n_parts = np.ones(1, dtype=np.intp)
+    for position in range(1, size):
+        remaining = size - position - 1
+        grown, grown_parts = [], []
+        for label in range(n_components):
+            opens = label == n_parts
+            allowed = (label < n_parts) | (opens & (n_parts < n_components))
+            parts_after = n_parts + opens
+            # Prune prefixes that can no longer reach n_components parts.
+            allowed &= parts_after + remaining >= n_components
+            chosen = np.flatnonzero(allowed)
+            grown.append(
+                np.column_stack([prefixes[chosen], np.full(chosen.size, label, dtype=np.intp)])
+            )
+            grown_parts.append(parts_after[chosen])
+        prefixes = np.concatenate(grown)
+        n_parts = np.concatenate(grown_parts)
+    complete: IntArray = prefixes[n_parts == n_components]
+    return complete
+
+
+def random_partitions(
+    rng: np.random.Generator, n_partitions: int, size: int, n_components: int
+) -> IntArray:
+    """``n_partitions`` random partitions of ``range(size)``: each item's part drawn uniformly."""
+    labels: IntArray = rng.integers(0, n_components, size=(n_partitions, size))
+    return labels
+
+
+def parts_from_labels(labels: IntArray, n_components: int) -> tuple[IntArray, IntArray]:
+    """Row indices of every part of every partition, padded to a rectangle.
+
+    Returns
+    -------
+    parts : ndarray of shape (n_partitions * n_components, max_part_size)
+    sizes : ndarray of shape (n_partitions * n_components,)
+    """
+    n_partitions, size = labels.shape
+    flat_part = (np.arange(n_partitions)[:, None] * n_components + labels).ravel()
+    sizes = np.bincount(flat_part, minlength=n_partitions * n_components)
+    order = np.argsort(flat_part, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    sorted_parts = flat_part[order]
+    position = np.arange(order.size) - starts[sorted_parts]
+    parts = np.zeros((n_partitions * n_components, max(1, int(sizes.max()))), dtype=np.intp)
+    parts[sorted_parts, position] = order % size
+    return parts, sizes
+
+
+def fit_candidates(
+    Z: FloatArray,
+    y: FloatArray,
+    labels: IntArray,
+    n_components: int,
+    *,
+    base: str,
+    rng: np.random.Generator,
+    min_samples: int,
+) -> FloatArray:
+    """One line per part of every partition of the sub-sample: a candidate line set each.
+
+    Parameters
+    ----------
+    Z, y : the sub-sample A.
+    labels : ndarray of shape (n_partitions, |A|)
+
+    Returns
+    -------
+    candidates : ndarray of shape (n_partitions, n_components, n_params)
+    """
+    n_partitions = labels.shape[0]
+    if base == "ls":
+        membership = (labels[:, None, :] == np.arange(n_components)[None, :, None]).astype(
+            np.float64
+        )
+        theta = lstsq_weighted_subsets(Z, y, membership.reshape(-1, labels.shape[1]))
+    else:
+        parts, sizes = parts_from_labels(labels, n_components)
+        theta = ransac_lines(Z, y, parts, sizes, rng, min_samples=min_samples)
+    return theta.reshape(n_partitions, n_components, Z.shape[1])
+
+
+def refit(
+    Z: FloatArray,
+    y: FloatArray,
+    theta: FloatArray,
+    *,
+    base: str,
+    rng: np.random.Generator,
+    min_samples: int,
+) -> FloatArray:
+    """Refit each line on the rows it wins, with the same base fit.
+
+    A line that wins no rows keeps its candidate value.
+    """
+    n_components = theta.shape[0]
+    _, labels = assign(Z, y, theta)
+    if base == "ls":
+        fitted, counts = lstsq_by_label(Z, y, labels, n_components)
+    else:
+        parts, counts = parts_from_labels(labels[None, :], n_components)
+        fitted = ransac_lines(Z, y, parts, counts, rng, min_samples=min_samples)
+    refitted: FloatArray = np.where((counts > 0)[:, None], fitted, theta)
+    return refitted
+
+
+def subsample_search(
+    Z: FloatArray,
+    y: FloatArray,
+    partitions: Iterator[IntArray],
+    *,
+    subsample: IntArray,
+    n_components: int,
+    base: str,
+    rng: np.random.Generator,
+    min_samples: int,
+    deadline: float | None = None,
+    callback: ChunkCallback | None = None,
+) -> SolverResult:
+    """Algorithms 2 and 3: fit candidates on partitions of A, keep the best on all rows, refit.
+
+    Parameters
+    ----------
+    Z : ndarray of shape (n_samples, n_params)
+    y : ndarray of shape (n_samples,)
+    partitions : iterator of ndarray of shape (batch, |A|)
+        Batches of partitions of the sub-sample (labels in ``range(n_components)``).
+    subsample : ndarray of shape (|A|,)
+        Row indices of the sub-sample A.
+    deadline : float, optional
+        ``time.monotonic()`` value after which no further batch is started (at least one
+        batch always runs).
+
+    Returns
+    -------
+    SolverResult
+        ``loss_history`` holds the best candidate's min-loss after each batch, then the
+        min-loss after the refit; ``n_iter`` and ``n_candidates`` count the candidates tried.
+    """
+    Z_sub, y_sub = Z[subsample], y[subsample]
+    scorer = CandidateScorer(Z, y)
+    best_theta: FloatArray | None = None
+    best_loss = np.inf
+    result = SolverResult(theta=np.zeros((n_components, Z.shape[1])))
+    for labels in partitions:
+        candidates = fit_candidates(
+            Z_sub, y_sub, labels, n_components, base=base, rng=rng, min_samples=min_samples
+        )
+        winner, loss = scorer.best(candidates)
+        if loss < best_loss:
+            best_loss = loss
+            best_theta = candidates[winner]
+        result.n_candidates += labels.shape[0]
+        result.loss_history.append(best_loss)
+        if callback is not None:
+            callback(result.n_candidates, best_loss)
+        if deadline is not None and time.monotonic() > deadline:
+            break
+    if best_theta is None:
+        raise ValueError("no partition of the sub-sample was tried")
+    result.theta = refit(Z, y, best_theta, base=base, rng=rng, min_samples=min_samples)
+    residuals, labels = assign(Z, y, result.theta)
+    best = residuals[labels, np.arange(Z.shape[0])]
+    result.loss_history.append(float(best @ best) / Z.shape[0])
+    result.n_iter = result.n_candidates
+    result.converged = True
+    return result
+
+
+def random_partition_batches(
+    rng: np.random.Generator, n_partitions: int, size: int, n_components: int
+) -> Iterator[IntArray]:
+    """Algorithm 3's ``n_partitions`` random partitions, in batches."""
+    for start in range(0, n_partitions, _PARTITIONS_PER_BATCH):
+        count = min(_PARTITIONS_PER_BATCH, n_partitions - start)
+        yield random_partitions(rng, count, size, n_components)
+
+
+def exhaustive_partition_batches(size: int, n_components: int) -> Iterator[IntArray]:
+    """Algorithm 2's partitions (all of them), in batches."""
+    labels = all_partitions(size, n_components)
+    for start in range(0, labels.shape[0], _PARTITIONS_PER_BATCH):
+        yield labels[start : start + _PARTITIONS_PER_BATCH]

@@ -1,0 +1,74 @@
+"""Arrays to stored bytes and JSON numbers and back; never pickle.
+
+Matrices and vectors are stored as raw little-endian float64 bytes in C order; the shape is kept
+in separate columns and checked against the byte length on decode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+_FLOAT64_LE = np.dtype("<f8")
+
+
+def encode_matrix(a: npt.ArrayLike) -> bytes:
+    """Encode a 2-D array as little-endian float64 bytes in C order."""
+    array = np.asarray(a, dtype=np.float64)
+    if array.ndim != 2:
+        raise ValueError(f"expected a 2-D matrix, got an array with shape {array.shape}")
+    return np.ascontiguousarray(array, dtype=_FLOAT64_LE).tobytes()
+
+
+def decode_matrix(b: bytes, rows: int, cols: int) -> npt.NDArray[np.float64]:
+    """Decode ``rows * cols`` float64 values written by :func:`encode_matrix`."""
+    if rows < 0 or cols < 0:
+        raise ValueError(f"matrix shape must be non-negative, got ({rows}, {cols})")
+    _check_length(b, rows * cols, f"a ({rows}, {cols}) float64 matrix")
+    return np.frombuffer(b, dtype=_FLOAT64_LE).astype(np.float64).reshape(rows, cols)
+
+
+def encode_vector(a: npt.ArrayLike) -> bytes:
+    """Encode a 1-D array as little-endian float64 bytes."""
+    array = np.asarray(a, dtype=np.float64)
+    if array.ndim != 1:
+        raise ValueError(f"expected a 1-D vector, got an array with shape {array.shape}")
+    return np.ascontiguousarray(array, dtype=_FLOAT64_LE).tobytes()
+
+
+def decode_vector(b: bytes, length: int) -> npt.NDArray[np.float64]:
+    """Decode ``length`` float64 values written by :func:`encode_vector`."""
+    if length < 0:
+        raise ValueError(f"vector length must be non-negative, got {length}")
+    _check_length(b, length, f"a float64 vector of length {length}")
+    return np.frombuffer(b, dtype=_FLOAT64_LE).astype(np.float64)
+
+
+def _check_length(b: bytes, n_values: int, what: str) -> None:
+    expected = n_values * _FLOAT64_LE.itemsize
+    if len(b) != expected:
+        raise ValueError(f"{what} needs {expected} bytes, got {len(b)}")
+
+
+def to_json_value(value: Any) -> Any:
+    """Convert numpy arrays and scalars inside ``value`` to plain JSON-ready Python values.
+
+    Python floats keep every bit through JSON (their repr is the shortest string that reads
+    back to the same double). Non-finite floats are refused: JSON has no NaN or infinity.
+    """
+    if isinstance(value, np.ndarray):
+        return to_json_value(value.tolist())
+    if isinstance(value, np.generic):
+        return to_json_value(value.item())
+    if isinstance(value, float):
+        if not np.isfinite(value):
+            raise ValueError(f"cannot store the non-finite number {value!r}")
+        return value
+    if isinstance(value, Mapping):
+        return {str(key): to_json_value(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_json_value(item) for item in value]
+    return value

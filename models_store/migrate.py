@@ -1,0 +1,48 @@
+"""Run the Alembic migrations programmatically, from any working directory."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from models_store.session import make_engine
+
+
+def _config(url: str | None = None) -> Config:
+    config = Config()
+    # The migrations ship as a package next to this one, so they are found wherever it is
+    # installed, whatever the current directory.
+    config.set_main_option("script_location", str(resources.files("migrations")))
+    if url is not None:
+        # ConfigParser interpolates '%'; URL-encoded passwords contain it.
+        config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Upgrade the database at ``url`` to ``revision``."""
+    command.upgrade(_config(url), revision)
+
+
+def downgrade(url: str, revision: str = "base") -> None:
+    """Downgrade the database at ``url`` to ``revision`` (by default: drop every table)."""
+    command.downgrade(_config(url), revision)
+
+
+def current_revision(url: str) -> str | None:
+    """Return the revision the database at ``url`` is at, or None if it was never migrated."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+    finally:
+        engine.dispose()
+
+
+def head_revision() -> str | None:
+    """Return the newest revision the migrations define."""
+    return ScriptDirectory.from_config(_config()).get_current_head()

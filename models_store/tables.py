@@ -1,0 +1,115 @@
+"""The mapped tables: datasets, jobs and fitted models."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    Double,
+    ForeignKey,
+    LargeBinary,
+    String,
+    Text,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from models_store.base import Base
+
+ID_LENGTH = 32
+"""Length of the uuid4 hex strings used as primary keys."""
+
+JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+TERMINAL_JOB_STATUSES = ("succeeded", "failed", "cancelled")
+
+
+class Dataset(Base):
+    """An uploaded design matrix and target, stored as raw float64 bytes."""
+
+    __tablename__ = "datasets"
+
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    name: Mapped[str | None] = mapped_column(String)
+    n_rows: Mapped[int]
+    n_features: Mapped[int]
+    feature_names: Mapped[list[str]] = mapped_column(JSON)
+    target_name: Mapped[str | None] = mapped_column(String)
+    x_data: Mapped[bytes] = mapped_column(LargeBinary)
+    y_data: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime]
+
+
+class Job(Base):
+    """A fit request and its state, progress, attempts and outcome."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN ({})".format(", ".join(f"'{status}'" for status in JOB_STATUSES)),
+            name="status",
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    dataset_id: Mapped[str] = mapped_column(String(ID_LENGTH), ForeignKey("datasets.id"))
+    name: Mapped[str | None] = mapped_column(String)
+    algorithm: Mapped[str] = mapped_column(String(64))
+    n_components: Mapped[int]
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    fit_intercept: Mapped[bool]
+    holdout_fraction: Mapped[float] = mapped_column(Double)
+    seed: Mapped[int | None] = mapped_column(BigInteger)
+    time_budget_s: Mapped[float | None] = mapped_column(Double)
+    idempotency_key: Mapped[str | None] = mapped_column(String, unique=True)
+    request_hash: Mapped[str | None] = mapped_column(String(128))
+    attempts: Mapped[int] = mapped_column(default=0)
+    max_attempts: Mapped[int]
+    cancel_requested: Mapped[bool] = mapped_column(default=False)
+    progress_fraction: Mapped[float] = mapped_column(Double, default=0.0)
+    progress_iteration: Mapped[int | None]
+    progress_candidates: Mapped[int | None]
+    progress_best_loss: Mapped[float | None] = mapped_column(Double)
+    error: Mapped[str | None] = mapped_column(Text)
+    worker_id: Mapped[str | None] = mapped_column(String)
+    heartbeat_at: Mapped[datetime | None]
+    created_at: Mapped[datetime]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    # No foreign key: a model may be deleted while its job record stays.
+    model_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+
+
+class Model(Base):
+    """A fitted mixture: the k lines as plain JSON numbers, with metrics and provenance."""
+
+    __tablename__ = "models"
+
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    job_id: Mapped[str | None] = mapped_column(
+        String(ID_LENGTH), ForeignKey("jobs.id", ondelete="SET NULL")
+    )
+    dataset_id: Mapped[str] = mapped_column(String(ID_LENGTH), ForeignKey("datasets.id"))
+    name: Mapped[str | None] = mapped_column(String)
+    algorithm: Mapped[str] = mapped_column(String(64))
+    n_components: Mapped[int]
+    n_features: Mapped[int]
+    feature_names: Mapped[list[str]] = mapped_column(JSON)
+    fit_intercept: Mapped[bool]
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    seed: Mapped[int | None] = mapped_column(BigInteger)
+    coef: Mapped[list[list[float]]] = mapped_column(JSON)
+    intercept: Mapped[list[float]] = mapped_column(JSON)
+    shares: Mapped[list[float]] = mapped_column(JSON)
+    train_min_loss: Mapped[float] = mapped_column(Double)
+    holdout_min_loss: Mapped[float | None] = mapped_column(Double)
+    baseline: Mapped[dict[str, Any]] = mapped_column(JSON)
+    n_train: Mapped[int]
+    n_holdout: Mapped[int]
+    loss_history: Mapped[list[float]] = mapped_column(JSON)
+    n_iter: Mapped[int]
+    fit_seconds: Mapped[float] = mapped_column(Double)
+    created_at: Mapped[datetime]

@@ -1,0 +1,93 @@
+"""Dependencies: settings, the per-request unit of work, and "does it exist?" checks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Path, Request
+from sqlalchemy.orm import Session, sessionmaker
+
+from models_store import repository
+from models_store.session import session_scope
+from models_store.tables import Dataset, Job, Model
+from service.config import Settings
+from service.errors import NotFoundError
+from service.prediction import ModelCache
+from service.queue import EmbeddedWorker
+
+
+def get_settings(request: Request) -> Settings:
+    """The settings the app was created with."""
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_session_factory(request: Request) -> sessionmaker[Session]:
+    """The session factory built in the app's lifespan."""
+    factory: sessionmaker[Session] = request.app.state.session_factory
+    return factory
+
+
+def get_model_cache(request: Request) -> ModelCache:
+    """The app's cache of decoded models."""
+    cache: ModelCache = request.app.state.model_cache
+    return cache
+
+
+def get_worker(request: Request) -> EmbeddedWorker | None:
+    """The embedded worker, if this app runs one."""
+    worker: EmbeddedWorker | None = request.app.state.worker
+    return worker
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+SessionFactoryDep = Annotated[sessionmaker[Session], Depends(get_session_factory)]
+ModelCacheDep = Annotated[ModelCache, Depends(get_model_cache)]
+WorkerDep = Annotated[EmbeddedWorker | None, Depends(get_worker)]
+
+
+def get_session(session_factory: SessionFactoryDep) -> Iterator[Session]:
+    """One unit of work per request: committed when the route returns, rolled back if it raises."""
+    with session_scope(session_factory) as session:
+        yield session
+
+
+# scope="function": commit before the response is sent, so a client never sees an id that a
+# failed commit would take back.
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+
+
+def valid_dataset(
+    dataset_id: Annotated[str, Path(description="id of a stored dataset")], session: SessionDep
+) -> Dataset:
+    """The dataset named in the path, or 404."""
+    dataset = repository.get_dataset(session, dataset_id=dataset_id)
+    if dataset is None:
+        raise NotFoundError(f"dataset {dataset_id} does not exist")
+    return dataset
+
+
+def valid_job(
+    job_id: Annotated[str, Path(description="id of a fit job")], session: SessionDep
+) -> Job:
+    """The job named in the path, or 404."""
+    job = repository.get_job(session, job_id=job_id)
+    if job is None:
+        raise NotFoundError(f"job {job_id} does not exist")
+    return job
+
+
+def valid_model(
+    model_id: Annotated[str, Path(description="id of a fitted model")], session: SessionDep
+) -> Model:
+    """The model named in the path, or 404."""
+    model = repository.get_model(session, model_id=model_id)
+    if model is None:
+        raise NotFoundError(f"model {model_id} does not exist")
+    return model
+
+
+ValidDataset = Annotated[Dataset, Depends(valid_dataset)]
+ValidJob = Annotated[Job, Depends(valid_job)]
+ValidModel = Annotated[Model, Depends(valid_model)]

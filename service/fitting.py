@@ -1,0 +1,144 @@
+"""Submitting fits: validate everything ``mixreg`` would reject, then queue the job."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from models_store import repository
+from models_store.tables import Dataset, Job
+from service import ingest
+from service.errors import ConflictError, InvalidInputError, NotFoundError
+from service.schemas import FitVariant
+from service.training import FitSpec, holdout_size
+
+
+@dataclass(frozen=True)
+class Submission:
+    """The job of a fit request; ``created`` is False when an idempotent retry found it."""
+
+    job: Job
+    created: bool
+
+
+def request_hash(request: FitVariant) -> str:
+    """SHA-256 of the validated request with its defaults, so equivalent bodies match."""
+    canonical = json.dumps(
+        request.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), allow_nan=False
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def fit_spec(request: FitVariant) -> FitSpec:
+    """The fit a request describes."""
+    return FitSpec(
+        algorithm=request.algorithm,
+        n_components=request.n_components,
+        params=request.params_dict,
+        fit_intercept=request.fit_intercept,
+        holdout_fraction=request.holdout_fraction,
+        seed=request.seed,
+        time_budget_s=request.time_budget_s,
+    )
+
+
+def check_fit(spec: FitSpec, *, n_rows: int, n_features: int) -> None:
+    """Raise ``InvalidInputError`` for anything the fit of ``n_rows`` rows would fail on."""
+    n_train = n_rows - holdout_size(n_rows, spec.holdout_fraction)
+    if n_train < 1:
+        raise InvalidInputError(
+            f"holdout_fraction={spec.holdout_fraction} holds out all {n_rows} rows; "
+            f"lower it so that at least one row trains"
+        )
+    try:
+        spec.estimator().resolved_parameters(n_train, n_features)
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from None
+
+
+def _replay(job: Job, digest: str, key: str) -> Submission:
+    if job.request_hash != digest:
+        raise ConflictError(
+            f"Idempotency-Key '{key}' was already used for a different request (job {job.id}); "
+            f"use a new key for a new request"
+        )
+    return Submission(job=job, created=False)
+
+
+def submit_fit(
+    session: Session,
+    *,
+    request: FitVariant,
+    idempotency_key: str | None,
+    max_attempts: int,
+) -> Submission:
+    """Queue the fit ``request`` (storing inline data as a dataset first) in ``session``.
+
+    The same ``idempotency_key`` with the same request returns the existing job; with a
+    different request it is a conflict. Nothing is written if the request is rejected.
+    """
+    digest = request_hash(request)
+    if idempotency_key is not None:
+        existing = repository.get_job_by_idempotency_key(session, key=idempotency_key)
+        if existing is not None:
+            return _replay(existing, digest, idempotency_key)
+    spec = fit_spec(request)
+    parsed: ingest.ParsedDataset | None = None
+    if request.data is not None:
+        data = request.data
+        parsed = ingest.parse_arrays(data.X, data.y, data.feature_names)
+        n_rows, n_features = parsed.X.shape
+    else:
+        assert request.dataset_id is not None  # the schema requires one of the two
+        dataset = _existing_dataset(session, request.dataset_id)
+        n_rows, n_features = dataset.n_rows, dataset.n_features
+    check_fit(spec, n_rows=n_rows, n_features=n_features)
+    try:
+        # A savepoint: a concurrent request with the same key wins the unique constraint, and
+        # this one's dataset and job are undone together.
+        with session.begin_nested():
+            dataset_id = request.dataset_id
+            if parsed is not None:
+                dataset_id = repository.create_dataset(
+                    session,
+                    X=parsed.X,
+                    y=parsed.y,
+                    feature_names=parsed.feature_names,
+                    target_name=None,
+                    name=request.name,
+                ).id
+            assert dataset_id is not None
+            job = repository.create_job(
+                session,
+                dataset_id=dataset_id,
+                algorithm=spec.algorithm,
+                n_components=spec.n_components,
+                params=spec.params,
+                fit_intercept=spec.fit_intercept,
+                holdout_fraction=spec.holdout_fraction,
+                seed=spec.seed,
+                time_budget_s=spec.time_budget_s,
+                name=request.name,
+                idempotency_key=idempotency_key,
+                request_hash=digest,
+                max_attempts=max_attempts,
+            )
+    except IntegrityError:
+        if idempotency_key is None:
+            raise
+        winner = repository.get_job_by_idempotency_key(session, key=idempotency_key)
+        if winner is None:
+            raise
+        return _replay(winner, digest, idempotency_key)
+    return Submission(job=job, created=True)
+
+
+def _existing_dataset(session: Session, dataset_id: str) -> Dataset:
+    dataset = repository.get_dataset(session, dataset_id=dataset_id)
+    if dataset is None:
+        raise NotFoundError(f"dataset {dataset_id} does not exist")
+    return dataset

@@ -1,0 +1,151 @@
+"""Predictions from stored θ lists, with an in-process cache of decoded models."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+from sqlalchemy.orm import Session, sessionmaker
+
+from mixreg import min_loss, predict_lines
+from models_store import repository
+from models_store.session import session_scope
+from models_store.tables import Model
+from service.errors import InvalidInputError, NotFoundError
+from service.schemas import PredictResponse
+
+FloatArray = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class StoredLines:
+    """The k lines of a stored model as arrays, exactly as fitted."""
+
+    model_id: str
+    coef: FloatArray
+    intercept: FloatArray
+
+    @classmethod
+    def of_model(cls, model: Model) -> StoredLines:
+        """Decode the JSON numbers of ``model`` (they round-trip bit for bit)."""
+        shape = (model.n_components, model.n_features)
+        coef = np.asarray(model.coef, dtype=np.float64).reshape(shape)
+        return cls(
+            model_id=model.id,
+            coef=coef,
+            intercept=np.asarray(model.intercept, dtype=np.float64).reshape(model.n_components),
+        )
+
+    @property
+    def n_features(self) -> int:
+        """Features the model expects per row."""
+        return int(self.coef.shape[1])
+
+
+class ModelCache:
+    """A thread-safe LRU cache of decoded models, so a cache hit needs no database access.
+
+    Models never change after they are stored; deleting one evicts it.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._entries: OrderedDict[str, StoredLines] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, model_id: str) -> StoredLines | None:
+        """The cached lines of ``model_id``, if present (marking them recently used)."""
+        with self._lock:
+            lines = self._entries.get(model_id)
+            if lines is not None:
+                self._entries.move_to_end(model_id)
+            return lines
+
+    def put(self, lines: StoredLines) -> None:
+        """Cache ``lines``, evicting the least recently used entry when full."""
+        with self._lock:
+            self._entries[lines.model_id] = lines
+            self._entries.move_to_end(lines.model_id)
+            while len(self._entries) > self._capacity:
+                self._entries.popitem(last=False)
+
+    def evict(self, model_id: str) -> None:
+        """Forget ``model_id``."""
+        with self._lock:
+            self._entries.pop(model_id, None)
+
+    def __contains__(self, model_id: object) -> bool:
+        with self._lock:
+            return model_id in self._entries
+
+
+def load_lines(
+    *, cache: ModelCache, session_factory: sessionmaker[Session], model_id: str
+) -> StoredLines:
+    """The lines of ``model_id`` from the cache, else from the database; 404 if none."""
+    lines = cache.get(model_id)
+    if lines is not None:
+        return lines
+    with session_scope(session_factory) as session:
+        model = repository.get_model(session, model_id=model_id)
+        if model is None:
+            raise NotFoundError(f"model {model_id} does not exist")
+        lines = StoredLines.of_model(model)
+    cache.put(lines)
+    return lines
+
+
+def predict(
+    lines: StoredLines, X_rows: Sequence[Sequence[float]], y_values: Sequence[float] | None = None
+) -> PredictResponse:
+    """k predictions per row of ``X_rows``; with ``y_values`` also the min-loss and best lines.
+
+    ``X_rows`` must already be a finite rectangular matrix (the request schema checks it).
+    """
+    X = np.asarray(X_rows, dtype=np.float64)
+    if X.shape[1] != lines.n_features:
+        raise InvalidInputError(
+            f"model {lines.model_id} expects {lines.n_features} features, got {X.shape[1]}"
+        )
+    # Overflow is reported below as a precise error instead of a RuntimeWarning.
+    with np.errstate(over="ignore", invalid="ignore"):
+        predictions = predict_lines(X, lines.coef, lines.intercept)
+    _check_finite_predictions(predictions)
+    response = PredictResponse(model_id=lines.model_id, predictions=predictions.tolist())
+    if y_values is None:
+        return response
+    y = np.asarray(y_values, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        squared_errors = (y[:, np.newaxis] - predictions) ** 2
+        loss = float(min_loss(y, predictions))
+    if not np.isfinite(loss):
+        raise InvalidInputError(
+            "the min-loss of these predictions overflows a float64; scale y and X down"
+        )
+    response.min_loss = loss
+    response.best_component = np.argmin(squared_errors, axis=1).tolist()
+    return response
+
+
+def _check_finite_predictions(predictions: FloatArray) -> None:
+    bad = np.argwhere(~np.isfinite(predictions))
+    if bad.size:
+        row, component = (int(index) for index in bad[0])
+        raise InvalidInputError(
+            f"the prediction of component {component} for X row {row} overflows a float64; "
+            f"scale X down"
+        )
+
+
+def delete_model(
+    *, cache: ModelCache, session_factory: sessionmaker[Session], model_id: str
+) -> None:
+    """Delete ``model_id``, then evict it from the cache once that is committed; 404 if none."""
+    with session_scope(session_factory) as session:
+        if not repository.delete_model(session, model_id=model_id):
+            raise NotFoundError(f"model {model_id} does not exist")
+    cache.evict(model_id)

@@ -1,0 +1,138 @@
+"""Upload datasets once, fit them many times."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+from starlette.datastructures import UploadFile
+
+from models_store import repository
+from service.datasets import parse_file, parse_json, store_dataset
+from service.deps import SessionDep, SessionFactoryDep, ValidDataset
+from service.errors import UnsupportedMediaTypeError
+from service.schemas import DatasetIn, DatasetOut, Page
+from service.views import dataset_out
+
+router = APIRouter(prefix="/datasets", tags=["datasets"])
+
+_UPLOAD_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": DatasetIn.model_json_schema()},
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "a .csv file with a header row, or an .npz archive "
+                            "with arrays X, y and optionally feature_names",
+                        },
+                        "target": {
+                            "type": "string",
+                            "description": "CSV only: the name of the column to predict",
+                        },
+                        "name": {"type": "string"},
+                    },
+                }
+            },
+            "text/csv": {
+                "schema": {"type": "string"},
+                "description": "a CSV with a header row; name the target with ?target=",
+            },
+        },
+    }
+}
+
+
+async def _read_json_dataset(request: Request) -> DatasetIn:
+    body = await request.body()
+    try:
+        return DatasetIn.model_validate_json(body) if body else DatasetIn.model_validate(None)
+    except ValidationError as exc:
+        errors = [{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]
+        raise RequestValidationError(errors) from None
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=DatasetOut,
+    openapi_extra=_UPLOAD_BODY,
+    summary="Upload a dataset as JSON, a CSV or NPZ file, or a raw CSV body",
+)
+async def create(
+    request: Request,
+    response: Response,
+    session_factory: SessionFactoryDep,
+    target: Annotated[
+        str | None, Query(description="raw CSV bodies: the column to predict")
+    ] = None,
+    name: Annotated[str | None, Query(description="raw CSV bodies: a name")] = None,
+) -> DatasetOut:
+    """Store ``X`` and ``y`` and return the dataset's id, rows and features."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "application/json":
+        body = await _read_json_dataset(request)
+        parsed = await run_in_threadpool(parse_json, body)
+        name = body.name
+    elif content_type == "multipart/form-data":
+        form = await request.form()
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise UnsupportedMediaTypeError(
+                "multipart upload needs a file field 'file' (a .csv or .npz file)"
+            )
+        form_target = form.get("target")
+        form_name = form.get("name")
+        content = await upload.read()
+        parsed = await run_in_threadpool(
+            parse_file,
+            content,
+            filename=upload.filename,
+            content_type=upload.content_type,
+            target=form_target if isinstance(form_target, str) else None,
+        )
+        name = form_name if isinstance(form_name, str) else None
+    elif content_type in ("text/csv", "application/csv"):
+        content = await request.body()
+        parsed = await run_in_threadpool(
+            parse_file, content, filename=None, content_type="text/csv", target=target
+        )
+    else:
+        raise UnsupportedMediaTypeError(
+            f"Content-Type '{content_type or 'none'}' is not accepted; send application/json, "
+            f"multipart/form-data with a file, or text/csv"
+        )
+    dataset = await run_in_threadpool(store_dataset, session_factory, parsed, name=name)
+    response.headers["Location"] = dataset.url
+    return dataset
+
+
+@router.get("", response_model=Page[DatasetOut])
+def list_(
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> Page[DatasetOut]:
+    """Stored datasets, newest first."""
+    datasets, total = repository.list_datasets(session, limit=limit, offset=offset)
+    return Page[DatasetOut](
+        items=[dataset_out(dataset) for dataset in datasets],
+        total=total,
+        limit=limit,
+        offset=offset,
+    )
+
+
+@router.get("/{dataset_id}", response_model=DatasetOut)
+def get(dataset: ValidDataset) -> DatasetOut:
+    """One dataset's shape and names."""
+    return dataset_out(dataset)

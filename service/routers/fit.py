@@ -1,0 +1,55 @@
+"""Submit a fit: 202 with the queued job."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, BackgroundTasks, Body, Header, Response
+
+from service.deps import SessionDep, SettingsDep, WorkerDep
+from service.fitting import submit_fit
+from service.schemas import FitAccepted, FitRequest, FitVariant
+from service.views import job_url
+
+router = APIRouter(prefix="/fit", tags=["fit"])
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=FitAccepted,
+    responses={409: {"description": "the Idempotency-Key was used for a different request"}},
+)
+def submit(
+    request: Annotated[FitRequest, Body()],
+    session: SessionDep,
+    settings: SettingsDep,
+    worker: WorkerDep,
+    response: Response,
+    background: BackgroundTasks,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            description="retrying with the same key and body returns the same job",
+            max_length=255,
+        ),
+    ] = None,
+) -> FitAccepted:
+    """Queue a fit of a stored dataset or of inline data; poll the returned job URL."""
+    body: FitVariant = request
+    submission = submit_fit(
+        session,
+        request=body,
+        idempotency_key=idempotency_key,
+        max_attempts=settings.max_attempts,
+    )
+    job = submission.job
+    url = job_url(job.id)
+    response.headers["Location"] = url
+    if not submission.created:
+        response.headers["Idempotent-Replayed"] = "true"
+    if worker is not None:
+        # After the response, i.e. after the commit: the worker then finds the job at once.
+        background.add_task(worker.wake)
+    return FitAccepted(job_id=job.id, status=job.status, url=url)

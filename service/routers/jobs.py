@@ -1,0 +1,56 @@
+"""Fit jobs: list, inspect, cancel."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, BackgroundTasks, Query
+
+from models_store import repository
+from service.deps import SessionDep, ValidJob, WorkerDep
+from service.errors import ConflictError
+from service.schemas import JobOut, JobStatus, Page
+from service.views import job_out
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+@router.get("", response_model=Page[JobOut])
+def list_(
+    session: SessionDep,
+    status: Annotated[JobStatus | None, Query(description="only jobs in this state")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> Page[JobOut]:
+    """Jobs, newest first."""
+    jobs, total = repository.list_jobs(session, status=status, limit=limit, offset=offset)
+    return Page[JobOut](
+        items=[job_out(job) for job in jobs], total=total, limit=limit, offset=offset
+    )
+
+
+@router.get("/{job_id}", response_model=JobOut)
+def get(job: ValidJob) -> JobOut:
+    """A job's state, progress, attempts, error, timings and model."""
+    return job_out(job)
+
+
+@router.post(
+    "/{job_id}/cancel",
+    status_code=202,
+    response_model=JobOut,
+    responses={409: {"description": "the job already finished"}},
+)
+def cancel(
+    job: ValidJob, session: SessionDep, worker: WorkerDep, background: BackgroundTasks
+) -> JobOut:
+    """Cancel a job: a queued job at once, a running fit within a second or two."""
+    if job.status in TERMINAL:
+        raise ConflictError(f"job {job.id} already finished with status {job.status}")
+    cancelled = repository.request_cancel(session, job_id=job.id)
+    assert cancelled is not None  # it existed a moment ago in this transaction
+    if worker is not None:
+        background.add_task(worker.wake)
+    return job_out(cancelled)

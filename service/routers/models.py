@@ -1,0 +1,56 @@
+"""Fitted models: list, inspect, delete, predict."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Response
+
+from models_store import repository
+from service import prediction
+from service.deps import ModelCacheDep, SessionDep, SessionFactoryDep, ValidModel
+from service.schemas import ModelOut, ModelPredictRequest, ModelSummary, Page, PredictResponse
+from service.views import model_out, model_summary
+
+router = APIRouter(prefix="/models", tags=["models"])
+
+ModelId = Annotated[str, Path(description="id of a fitted model")]
+
+
+@router.get("", response_model=Page[ModelSummary])
+def list_(
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> Page[ModelSummary]:
+    """Fitted models, newest first."""
+    models, total = repository.list_models(session, limit=limit, offset=offset)
+    return Page[ModelSummary](
+        items=[model_summary(model) for model in models], total=total, limit=limit, offset=offset
+    )
+
+
+@router.get("/{model_id}", response_model=ModelOut)
+def get(model: ValidModel) -> ModelOut:
+    """The θ list (coefficients and intercept per component), scores, baseline, provenance."""
+    return model_out(model)
+
+
+@router.delete("/{model_id}", status_code=204, response_class=Response)
+def delete(model_id: ModelId, cache: ModelCacheDep, session_factory: SessionFactoryDep) -> None:
+    """Delete a model; its job keeps the (now dangling) model id."""
+    prediction.delete_model(cache=cache, session_factory=session_factory, model_id=model_id)
+
+
+@router.post(
+    "/{model_id}/predict", response_model=PredictResponse, response_model_exclude_none=True
+)
+def predict(
+    model_id: ModelId,
+    body: ModelPredictRequest,
+    cache: ModelCacheDep,
+    session_factory: SessionFactoryDep,
+) -> PredictResponse:
+    """k predictions per row; with ``y`` also the min-loss and each row's best component."""
+    lines = prediction.load_lines(cache=cache, session_factory=session_factory, model_id=model_id)
+    return prediction.predict(lines, body.X, body.y)

@@ -1,0 +1,466 @@
+"""Request and response bodies of the HTTP interface (pydantic v2)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from mixreg import ALGORITHMS
+from service import ingest
+
+DEFAULT_ALGORITHM = "subsample+am"
+
+
+def _invalid(message: str) -> PydanticCustomError:
+    return PydanticCustomError("invalid_input", message)
+
+
+def _check_matrix(rows: list[list[float]]) -> list[list[float]]:
+    try:
+        ingest.matrix_from_rows(rows)
+    except ingest.IngestError as exc:
+        raise _invalid(str(exc)) from None
+    return rows
+
+
+def _check_vector(values: list[float]) -> list[float]:
+    try:
+        ingest.vector_from_values(values)
+    except ingest.IngestError as exc:
+        raise _invalid(str(exc)) from None
+    return values
+
+
+# NaN and infinity are parsed here (Python's JSON accepts the tokens) so the checks above can
+# reject them with the position of the first offending value.
+AnyFloat = Annotated[float, Field(allow_inf_nan=True)]
+Matrix = Annotated[
+    list[list[AnyFloat]],
+    AfterValidator(_check_matrix),
+    Field(description="rows of feature values; every row has the same length"),
+]
+Vector = Annotated[
+    list[AnyFloat], AfterValidator(_check_vector), Field(description="one target value per row")
+]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataIn(_Strict):
+    """A design matrix with its targets."""
+
+    X: Matrix
+    y: Vector
+    feature_names: list[str] | None = Field(
+        default=None, description="one name per column of X; default x0, x1, ..."
+    )
+
+    @model_validator(mode="after")
+    def _check_shapes(self) -> DataIn:
+        if len(self.y) != len(self.X):
+            raise _invalid(f"y has {len(self.y)} values but X has {len(self.X)} rows")
+        try:
+            ingest.resolve_feature_names(self.feature_names, len(self.X[0]))
+        except ingest.IngestError as exc:
+            raise _invalid(str(exc)) from None
+        return self
+
+
+class DatasetIn(DataIn):
+    """A dataset uploaded as JSON."""
+
+    name: str | None = None
+
+
+class DatasetOut(BaseModel):
+    """A stored dataset."""
+
+    id: str
+    name: str | None
+    n_rows: int
+    n_features: int
+    feature_names: list[str]
+    target_name: str | None
+    created_at: datetime
+    url: str
+
+
+# --- algorithm parameters: one model per algorithm, defaults of mixreg.ALGORITHM_PARAMETERS ---
+
+Lines = Annotated[
+    list[list[AnyFloat]],
+    AfterValidator(_check_matrix),
+    Field(
+        description="starting lines, one row per component: d coefficients, then the intercept "
+        "when fit_intercept is true"
+    ),
+]
+StepSize = Annotated[
+    float, Field(gt=0, allow_inf_nan=False, description="gradient step size (the paper's gamma)")
+]
+MaxIter = Annotated[int, Field(ge=1, description="maximum number of iterations")]
+Tol = Annotated[
+    float, Field(ge=0, allow_inf_nan=False, description="stop when the loss improves less")
+]
+NInit = Annotated[int, Field(ge=1, description="random restarts; the best fit is kept")]
+SubsampleSize = Annotated[int, Field(ge=1, description="size of the sub-sample A")]
+NPartitions = Annotated[int, Field(ge=1, description="random partitions of A to try")]
+Base = Annotated[
+    Literal["ls", "ransac"], Field(description="line fit per part: least squares or RANSAC")
+]
+
+
+class AlgorithmParams(_Strict):
+    """Parameters of one algorithm; a parameter of another algorithm is rejected."""
+
+    algorithm: ClassVar[str]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_foreign_parameters(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            known = list(cls.model_fields)
+            for key in data:
+                if key not in known:
+                    raise PydanticCustomError(
+                        "unknown_parameter",
+                        "params.{parameter} is not a parameter of algorithm '{algorithm}'; "
+                        "its parameters are {known}",
+                        {"parameter": key, "algorithm": cls.algorithm, "known": ", ".join(known)},
+                    )
+        return data
+
+
+class AmParams(AlgorithmParams):
+    """Gradient alternating minimization (the paper's Algorithm 1)."""
+
+    algorithm: ClassVar[str] = "am"
+    step_size: StepSize = 0.1
+    max_iter: MaxIter = 100
+    tol: Tol = 1e-6
+    n_init: NInit = 1
+    init: Lines | None = None
+
+
+class AmClassicParams(AlgorithmParams):
+    """Classical alternating minimization: exact least squares per part."""
+
+    algorithm: ClassVar[str] = "am-classic"
+    max_iter: MaxIter = 100
+    tol: Tol = 1e-6
+    n_init: NInit = 1
+    init: Lines | None = None
+
+
+class SubsampleParams(AlgorithmParams):
+    """Sub-sampling with random partitions (the paper's Algorithm 3)."""
+
+    algorithm: ClassVar[str] = "subsample"
+    subsample_size: SubsampleSize = 150
+    n_partitions: NPartitions = 1000
+    base: Base = "ls"
+
+
+class SubsampleExhaustiveParams(AlgorithmParams):
+    """Sub-sampling trying every partition of A (the paper's Algorithm 2)."""
+
+    algorithm: ClassVar[str] = "subsample-exhaustive"
+    subsample_size: SubsampleSize | None = Field(
+        default=None, description="size of A; default: the largest whose partitions fit the cap"
+    )
+    base: Base = "ls"
+
+
+class SubsampleAmParams(AlgorithmParams):
+    """Algorithm 3 (least squares) as the initialization of Algorithm 1 ("A3")."""
+
+    algorithm: ClassVar[str] = "subsample+am"
+    subsample_size: SubsampleSize = 150
+    n_partitions: NPartitions = 1000
+    base: Base = "ls"
+    step_size: StepSize = 0.1
+    max_iter: MaxIter = 100
+    tol: Tol = 1e-6
+
+
+class EmParams(AlgorithmParams):
+    """Expectation-maximization for a Gaussian mixture of regressions."""
+
+    algorithm: ClassVar[str] = "em"
+    max_iter: MaxIter = 200
+    tol: Tol = 1e-6
+    n_init: NInit = 1
+    init: Lines | None = None
+
+
+PARAMS_MODELS: dict[str, type[AlgorithmParams]] = {
+    model.algorithm: model
+    for model in (
+        AmParams,
+        AmClassicParams,
+        SubsampleParams,
+        SubsampleExhaustiveParams,
+        SubsampleAmParams,
+        EmParams,
+    )
+}
+
+
+# --- POST /fit: `algorithm` selects the params schema (a tagged union of whole requests) ---
+
+
+class _FitBase(_Strict):
+    dataset_id: str | None = Field(default=None, description="a stored dataset to fit")
+    data: DataIn | None = Field(default=None, description="inline data, stored as a dataset")
+    n_components: int = Field(
+        ge=1,
+        validation_alias=AliasChoices("n_components", "k"),
+        description="k, the number of lines (the alias `k` is accepted)",
+    )
+    fit_intercept: bool = True
+    holdout_fraction: FiniteFloat = Field(
+        default=0.2, ge=0, le=0.9, description="share of rows held out to score the model"
+    )
+    seed: int = Field(default=0, description="seeds the holdout split and the algorithm")
+    time_budget_s: FiniteFloat | None = Field(
+        default=None, gt=0, description="stop the search after this many seconds"
+    )
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _one_data_source(self) -> _FitBase:
+        if (self.dataset_id is None) == (self.data is None):
+            raise _invalid("give exactly one of dataset_id or data")
+        return self
+
+    @property
+    def params_dict(self) -> dict[str, Any]:
+        """The validated algorithm parameters including defaults."""
+        params: AlgorithmParams = getattr(self, "params")  # noqa: B009 - set by every variant
+        return params.model_dump(mode="json")
+
+
+class AmFit(_FitBase):
+    algorithm: Literal["am"]
+    params: AmParams = Field(default_factory=AmParams)
+
+
+class AmClassicFit(_FitBase):
+    algorithm: Literal["am-classic"]
+    params: AmClassicParams = Field(default_factory=AmClassicParams)
+
+
+class SubsampleFit(_FitBase):
+    algorithm: Literal["subsample"]
+    params: SubsampleParams = Field(default_factory=SubsampleParams)
+
+
+class SubsampleExhaustiveFit(_FitBase):
+    algorithm: Literal["subsample-exhaustive"]
+    params: SubsampleExhaustiveParams = Field(default_factory=SubsampleExhaustiveParams)
+
+
+class SubsampleAmFit(_FitBase):
+    algorithm: Literal["subsample+am"] = "subsample+am"
+    params: SubsampleAmParams = Field(default_factory=SubsampleAmParams)
+
+
+class EmFit(_FitBase):
+    algorithm: Literal["em"]
+    params: EmParams = Field(default_factory=EmParams)
+
+
+def _algorithm_tag(value: Any) -> str | None:
+    if isinstance(value, dict):
+        algorithm = value.get("algorithm", DEFAULT_ALGORITHM)
+        return algorithm if isinstance(algorithm, str) else None
+    return getattr(value, "algorithm", None)
+
+
+def _check_algorithm(value: Any) -> Any:
+    if isinstance(value, dict):
+        algorithm = value.get("algorithm", DEFAULT_ALGORITHM)
+        if algorithm not in ALGORITHMS:
+            raise PydanticCustomError(
+                "unknown_algorithm",
+                "algorithm {algorithm} is unknown; choose one of {choices}",
+                {"algorithm": repr(algorithm), "choices": ", ".join(ALGORITHMS)},
+            )
+    return value
+
+
+FitRequest = Annotated[
+    Annotated[AmFit, Tag("am")]
+    | Annotated[AmClassicFit, Tag("am-classic")]
+    | Annotated[SubsampleFit, Tag("subsample")]
+    | Annotated[SubsampleExhaustiveFit, Tag("subsample-exhaustive")]
+    | Annotated[SubsampleAmFit, Tag("subsample+am")]
+    | Annotated[EmFit, Tag("em")],
+    Discriminator(_algorithm_tag),
+    BeforeValidator(_check_algorithm),
+]
+FitVariant = AmFit | AmClassicFit | SubsampleFit | SubsampleExhaustiveFit | SubsampleAmFit | EmFit
+
+
+class FitAccepted(BaseModel):
+    """A fit job was accepted (or an identical earlier request found)."""
+
+    job_id: str
+    status: str
+    url: str
+
+
+# --- jobs ---
+
+JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+
+
+class Progress(BaseModel):
+    """How far a running fit has come."""
+
+    fraction: float
+    iteration: int | None
+    candidates_tried: int | None
+    best_min_loss: float | None
+
+
+class JobOut(BaseModel):
+    """A fit job and its state."""
+
+    id: str
+    status: JobStatus
+    name: str | None
+    dataset_id: str
+    algorithm: str
+    n_components: int
+    params: dict[str, Any]
+    fit_intercept: bool
+    holdout_fraction: float
+    seed: int | None
+    time_budget_s: float | None
+    progress: Progress
+    attempts: int
+    max_attempts: int
+    cancel_requested: bool
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    model_id: str | None
+    model_url: str | None
+    url: str
+
+
+# --- models ---
+
+
+class Component(BaseModel):
+    """One fitted line: y ≈ ⟨coef, x⟩ + intercept, with its share of the training rows."""
+
+    coef: list[float]
+    intercept: float
+    share: float
+
+
+class Baseline(BaseModel):
+    """The single least-squares line on the same split, for comparison."""
+
+    coef: list[float]
+    intercept: float
+    train_min_loss: float
+    holdout_min_loss: float | None
+
+
+class ModelSummary(BaseModel):
+    """A fitted model in a list."""
+
+    id: str
+    name: str | None
+    algorithm: str
+    n_components: int
+    n_features: int
+    train_min_loss: float
+    holdout_min_loss: float | None
+    dataset_id: str
+    job_id: str | None
+    created_at: datetime
+    url: str
+
+
+class ModelOut(ModelSummary):
+    """A fitted model: the θ list and how it was obtained."""
+
+    feature_names: list[str]
+    fit_intercept: bool
+    components: list[Component]
+    baseline: Baseline
+    params: dict[str, Any]
+    seed: int | None
+    n_train: int
+    n_holdout: int
+    loss_history: list[float]
+    n_iter: int
+    fit_seconds: float
+
+
+# --- predict ---
+
+
+class _PredictBody(_Strict):
+    X: Matrix
+    y: Vector | None = Field(default=None, description="if given, also score the predictions")
+
+    @model_validator(mode="after")
+    def _check_lengths(self) -> _PredictBody:
+        if self.y is not None and len(self.y) != len(self.X):
+            raise _invalid(f"y has {len(self.y)} values but X has {len(self.X)} rows")
+        return self
+
+
+class ModelPredictRequest(_PredictBody):
+    """Rows to predict with the model named in the path."""
+
+
+class PredictRequest(_PredictBody):
+    """Rows to predict with the model ``model_id``."""
+
+    model_id: str
+
+
+class PredictResponse(BaseModel):
+    """k predictions per row; with ``y``, also the min-loss and each row's best component."""
+
+    model_id: str
+    predictions: list[list[float]]
+    min_loss: float | None = None
+    best_component: list[int] | None = None
+
+
+# --- shared ---
+
+Item = TypeVar("Item", bound=BaseModel)
+
+
+class Page(BaseModel, Generic[Item]):
+    """One page of a list."""
+
+    items: list[Item]
+    total: int
+    limit: int
+    offset: int

@@ -1,0 +1,438 @@
+"""The one fit path: ``run_job`` loads a claimed job, fits it and stores the model.
+
+It runs in a child process of whichever worker claimed the job. The child heartbeats, writes
+throttled progress, and stops when the job's cancellation is requested or the job is taken
+away from it. Fitting and the one-line least-squares baseline share the holdout split, which
+is derived from the job's seed alone, so a model can be reproduced from its record.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from sklearn.linear_model import LinearRegression
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from mixreg import MixtureOfLinearRegressions, min_loss, predict_lines
+from models_store import repository
+from models_store.session import make_engine, make_sessionmaker, session_scope
+from models_store.tables import Job
+
+FloatArray = NDArray[np.float64]
+IndexArray = NDArray[np.intp]
+ProgressCallback = Callable[[float, dict[str, Any]], None]
+
+# Exit status of a fit process that stops because the process that started it is gone.
+EXIT_PARENT_LOST = 75
+
+logger = logging.getLogger(__name__)
+
+
+def holdout_size(n_rows: int, holdout_fraction: float) -> int:
+    """Rows held out: ``holdout_fraction * n_rows`` rounded to the nearest integer."""
+    return round(holdout_fraction * n_rows)
+
+
+def holdout_split(n_rows: int, holdout_fraction: float, seed: int) -> tuple[IndexArray, IndexArray]:
+    """Training and holdout row indices, each in increasing order.
+
+    The holdout is the first ``holdout_size`` entries of
+    ``numpy.random.default_rng(seed).permutation(n_rows)``; every other row trains.
+    """
+    permutation = np.random.default_rng(seed).permutation(n_rows)
+    n_holdout = holdout_size(n_rows, holdout_fraction)
+    holdout = np.sort(permutation[:n_holdout])
+    train = np.sort(permutation[n_holdout:])
+    return train, holdout
+
+
+@dataclass(frozen=True)
+class FitSpec:
+    """Everything a fit needs besides the data; mirrors a job's columns."""
+
+    algorithm: str
+    n_components: int
+    params: Mapping[str, Any]
+    fit_intercept: bool
+    holdout_fraction: float
+    seed: int
+    time_budget_s: float | None
+
+    @classmethod
+    def of_job(cls, job: Job) -> FitSpec:
+        """The spec stored on ``job``."""
+        return cls(
+            algorithm=job.algorithm,
+            n_components=job.n_components,
+            params=dict(job.params),
+            fit_intercept=job.fit_intercept,
+            holdout_fraction=job.holdout_fraction,
+            seed=job.seed if job.seed is not None else 0,
+            time_budget_s=job.time_budget_s,
+        )
+
+    def estimator(self) -> MixtureOfLinearRegressions:
+        """The unfitted estimator this spec describes."""
+        return MixtureOfLinearRegressions(
+            n_components=self.n_components,
+            algorithm=self.algorithm,
+            fit_intercept=self.fit_intercept,
+            random_state=self.seed,
+            time_budget=self.time_budget_s,
+            **self.params,
+        )
+
+
+@dataclass(frozen=True)
+class FittedMixture:
+    """A fitted mixture with its scores and the baseline, ready to be stored."""
+
+    coef: FloatArray
+    intercept: FloatArray
+    shares: FloatArray
+    train_min_loss: float
+    holdout_min_loss: float | None
+    baseline: dict[str, Any]
+    n_train: int
+    n_holdout: int
+    loss_history: list[float]
+    n_iter: int
+    fit_seconds: float
+
+
+def _line_min_loss(X: FloatArray, y: FloatArray, coef: FloatArray, intercept: FloatArray) -> float:
+    return float(min_loss(y, predict_lines(X, coef, intercept)))
+
+
+def least_squares_baseline(
+    X_train: FloatArray,
+    y_train: FloatArray,
+    X_holdout: FloatArray,
+    y_holdout: FloatArray,
+    *,
+    fit_intercept: bool,
+) -> dict[str, Any]:
+    """The single least-squares line on the training rows and its min-loss on both splits."""
+    regression = LinearRegression(fit_intercept=fit_intercept).fit(X_train, y_train)
+    coef = np.asarray(regression.coef_, dtype=np.float64).reshape(1, -1)
+    intercept = np.asarray([regression.intercept_], dtype=np.float64).reshape(1)
+    return {
+        "coef": coef[0].tolist(),
+        "intercept": float(intercept[0]),
+        "train_min_loss": _line_min_loss(X_train, y_train, coef, intercept),
+        "holdout_min_loss": (
+            _line_min_loss(X_holdout, y_holdout, coef, intercept) if len(y_holdout) else None
+        ),
+    }
+
+
+def fit_mixture(
+    X: FloatArray, y: FloatArray, spec: FitSpec, *, progress: ProgressCallback | None = None
+) -> FittedMixture:
+    """Split off the holdout, fit the mixture and the baseline on the training rows, score both.
+
+    Raises ``ValueError`` with a user-facing message when ``mixreg`` rejects the arguments.
+    """
+    train, holdout = holdout_split(X.shape[0], spec.holdout_fraction, spec.seed)
+    X_train, y_train, X_holdout, y_holdout = X[train], y[train], X[holdout], y[holdout]
+    estimator = spec.estimator()
+    started = time.perf_counter()
+    estimator.fit(X_train, y_train, progress=progress)
+    fit_seconds = time.perf_counter() - started
+    coef = np.asarray(estimator.coef_, dtype=np.float64)
+    intercept = np.asarray(estimator.intercept_, dtype=np.float64)
+    return FittedMixture(
+        coef=coef,
+        intercept=intercept,
+        shares=np.asarray(estimator.shares_, dtype=np.float64),
+        train_min_loss=_line_min_loss(X_train, y_train, coef, intercept),
+        holdout_min_loss=(
+            _line_min_loss(X_holdout, y_holdout, coef, intercept) if len(holdout) else None
+        ),
+        baseline=least_squares_baseline(
+            X_train, y_train, X_holdout, y_holdout, fit_intercept=spec.fit_intercept
+        ),
+        n_train=len(train),
+        n_holdout=len(holdout),
+        loss_history=[float(value) for value in np.asarray(estimator.loss_history_).ravel()],
+        n_iter=int(estimator.n_iter_),
+        fit_seconds=fit_seconds,
+    )
+
+
+class FitCancelledError(Exception):
+    """Cancellation of the job was requested while it was fitting."""
+
+
+class JobLostError(Exception):
+    """The job is no longer owned by this worker (requeued, failed or cancelled meanwhile)."""
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _finite_or_none(value: Any) -> float | None:
+    if value is None:
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+class JobProgress:
+    """The progress callback of one job: throttled writes that also check for cancellation."""
+
+    def __init__(
+        self,
+        session_factory: sessionmaker[Session],
+        *,
+        job_id: str,
+        worker_id: str,
+        interval_s: float,
+    ) -> None:
+        self._session_factory = session_factory
+        self._job_id = job_id
+        self._worker_id = worker_id
+        self._interval_s = interval_s
+        self._last_write: float | None = None
+
+    def __call__(self, fraction: float, info: dict[str, Any]) -> None:
+        """Record progress at most every ``interval_s``; raise to abort the fit if needed."""
+        now = time.monotonic()
+        if self._last_write is not None and now - self._last_write < self._interval_s:
+            return
+        self._last_write = now
+        with session_scope(self._session_factory) as session:
+            owned = repository.update_progress(
+                session,
+                job_id=self._job_id,
+                worker_id=self._worker_id,
+                fraction=min(max(float(fraction), 0.0), 1.0),
+                iteration=info.get("iteration"),
+                candidates=info.get("candidates_tried"),
+                best_loss=_finite_or_none(info.get("best_loss")),
+                now=_now(),
+            )
+            job = repository.get_job(session, job_id=self._job_id)
+            cancel_requested = job is not None and job.cancel_requested
+        if not owned:
+            raise JobLostError(self._job_id)
+        if cancel_requested:
+            raise FitCancelledError(self._job_id)
+
+
+class Heartbeat:
+    """A daemon thread that marks the job alive and ends the process if its worker is gone.
+
+    ``worker_alive`` is the read end of a pipe whose write end only the worker holds: it
+    becomes readable (end of file) when the worker process dies. Without this check a fit
+    would outlive a killed server, keep the job's heartbeat fresh and so keep the job from
+    being retried.
+    """
+
+    def __init__(
+        self,
+        session_factory: sessionmaker[Session],
+        *,
+        job_id: str,
+        worker_id: str,
+        interval_s: float,
+        worker_alive: Connection | None,
+    ) -> None:
+        self._session_factory = session_factory
+        self._job_id = job_id
+        self._worker_id = worker_id
+        self._interval_s = interval_s
+        self._worker_alive = worker_alive
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mixreg-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._interval_s):
+            if self._worker_alive is not None and self._worker_alive.poll():
+                logger.error("job %s: the worker process is gone; stopping the fit", self._job_id)
+                os._exit(EXIT_PARENT_LOST)
+            try:
+                with session_scope(self._session_factory) as session:
+                    repository.heartbeat(
+                        session, job_id=self._job_id, worker_id=self._worker_id, now=_now()
+                    )
+            except SQLAlchemyError:
+                logger.exception("job %s: heartbeat failed; retrying", self._job_id)
+
+
+def run_job(
+    job_id: str,
+    database_url: str,
+    *,
+    heartbeat_interval_s: float = 1.0,
+    progress_interval_s: float = 0.5,
+    worker_alive: Connection | None = None,
+) -> str:
+    """Fit the running job ``job_id`` and store its model, finishing the job in one unit of work.
+
+    ``worker_alive`` (optional) is the read end of a pipe held open by the worker process;
+    the fit stops when it closes. Returns the status the job was left in by this call
+    (``"lost"`` if the job was not, or stopped being, owned by the worker that claimed it).
+    """
+    engine = make_engine(database_url)
+    try:
+        return _run_job(
+            make_sessionmaker(engine),
+            job_id,
+            heartbeat_interval_s=heartbeat_interval_s,
+            progress_interval_s=progress_interval_s,
+            worker_alive=worker_alive,
+        )
+    finally:
+        engine.dispose()
+
+
+@dataclass(frozen=True)
+class _ClaimedJob:
+    worker_id: str
+    dataset_id: str
+    name: str | None
+    spec: FitSpec
+    X: FloatArray
+    y: FloatArray
+    feature_names: list[str]
+
+
+def _load_claimed_job(session_factory: sessionmaker[Session], job_id: str) -> _ClaimedJob | None:
+    with session_scope(session_factory) as session:
+        job = repository.get_job(session, job_id=job_id)
+        if job is None or job.status != "running" or job.worker_id is None:
+            return None
+        dataset = repository.get_dataset(session, dataset_id=job.dataset_id)
+        if dataset is None:
+            raise JobLostError(f"dataset {job.dataset_id} of job {job_id} is gone")
+        X, y = repository.load_dataset_arrays(dataset)
+        return _ClaimedJob(
+            worker_id=job.worker_id,
+            dataset_id=job.dataset_id,
+            name=job.name,
+            spec=FitSpec.of_job(job),
+            X=X,
+            y=y,
+            feature_names=list(dataset.feature_names),
+        )
+
+
+def _run_job(
+    session_factory: sessionmaker[Session],
+    job_id: str,
+    *,
+    heartbeat_interval_s: float,
+    progress_interval_s: float,
+    worker_alive: Connection | None,
+) -> str:
+    claimed = _load_claimed_job(session_factory, job_id)
+    if claimed is None:
+        return "lost"
+    progress = JobProgress(
+        session_factory,
+        job_id=job_id,
+        worker_id=claimed.worker_id,
+        interval_s=progress_interval_s,
+    )
+    heartbeat = Heartbeat(
+        session_factory,
+        job_id=job_id,
+        worker_id=claimed.worker_id,
+        interval_s=heartbeat_interval_s,
+        worker_alive=worker_alive,
+    )
+    error: str | None = None
+    with heartbeat:
+        try:
+            fitted = fit_mixture(claimed.X, claimed.y, claimed.spec, progress=progress)
+        except JobLostError:
+            return "lost"
+        except FitCancelledError:
+            status = "cancelled"
+        except ValueError as exc:
+            status, error = "failed", str(exc)
+        except Exception as exc:
+            logger.exception("job %s: the fit raised", job_id)
+            status, error = "failed", f"{type(exc).__name__}: {exc}"
+        else:
+            try:
+                _store_model(session_factory, job_id, claimed, fitted)
+            except JobLostError:
+                return "lost"
+            return "succeeded"
+        with session_scope(session_factory) as session:
+            finished = repository.finish_job(
+                session,
+                job_id=job_id,
+                worker_id=claimed.worker_id,
+                status=status,
+                error=error,
+                now=_now(),
+            )
+        return status if finished else "lost"
+
+
+def _store_model(
+    session_factory: sessionmaker[Session],
+    job_id: str,
+    claimed: _ClaimedJob,
+    fitted: FittedMixture,
+) -> None:
+    """Store the model and finish the job together; roll both back if the job was taken away."""
+    spec = claimed.spec
+    with session_scope(session_factory) as session:
+        model = repository.create_model(
+            session,
+            job_id=job_id,
+            dataset_id=claimed.dataset_id,
+            name=claimed.name,
+            algorithm=spec.algorithm,
+            n_components=spec.n_components,
+            n_features=claimed.X.shape[1],
+            feature_names=claimed.feature_names,
+            fit_intercept=spec.fit_intercept,
+            params=spec.params,
+            seed=spec.seed,
+            coef=fitted.coef,
+            intercept=fitted.intercept,
+            shares=fitted.shares,
+            train_min_loss=fitted.train_min_loss,
+            holdout_min_loss=fitted.holdout_min_loss,
+            baseline=fitted.baseline,
+            n_train=fitted.n_train,
+            n_holdout=fitted.n_holdout,
+            loss_history=fitted.loss_history,
+            n_iter=fitted.n_iter,
+            fit_seconds=fitted.fit_seconds,
+        )
+        if not repository.finish_job(
+            session,
+            job_id=job_id,
+            worker_id=claimed.worker_id,
+            status="succeeded",
+            model_id=model.id,
+            now=_now(),
+        ):
+            raise JobLostError(job_id)

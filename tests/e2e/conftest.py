@@ -1,0 +1,186 @@
+"""A real uvicorn server in a subprocess, on a free port, against SQLite or PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+# Fast worker rhythm so recovery after a kill takes seconds, not the production 15 s.
+FAST_WORKER = {
+    "MIXREG_HEARTBEAT_INTERVAL_S": "0.2",
+    "MIXREG_STALE_AFTER_S": "3",
+    "MIXREG_POLL_INTERVAL_S": "0.05",
+    "MIXREG_PROGRESS_INTERVAL_S": "0.1",
+}
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class Server:
+    """``python -m uvicorn --factory service.main:create_app`` as a subprocess."""
+
+    def __init__(self, *, database_url: str, log_path: Path, settings: dict[str, str]) -> None:
+        self.port = free_port()
+        self.log_path = log_path
+        self.env = {
+            **os.environ,
+            **FAST_WORKER,
+            **settings,
+            "MIXREG_DATABASE_URL": database_url,
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60) -> None:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable, "-m", "uvicorn", "--factory", "service.main:create_app",
+                    "--host", "127.0.0.1", "--port", str(self.port),
+                ],
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited early:\n{self.log()}")
+            try:
+                if self.client.get("/healthz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"server did not answer /healthz within {timeout} s:\n{self.log()}")
+
+    def stop(self) -> None:
+        """Graceful shutdown (SIGTERM), as a process manager would do it."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL: the server gets no chance to clean up."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait()
+        self.process = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return self.client.request(method, path, **kwargs)
+
+    def fit(self, body: dict[str, Any]) -> str:
+        response = self.client.post("/fit", json=body)
+        assert response.status_code == 202, response.text
+        job_id: str = response.json()["job_id"]
+        return job_id
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        response = self.client.get(f"/jobs/{job_id}")
+        assert response.status_code == 200, response.text
+        job: dict[str, Any] = response.json()
+        return job
+
+    def wait_for_job(
+        self,
+        job_id: str,
+        until: Callable[[dict[str, Any]], bool] = lambda job: job["status"] in TERMINAL,
+        timeout: float = 60,
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            if until(job):
+                return job
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job did not get there in {timeout} s: {job}\n{self.log()}")
+            time.sleep(0.05)
+
+
+ServerFactory = Callable[..., Server]
+
+
+def _servers(database_url: str, tmp_path: Path) -> Iterator[ServerFactory]:
+    servers: list[Server] = []
+
+    def make(**settings: str) -> Server:
+        server = Server(
+            database_url=database_url,
+            log_path=tmp_path / f"server-{len(servers)}.log",
+            settings=settings,
+        )
+        servers.append(server)
+        server.start()
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()
+        server.client.close()
+
+
+@pytest.fixture
+def make_server(database_url: str, tmp_path: Path) -> Iterator[ServerFactory]:
+    """Start servers on the test's database (SQLite file or PostgreSQL); stop them after."""
+    yield from _servers(database_url, tmp_path)
+
+
+@pytest.fixture
+def make_sqlite_server(sqlite_url: str, tmp_path: Path) -> Iterator[ServerFactory]:
+    """Start servers on a SQLite file; stop them after."""
+    yield from _servers(sqlite_url, tmp_path)
+
+
+@pytest.fixture
+def server(make_server: ServerFactory) -> Server:
+    """One server with the default settings (and a fast worker rhythm)."""
+    return make_server()
+
+
+def mixture_data(n_rows: int = 200, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """Rows from two noisy lines in three features."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n_rows, 3))
+    lines = np.array([[1.0, 2.0, -1.0], [-2.0, 0.5, 1.5]])
+    labels = rng.integers(0, 2, size=n_rows)
+    y = np.einsum("ij,ij->i", X, lines[labels]) + np.where(labels, 1.0, -1.0)
+    y += 0.05 * rng.standard_normal(n_rows)
+    return X, y

@@ -1,0 +1,299 @@
+"""Jobs: the lifecycle and its conditional updates, cancellation and stale-job recovery."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy.exc import IntegrityError
+
+from models_store import repository
+from models_store.session import session_scope
+
+T0 = datetime(2030, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def test_create_job_stores_the_request_and_starts_queued(db_sessionmaker, dataset_id, make_job):
+    with session_scope(db_sessionmaker) as session:
+        job_id = make_job(
+            session,
+            name="first",
+            params={"step_size": 0.1, "init": [[0.1, -0.0]]},
+            time_budget_s=2.5,
+            idempotency_key="key-1",
+            request_hash="abc",
+        ).id
+
+    with session_scope(db_sessionmaker) as session:
+        job = repository.get_job(session, job_id=job_id)
+        assert job is not None
+        assert (job.status, job.attempts, job.cancel_requested) == ("queued", 0, False)
+        assert (job.dataset_id, job.name, job.algorithm, job.n_components) == (
+            dataset_id,
+            "first",
+            "am",
+            2,
+        )
+        assert job.params == {"step_size": 0.1, "init": [[0.1, -0.0]]}
+        assert (job.fit_intercept, job.holdout_fraction, job.seed) == (True, 0.2, 7)
+        assert (job.time_budget_s, job.max_attempts, job.progress_fraction) == (2.5, 3, 0.0)
+        assert (job.worker_id, job.started_at, job.finished_at, job.model_id) == (
+            None,
+            None,
+            None,
+            None,
+        )
+        assert job.created_at.tzinfo is not None and job.created_at.utcoffset() == timedelta(0)
+        assert repository.get_job_by_idempotency_key(session, key="key-1") == job
+        assert repository.get_job_by_idempotency_key(session, key="key-2") is None
+        assert repository.get_job(session, job_id="f" * 32) is None
+
+
+def test_idempotency_key_is_unique(db_sessionmaker, make_job):
+    with session_scope(db_sessionmaker) as session:
+        make_job(session, idempotency_key="same")
+    with pytest.raises(IntegrityError), session_scope(db_sessionmaker) as session:
+        make_job(session, idempotency_key="same")
+
+
+def test_job_needs_an_existing_dataset(db_sessionmaker, make_job):
+    with pytest.raises(IntegrityError), session_scope(db_sessionmaker) as session:
+        make_job(session, dataset_id="0" * 32)
+
+
+def test_lifecycle_claim_progress_heartbeat_finish(db_sessionmaker, make_job):
+    with session_scope(db_sessionmaker) as session:
+        job_id = make_job(session).id
+
+    with session_scope(db_sessionmaker) as session:
+        job = repository.claim_next_job(session, worker_id="w1", now=at(0))
+        assert job is not None and job.id == job_id
+        assert (job.status, job.worker_id, job.attempts) == ("running", "w1", 1)
+        assert job.started_at == at(0) and job.heartbeat_at == at(0)
+        assert repository.claim_next_job(session, worker_id="w2", now=at(0)) is None
+
+    with session_scope(db_sessionmaker) as session:
+        assert repository.update_progress(
+            session,
+            job_id=job_id,
+            worker_id="w1",
+            fraction=0.5,
+            iteration=10,
+            candidates=400,
+            best_loss=0.25,
+            now=at(1),
+        )
+        assert repository.heartbeat(session, job_id=job_id, worker_id="w1", now=at(2))
+
+    with session_scope(db_sessionmaker) as session:
+        job = repository.get_job(session, job_id=job_id)
+        assert job is not None
+        assert (job.progress_fraction, job.progress_iteration, job.progress_candidates) == (
+            0.5,
+            10,
+            400,
+        )
+        assert (job.progress_best_loss, job.heartbeat_at) == (0.25, at(2))
+        assert repository.finish_job(
+            session,
+            job_id=job_id,
+            worker_id="w1",
+            status="succeeded",
+            model_id="m" * 32,
+            now=at(3),
+        )
+
+    with session_scope(db_sessionmaker) as session:
+        job = repository.get_job(session, job_id=job_id)
+        assert job is not None
+        assert (job.status, job.model_id, job.error) == ("succeeded", "m" * 32, None)
+        assert (job.finished_at, job.progress_fraction) == (at(3), 1.0)
+
+
+def test_conditional_updates_refuse_when_not_owned_or_not_running(db_sessionmaker, make_job):
+    with session_scope(db_sessionmaker) as session:
+        job_id = make_job(session).id
+        owned = {"job_id": job_id, "worker_id": "w1"}
+        stranger = {"job_id": job_id, "worker_id": "w2"}
+        progress = {"fraction": 0.1, "iteration": 1, "candidates": None, "best_loss": 1.0}
+
+        # Not claimed yet: nobody owns it.
+        assert not repository.heartbeat(session, **owned, now=at(0))
+        assert not repository.update_progress(session, **owned, **progress, now=at(0))
+        assert not repository.finish_job(session, **owned, status="failed", now=at(0))
+
+        assert repository.claim_next_job(session, worker_id="w1", now=at(0)) is not None
+        assert not repository.heartbeat(session, **stranger, now=at(1))
+        assert not repository.update_progress(session, **stranger, **progress, now=at(1))
+        assert not repository.finish_job(session, **stranger, status="failed", now=at(1))
+        with pytest.raises(ValueError, match="status must be one of"):
+            repository.finish_job(session, **owned, status="queued", now=at(1))
+
+        job = repository.get_job(session, job_id=job_id)
+        assert job is not None
+        assert (job.status, job.worker_id, job.heartbeat_at) == ("running", "w1", at(0))
+        assert job.progress_fraction == 0.0
+
+        assert repository.finish_job(session, **owned, status="failed", error="boom", now=at(2))
+        # Finished: the owner can neither beat, report progress nor finish again.
+        assert not repository.heartbeat(session, **owned, now=at(3))
+        assert not repository.update_progress(session, **owned, **progress, now=at(3))
+        assert not repository.finish_job(session, **owned, status="succeeded", now=at(3))
+        job = repository.get_job(session, job_id=job_id)
+        assert job is not None
+        assert (job.status, job.error, job.finished_at) == ("failed", "boom", at(2))
+
+
+def test_claim_takes_the_oldest_queued_job_first(db_sessionmaker, make_job):
+    with session_scope(db_sessionmaker) as session:
+        created = [make_job(session).id for _ in range(3)]
+    with session_scope(db_sessionmaker) as session:
+        claimed = [repository.claim_next_job(session, worker_id="w", now=at(0)) for _ in range(4)]
+    assert [job.id if job else None for job in claimed] == [*created, None]
+
+
+def test_datetimes_are_stored_as_instants_and_read_back_in_utc(db_sessionmaker, make_job):
+    paris_summer = timezone(timedelta(hours=2))
+    local = datetime(2030, 6, 1, 14, 30, 0, 999999, tzinfo=paris_summer)
+    with session_scope(db_sessionmaker) as session:
+        job_id = make_job(session).id
+        repository.claim_next_job(session, worker_id="w", now=local)
+    with session_scope(db_sessionmaker) as session:
+        job = repository.get_job(session, job_id=job_id)
+        assert job is not None and job.started_at is not None
+        assert job.started_at == local
+        assert job.started_at.utcoffset() == timedelta(0)
+        assert job.started_at.hour == 12
+        with pytest.raises(Exception, match="must be timezone-aware"):
+            repository.heartbeat(session, job_id=job_id, worker_id="w", now=datetime(2030, 1, 1))
+
+
+def test_list_jobs_filters_by_status_newest_first(db_sessionmaker, make_job):
+    with session_scope(db_sessionmaker) as session:
+        created = [make_job(session).id for _ in range(4)]
+        repository.claim_next_job(session, worker_id="w", now=at(0))  # takes created[0]
+    with session_scope(db_sessionmaker) as session:
+        everything, total = repository.list_jobs(session, status=None, limit=10, offset=0)
+        assert ([j.id for j in everything], total) == (list(reversed(created)), 4)
+        queued, total = repository.list_jobs(session, status="queued", limit=2, offset=0)
+        assert ([j.id for j in queued], total) == ([created[3], created[2]], 3)
+        queued, total = repository.list_jobs(session, status="queued", limit=2, offset=2)
+        assert ([j.id for j in queued], total) == ([created[1]], 3)
+        running, total = repository.list_jobs(session, status="running", limit=10, offset=0)
+        assert ([j.id for j in running], total) == ([created[0]], 1)
+        assert repository.list_jobs(session, status="failed", limit=10, offset=0) == ([], 0)
+
+
+def test_cancel_a_queued_job_cancels_it_at_once(db_sessionmaker, make_job):
+    with session_scope(db_sessionmaker) as session:
+        job_id = make_job(session).id
+    with session_scope(db_sessionmaker) as session:
+        job = repository.request_cancel(session, job_id=job_id, now=at(5))
+        assert job is not None
+        assert (job.status, job.cancel_requested, job.finished_at) == ("cancelled", True, at(5))
+        assert repository.claim_next_job(session, worker_id="w", now=at(6)) is None
+
+
+def test_cancel_a_running_job_flags_it_for_its_worker(db_sessionmaker, make_job):
+    with session_scope(db_sessionmaker) as session:
+        job_id = make_job(session).id
+        make_job(session)  # another worker's business
+        repository.claim_next_job(session, worker_id="w1", now=at(0))
+        repository.claim_next_job(session, worker_id="w2", now=at(0))
+        assert repository.jobs_with_cancel_requested(session, worker_id="w1") == []
+    with session_scope(db_sessionmaker) as session:
+        job = repository.request_cancel(session, job_id=job_id)
+        assert job is not None
+        assert (job.status, job.cancel_requested, job.finished_at) == ("running", True, None)
+    with session_scope(db_sessionmaker) as session:
+        assert repository.jobs_with_cancel_requested(session, worker_id="w1") == [job_id]
+        assert repository.jobs_with_cancel_requested(session, worker_id="w2") == []
+        assert repository.finish_job(
+            session, job_id=job_id, worker_id="w1", status="cancelled", now=at(1)
+        )
+        assert repository.jobs_with_cancel_requested(session, worker_id="w1") == []
+
+
+@pytest.mark.parametrize("final_status", ["succeeded", "failed", "cancelled"])
+def test_cancel_a_finished_job_changes_nothing(db_sessionmaker, make_job, final_status):
+    with session_scope(db_sessionmaker) as session:
+        job_id = make_job(session).id
+        repository.claim_next_job(session, worker_id="w", now=at(0))
+        repository.finish_job(session, job_id=job_id, worker_id="w", status=final_status, now=at(1))
+    with session_scope(db_sessionmaker) as session:
+        job = repository.request_cancel(session, job_id=job_id, now=at(2))
+        assert job is not None
+        assert (job.status, job.cancel_requested, job.finished_at) == (final_status, False, at(1))
+        assert repository.request_cancel(session, job_id="0" * 32) is None
+
+
+def test_stale_jobs_are_requeued_then_failed_at_max_attempts(db_sessionmaker, make_job):
+    with session_scope(db_sessionmaker) as session:
+        job_id = make_job(session, max_attempts=2).id
+        fresh_id = make_job(session).id
+        repository.claim_next_job(session, worker_id="w1", now=at(0))
+        repository.claim_next_job(session, worker_id="w2", now=at(0))
+        repository.heartbeat(session, job_id=fresh_id, worker_id="w2", now=at(100))
+
+    with session_scope(db_sessionmaker) as session:
+        requeued, failed = repository.requeue_stale_jobs(session, stale_before=at(60), now=at(120))
+        assert (requeued, failed) == ([job_id], [])
+        job = repository.get_job(session, job_id=job_id)
+        assert job is not None
+        assert (job.status, job.worker_id, job.heartbeat_at, job.attempts) == (
+            "queued",
+            None,
+            None,
+            1,
+        )
+        fresh = repository.get_job(session, job_id=fresh_id)
+        assert fresh is not None and (fresh.status, fresh.worker_id) == ("running", "w2")
+        # The worker that lost the job can no longer write to it.
+        assert not repository.heartbeat(session, job_id=job_id, worker_id="w1", now=at(121))
+        assert not repository.finish_job(
+            session, job_id=job_id, worker_id="w1", status="succeeded", now=at(121)
+        )
+
+    with session_scope(db_sessionmaker) as session:
+        job = repository.claim_next_job(session, worker_id="w3", now=at(200))
+        assert job is not None and (job.id, job.attempts) == (job_id, 2)
+        # Heartbeats at t=100 and t=200 are not older than t=100.
+        assert repository.requeue_stale_jobs(session, stale_before=at(100), now=at(300)) == (
+            [],
+            [],
+        )
+
+    with session_scope(db_sessionmaker) as session:
+        # Now both are stale: the fresh job has attempts left, the other has used them all.
+        requeued, failed = repository.requeue_stale_jobs(session, stale_before=at(260), now=at(300))
+        assert (requeued, failed) == ([fresh_id], [job_id])
+        job = repository.get_job(session, job_id=job_id)
+        assert job is not None
+        assert (job.status, job.finished_at) == ("failed", at(300))
+        assert job.error == (
+            f"worker lost: no heartbeat since {at(200).isoformat()}; gave up after 2 attempts"
+        )
+        fresh = repository.get_job(session, job_id=fresh_id)
+        assert fresh is not None and (fresh.status, fresh.attempts) == ("queued", 1)
+
+
+def test_a_stale_job_whose_cancel_was_requested_is_cancelled(db_sessionmaker, make_job):
+    with session_scope(db_sessionmaker) as session:
+        job_id = make_job(session).id
+        repository.claim_next_job(session, worker_id="w", now=at(0))
+        repository.request_cancel(session, job_id=job_id, now=at(1))
+        assert repository.requeue_stale_jobs(session, stale_before=at(60), now=at(61)) == ([], [])
+        job = repository.get_job(session, job_id=job_id)
+        assert job is not None
+        assert (job.status, job.finished_at) == ("cancelled", at(61))
+
+
+def test_the_database_refuses_an_unknown_status(db_sessionmaker, make_job):
+    with pytest.raises(IntegrityError), session_scope(db_sessionmaker) as session:
+        job = make_job(session)
+        job.status = "lost"
+        session.flush()

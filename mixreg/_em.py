@@ -18,6 +18,8 @@ FloatArray = NDArray[np.float64]
 # that fits a handful of rows exactly cannot send the likelihood to infinity.
 _VARIANCE_FLOOR = 1e-8
 _WEIGHT_FLOOR = 1e-12
+# A line whose responsibilities sum to less than this many rows is treated as empty.
+_EMPTY_MASS = 1e-9
 
 
 @dataclass
@@ -53,12 +55,22 @@ def e_step(
 
 
 def m_step(
-    Z: FloatArray, y: FloatArray, responsibilities: FloatArray, variance_floor: float
+    Z: FloatArray,
+    y: FloatArray,
+    responsibilities: FloatArray,
+    previous_theta: FloatArray,
+    variance_floor: float,
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Weighted least squares per line, then the weights and noise variances."""
-    theta = lstsq_weighted(Z, y, responsibilities)
-    residuals = y - theta @ Z.T
+    """Weighted least squares per line, then the weights and noise variances.
+
+    A line with (numerically) no responsibility mass keeps its previous value rather than
+    collapsing to the zero line.
+    """
     mass = responsibilities.sum(axis=1)
+    theta = np.where(
+        (mass > _EMPTY_MASS)[:, None], lstsq_weighted(Z, y, responsibilities), previous_theta
+    )
+    residuals = y - theta @ Z.T
     variances = np.einsum("kn,kn->k", responsibilities, residuals * residuals) / np.maximum(
         mass, np.finfo(np.float64).tiny
     )
@@ -122,7 +134,7 @@ def em(
                 break
         if iteration == max_iter or (deadline is not None and time.monotonic() > deadline):
             break
-        theta, weights, variances = m_step(Z, y, responsibilities, variance_floor)
+        theta, weights, variances = m_step(Z, y, responsibilities, theta, variance_floor)
         result.n_iter = iteration + 1
     result.theta = theta
     result.weights = weights

@@ -132,6 +132,10 @@ class _FitContext:
         )
 
     @property
+    def fit_intercept(self) -> bool:
+        return self.Z.shape[1] > self.n_features
+
+    @property
     def min_samples(self) -> int:
         # RANSACRegressor's default: one more row than there are features.
         return self.n_features + 1
@@ -222,7 +226,8 @@ def _fit_subsample(
         ctx.Z, ctx.y,
         random_partition_batches(ctx.rng, total, p["subsample_size"], ctx.n_components),
         subsample=subsample, n_components=ctx.n_components, base=p["base"], rng=ctx.rng,
-        min_samples=ctx.min_samples, deadline=deadline if deadline is not None else ctx.deadline,
+        min_samples=ctx.min_samples, fit_intercept=ctx.fit_intercept,
+        deadline=deadline if deadline is not None else ctx.deadline,
         callback=lambda tried, loss: ctx.report(phase * tried / total, candidates=tried,
                                                 loss=loss),
     )
@@ -235,7 +240,8 @@ def _fit_subsample_exhaustive(ctx: _FitContext) -> SolverResult:
     return subsample_search(
         ctx.Z, ctx.y, exhaustive_partition_batches(size, ctx.n_components),
         subsample=subsample, n_components=ctx.n_components, base=ctx.params["base"],
-        rng=ctx.rng, min_samples=ctx.min_samples, deadline=ctx.deadline,
+        rng=ctx.rng, min_samples=ctx.min_samples, fit_intercept=ctx.fit_intercept,
+        deadline=ctx.deadline,
         callback=lambda tried, loss: ctx.report(tried / total, candidates=tried, loss=loss),
     )
 

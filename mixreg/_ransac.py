@@ -46,7 +46,7 @@ def dynamic_max_trials(
     inlier_ratio = n_inliers / n_samples
     nom = max(_EPSILON, 1.0 - probability)
     denom = np.maximum(_EPSILON, 1.0 - inlier_ratio**min_samples)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         trials = np.ceil(np.log(nom) / np.log(denom))
     bound: FloatArray = np.where(denom == 1.0, np.inf, np.abs(trials))
     if nom == 1.0:
@@ -62,6 +62,7 @@ def ransac_lines(
     rng: np.random.Generator,
     *,
     min_samples: int,
+    fit_intercept: bool = True,
     max_trials: int = MAX_TRIALS,
     stop_probability: float = STOP_PROBABILITY,
 ) -> FloatArray:
@@ -79,6 +80,9 @@ def ransac_lines(
         Source of the random minimal subsets.
     min_samples : int
         Rows per minimal subset (``n_features + 1``).
+    fit_intercept : bool
+        Whether the last column of ``Z`` is the intercept's column of ones (it is then left
+        out of the norm when a minimal subset is singular, as in ``LinearRegression``).
     max_trials, stop_probability
         As in ``RANSACRegressor``.
 
@@ -107,6 +111,7 @@ def ransac_lines(
             valid[chosen, :width],
             rng,
             min_samples=min_samples,
+            fit_intercept=fit_intercept,
             max_trials=max_trials,
             stop_probability=stop_probability,
         )
@@ -120,29 +125,39 @@ def _lstsq_parts(Z: FloatArray, y: FloatArray, parts: IntArray, valid: NDArray[n
     return solve_normal_equations(gram, rhs)
 
 
-def _fit_minimal_subsets(Zs: FloatArray, ys: FloatArray) -> FloatArray:
-    """Least squares on each minimal subset: an exact solve when square, min-norm if singular."""
+def _fit_minimal_subsets(Zs: FloatArray, ys: FloatArray, fit_intercept: bool) -> FloatArray:
+    """Least squares on each minimal subset: an exact solve when square and non-singular."""
     n_rows, n_params = Zs.shape[-2:]
     if n_rows != n_params:
-        gram = np.einsum("...sp,...sq->...pq", Zs, Zs)
-        rhs = np.einsum("...sp,...s->...p", Zs, ys)
-        shape = gram.shape[:-2]
-        flat = solve_normal_equations(gram.reshape(-1, n_params, n_params), rhs.reshape(-1, n_params))
-        return flat.reshape(*shape, n_params)
+        return _lstsq_like_linear_regression(Zs, ys, fit_intercept)
     det = np.linalg.det(Zs)
     singular = ~np.isfinite(det) | (det == 0.0)
-    if singular.any():
-        # Repeated rows (the sub-sample is drawn with replacement) make exactly singular
-        # systems; solve those by the minimum-norm route, as LinearRegression would.
-        safe = np.where(singular[..., None, None], np.eye(n_params), Zs)
-        theta: FloatArray = np.linalg.solve(safe, ys[..., None])[..., 0]
-        Zsing = Zs[singular]
-        theta[singular] = solve_normal_equations(
-            np.einsum("csp,csq->cpq", Zsing, Zsing), np.einsum("csp,cs->cp", Zsing, ys[singular])
-        )
-        return theta
-    solved: FloatArray = np.linalg.solve(Zs, ys[..., None])[..., 0]
-    return solved
+    if not singular.any():
+        solved: FloatArray = np.linalg.solve(Zs, ys[..., None])[..., 0]
+        return solved
+    # Repeated rows (the sub-sample is drawn with replacement) make exactly singular systems.
+    safe = np.where(singular[..., None, None], np.eye(n_params), Zs)
+    theta: FloatArray = np.linalg.solve(safe, ys[..., None])[..., 0]
+    theta[singular] = _lstsq_like_linear_regression(Zs[singular], ys[singular], fit_intercept)
+    return theta
+
+
+def _lstsq_like_linear_regression(Zs: FloatArray, ys: FloatArray, fit_intercept: bool) -> FloatArray:
+    """Minimum-norm least squares as ``LinearRegression`` computes it, for stacks of problems.
+
+    With an intercept (the last column of ``Zs``) the data are centred first, so the intercept
+    is not part of the norm being minimised.
+    """
+    if not fit_intercept:
+        plain: FloatArray = (np.linalg.pinv(Zs) @ ys[..., None])[..., 0]
+        return plain
+    X = Zs[..., :-1]
+    x_mean = X.mean(axis=-2, keepdims=True)
+    y_mean = ys.mean(axis=-1, keepdims=True)
+    coef = (np.linalg.pinv(X - x_mean) @ (ys - y_mean)[..., None])[..., 0]
+    intercept = y_mean[..., 0] - np.einsum("...p,...p->...", x_mean[..., 0, :], coef)
+    theta: FloatArray = np.concatenate([coef, intercept[..., None]], axis=-1)
+    return theta
 
 
 def _ransac_block(
@@ -154,6 +169,7 @@ def _ransac_block(
     rng: np.random.Generator,
     *,
     min_samples: int,
+    fit_intercept: bool,
     max_trials: int,
     stop_probability: float,
 ) -> FloatArray:
@@ -166,7 +182,9 @@ def _ransac_block(
 
     picks = _sample_without_replacement(rng, sizes, max_trials, min_samples)  # (c, T, ms)
     rows_idx = np.arange(n_parts)[:, None, None]
-    trial_theta = _fit_minimal_subsets(Zp[rows_idx, picks], yp[rows_idx, picks])  # (c, T, p)
+    trial_theta = _fit_minimal_subsets(
+        Zp[rows_idx, picks], yp[rows_idx, picks], fit_intercept
+    )  # (c, T, p)
 
     residuals = Zp @ trial_theta.transpose(0, 2, 1)  # (c, s, T): one batched product
     np.subtract(yp[:, :, None], residuals, out=residuals)
@@ -241,10 +259,13 @@ def _sequential_best(
     rank = np.where(counts >= 1, rank, -1)
     running = np.maximum.accumulate(rank, axis=1)
     running_best = np.take_along_axis(order, np.maximum(running, 0), axis=1)
-    best_counts = np.where(running >= 0, np.take_along_axis(counts, running_best, axis=1), 1)
+    accepted = running >= 0
+    best_counts = np.where(accepted, np.take_along_axis(counts, running_best, axis=1), 1)
     bound = dynamic_max_trials(
         best_counts.astype(np.float64), sizes[:, None].astype(np.float64), min_samples, stop_probability
     )
+    # RANSACRegressor only tightens max_trials when it accepts a trial.
+    bound = np.where(accepted, bound, np.inf)
     done = (np.arange(1, n_trials + 1)[None, :] >= np.minimum(bound, max_trials))
     done[:, -1] = True
     last = np.argmax(done, axis=1)

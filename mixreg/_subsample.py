@@ -112,6 +112,7 @@ def fit_candidates(
     base: str,
     rng: np.random.Generator,
     min_samples: int,
+    fit_intercept: bool = True,
 ) -> FloatArray:
     """One line per part of every partition of the sub-sample: a candidate line set each.
 
@@ -132,7 +133,9 @@ def fit_candidates(
         theta = lstsq_weighted_subsets(Z, y, membership.reshape(-1, labels.shape[1]))
     else:
         parts, sizes = parts_from_labels(labels, n_components)
-        theta = ransac_lines(Z, y, parts, sizes, rng, min_samples=min_samples)
+        theta = ransac_lines(
+            Z, y, parts, sizes, rng, min_samples=min_samples, fit_intercept=fit_intercept
+        )
     return theta.reshape(n_partitions, n_components, Z.shape[1])
 
 
@@ -144,6 +147,7 @@ def refit(
     base: str,
     rng: np.random.Generator,
     min_samples: int,
+    fit_intercept: bool = True,
 ) -> FloatArray:
     """Refit each line on the rows it wins, with the same base fit.
 
@@ -155,7 +159,9 @@ def refit(
         fitted, counts = lstsq_by_label(Z, y, labels, n_components)
     else:
         parts, counts = parts_from_labels(labels[None, :], n_components)
-        fitted = ransac_lines(Z, y, parts, counts, rng, min_samples=min_samples)
+        fitted = ransac_lines(
+            Z, y, parts, counts, rng, min_samples=min_samples, fit_intercept=fit_intercept
+        )
     refitted: FloatArray = np.where((counts > 0)[:, None], fitted, theta)
     return refitted
 
@@ -170,6 +176,7 @@ def subsample_search(
     base: str,
     rng: np.random.Generator,
     min_samples: int,
+    fit_intercept: bool = True,
     deadline: float | None = None,
     callback: ChunkCallback | None = None,
 ) -> SolverResult:
@@ -200,7 +207,8 @@ def subsample_search(
     result = SolverResult(theta=np.zeros((n_components, Z.shape[1])))
     for labels in partitions:
         candidates = fit_candidates(
-            Z_sub, y_sub, labels, n_components, base=base, rng=rng, min_samples=min_samples
+            Z_sub, y_sub, labels, n_components, base=base, rng=rng, min_samples=min_samples,
+            fit_intercept=fit_intercept,
         )
         winner, loss = scorer.best(candidates)
         if loss < best_loss:
@@ -214,7 +222,10 @@ def subsample_search(
             break
     if best_theta is None:
         raise ValueError("no partition of the sub-sample was tried")
-    result.theta = refit(Z, y, best_theta, base=base, rng=rng, min_samples=min_samples)
+    result.theta = refit(
+        Z, y, best_theta, base=base, rng=rng, min_samples=min_samples,
+        fit_intercept=fit_intercept,
+    )
     residuals, labels = assign(Z, y, result.theta)
     best = residuals[labels, np.arange(Z.shape[0])]
     result.loss_history.append(float(best @ best) / Z.shape[0])

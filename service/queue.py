@@ -20,7 +20,6 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from multiprocessing import forkserver
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
@@ -108,14 +107,8 @@ class EmbeddedWorker:
             self._end_process(fit)
         self._running.clear()
 
-    @property
-    def running_job_ids(self) -> list[str]:
-        """Ids of the jobs whose fits run now."""
-        return list(self._running)
-
     def _loop(self) -> None:
-        # Start the fork server (seconds of imports) now rather than on the first fit.
-        forkserver.ensure_running()
+        self._warm_up()
         while not self._stopping.is_set():
             try:
                 self.run_once()
@@ -124,6 +117,16 @@ class EmbeddedWorker:
                 logger.exception("embedded worker round failed")
             self._wake.wait(self._settings.poll_interval_s)
             self._wake.clear()
+
+    def _warm_up(self) -> None:
+        """Start the fork server and wait until it has imported the fit code.
+
+        That takes seconds; if the first claimed job waited for it instead, its heartbeat
+        could go stale before its fit process even started.
+        """
+        process = self._context.Process(target=os.getpid, name="mixreg-fork-server-warm-up")
+        process.start()
+        process.join()
 
     def run_once(self) -> None:
         """One round: collect exited fits, enforce cancel and time limits, reap, claim."""
@@ -219,6 +222,7 @@ class EmbeddedWorker:
             kwargs={
                 "heartbeat_interval_s": self._settings.heartbeat_interval_s,
                 "progress_interval_s": self._settings.progress_interval_s,
+                "worker_id": self.worker_id,
                 "worker_alive": alive_reader,
             },
             name=f"mixreg-fit-{job_id}",
@@ -234,6 +238,10 @@ class EmbeddedWorker:
         finally:
             alive_reader.close()
         self._running[job_id] = fit
+        # Starting may have waited for the fork server; renew the claim's heartbeat so the job
+        # does not look stale before its fit process beats for itself.
+        with session_scope(self._session_factory) as session:
+            repository.heartbeat(session, job_id=job_id, worker_id=self.worker_id, now=_now())
         logger.info("job %s started (%s) by worker %s", job_id, algorithm, self.worker_id)
         return True
 

@@ -268,7 +268,7 @@ class Heartbeat:
         self._thread.join()
 
     def _run(self) -> None:
-        while not self._stopped.wait(self._interval_s):
+        while True:
             if self._worker_alive is not None and self._worker_alive.poll():
                 logger.error("job %s: the worker process is gone; stopping the fit", self._job_id)
                 os._exit(EXIT_PARENT_LOST)
@@ -279,6 +279,8 @@ class Heartbeat:
                     )
             except SQLAlchemyError:
                 logger.exception("job %s: heartbeat failed; retrying", self._job_id)
+            if self._stopped.wait(self._interval_s):
+                return
 
 
 def run_job(
@@ -287,13 +289,16 @@ def run_job(
     *,
     heartbeat_interval_s: float = 1.0,
     progress_interval_s: float = 0.5,
+    worker_id: str | None = None,
     worker_alive: Connection | None = None,
 ) -> str:
     """Fit the running job ``job_id`` and store its model, finishing the job in one unit of work.
 
-    ``worker_alive`` (optional) is the read end of a pipe held open by the worker process;
-    the fit stops when it closes. Returns the status the job was left in by this call
-    (``"lost"`` if the job was not, or stopped being, owned by the worker that claimed it).
+    ``worker_id`` is the worker that claimed the job (default: whichever the job names); a job
+    that meanwhile went to another worker is left alone. ``worker_alive`` is the read end of a
+    pipe held open by the worker process; the fit stops when it closes. Returns the status the
+    job was left in by this call (``"lost"`` if the job was not, or stopped being, owned by the
+    worker that claimed it).
     """
     engine = make_engine(database_url)
     try:
@@ -302,6 +307,7 @@ def run_job(
             job_id,
             heartbeat_interval_s=heartbeat_interval_s,
             progress_interval_s=progress_interval_s,
+            worker_id=worker_id,
             worker_alive=worker_alive,
         )
     finally:
@@ -319,10 +325,14 @@ class _ClaimedJob:
     feature_names: list[str]
 
 
-def _load_claimed_job(session_factory: sessionmaker[Session], job_id: str) -> _ClaimedJob | None:
+def _load_claimed_job(
+    session_factory: sessionmaker[Session], job_id: str, worker_id: str | None
+) -> _ClaimedJob | None:
     with session_scope(session_factory) as session:
         job = repository.get_job(session, job_id=job_id)
         if job is None or job.status != "running" or job.worker_id is None:
+            return None
+        if worker_id is not None and job.worker_id != worker_id:
             return None
         dataset = repository.get_dataset(session, dataset_id=job.dataset_id)
         if dataset is None:
@@ -345,9 +355,10 @@ def _run_job(
     *,
     heartbeat_interval_s: float,
     progress_interval_s: float,
+    worker_id: str | None,
     worker_alive: Connection | None,
 ) -> str:
-    claimed = _load_claimed_job(session_factory, job_id)
+    claimed = _load_claimed_job(session_factory, job_id, worker_id)
     if claimed is None:
         return "lost"
     progress = JobProgress(

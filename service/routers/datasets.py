@@ -84,20 +84,21 @@ async def create(
         parsed = await run_in_threadpool(parse_json, body)
         name = body.name
     elif content_type == "multipart/form-data":
-        form = await request.form()
-        upload = form.get("file")
-        if not isinstance(upload, UploadFile):
-            raise UnsupportedMediaTypeError(
-                "multipart upload needs a file field 'file' (a .csv or .npz file)"
-            )
-        form_target = form.get("target")
-        form_name = form.get("name")
-        content = await upload.read()
+        async with request.form() as form:
+            upload = form.get("file")
+            if not isinstance(upload, UploadFile):
+                raise UnsupportedMediaTypeError(
+                    "multipart upload needs a file field 'file' (a .csv or .npz file)"
+                )
+            form_target = form.get("target")
+            form_name = form.get("name")
+            content = await upload.read()
+            filename, media_type = upload.filename, upload.content_type
         parsed = await run_in_threadpool(
             parse_file,
             content,
-            filename=upload.filename,
-            content_type=upload.content_type,
+            filename=filename,
+            content_type=media_type,
             target=form_target if isinstance(form_target, str) else None,
         )
         name = form_name if isinstance(form_name, str) else None

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from mixreg import min_loss, predict_lines
-from mixreg._loss import assign, row_min_losses, score_candidates
+from mixreg._loss import CandidateScorer, assign, row_min_losses, score_candidates
 
 
 def brute_force_min_loss(y, predictions):
@@ -155,12 +155,80 @@ def test_score_candidates_ranks_the_true_lines_first():
     assert losses[0] > 0 and losses[3] > 0
 
 
+def assert_scorer_finds_the_exact_best(Z, y, candidates):
+    exact = score_candidates(Z, y, candidates)
+    index, loss = CandidateScorer(Z, y).best(candidates)
+    # Exact up to the rounding of a float64 sum (rescoring a subset blocks rows differently).
+    assert loss == pytest.approx(exact.min(), rel=1e-13)
+    assert exact[index] == pytest.approx(exact.min(), rel=1e-13)
+
+
+def test_candidate_scorer_finds_the_exact_best_among_near_ties():
+    rng = np.random.default_rng(5)
+    Z = np.column_stack([rng.uniform(-0.5, 0.5, size=(400, 2)), np.ones(400)])
+    y = rng.uniform(-1.0, 1.0, size=400)
+    base = rng.normal(scale=0.3, size=(2, 3))
+    # Candidates a float32 pass cannot tell apart, and some clearly worse ones.
+    near_ties = base + rng.normal(scale=1e-9, size=(200, 2, 3))
+    worse = base + rng.normal(scale=0.5, size=(50, 2, 3))
+    candidates = np.concatenate([worse, near_ties])
+    assert_scorer_finds_the_exact_best(Z, y, candidates)
+
+
+def test_candidate_scorer_on_many_rows_split_across_threads():
+    rng = np.random.default_rng(6)
+    Z = np.column_stack([rng.uniform(-0.5, 0.5, size=(20_000, 2)), np.ones(20_000)])
+    y = rng.uniform(-1.0, 1.0, size=20_000)
+    candidates = rng.normal(scale=0.3, size=(1, 2, 3)) + rng.normal(scale=1e-4, size=(256, 2, 3))
+    assert_scorer_finds_the_exact_best(Z, y, candidates)
+    approx = CandidateScorer(Z, y).screen(candidates)
+    np.testing.assert_allclose(approx, score_candidates(Z, y, candidates), rtol=1e-4)
+
+
+def test_candidate_scorer_with_nearly_collinear_features():
+    # Least squares on small parts of nearly collinear columns gives huge, opposite
+    # coefficients, where float32 predictions lose digits.
+    rng = np.random.default_rng(7)
+    n = 1000
+    x, u = rng.normal(size=n), rng.normal(size=n)
+    X = np.column_stack([x, x + 1e-5 * u])
+    y = np.where(rng.integers(0, 2, size=n) == 0, u, 1.0 - u) + 0.1 * rng.normal(size=n)
+    Z = np.column_stack([X / np.linalg.norm(X, axis=1).max(), np.ones(n)])
+    y = y / np.abs(y).max()
+    candidates = []
+    for _ in range(300):
+        lines = []
+        for _ in range(2):
+            rows = rng.choice(n, size=5, replace=False)
+            lines.append(np.linalg.lstsq(Z[rows], y[rows], rcond=None)[0])
+        candidates.append(lines)
+    candidates = np.array(candidates)
+    assert np.abs(candidates).max() > 1e3
+    assert_scorer_finds_the_exact_best(Z, y, candidates)
+
+
+def test_candidate_scorer_never_picks_a_non_finite_candidate():
+    rng = np.random.default_rng(8)
+    Z = np.column_stack([rng.normal(size=50), np.ones(50)])
+    y = rng.normal(size=50)
+    candidates = rng.normal(size=(6, 2, 2))
+    candidates[0, 1, 0] = np.inf
+    candidates[3, 0, 1] = np.nan
+    candidates[4] = 1e300
+    index, loss = CandidateScorer(Z, y).best(candidates)
+    finite = [1, 2, 5]
+    exact = score_candidates(Z, y, candidates[finite])
+    assert index == finite[int(np.argmin(exact))]
+    assert loss == pytest.approx(exact.min(), rel=1e-13)
+
+
 def test_assign_returns_residuals_and_the_best_line():
     Z = np.array([[1.0, 1.0], [2.0, 1.0], [0.0, 1.0]])
     y = np.array([3.0, 0.0, 0.5])
     thetas = np.array([[1.0, 1.0], [0.0, 0.0]])  # y = x + 1 and y = 0
     residuals, labels = assign(Z, y, thetas)
-    np.testing.assert_allclose(residuals, [[1.0, 3.0], [-3.0, 0.0], [-0.5, 0.5]])
+    # Line-major: residuals[j, i] = y_i - <z_i, theta_j>.
+    np.testing.assert_allclose(residuals, [[1.0, -3.0, -0.5], [3.0, 0.0, 0.5]])
     # Row 2 is equally far from both lines: the tie goes to line 0.
     np.testing.assert_array_equal(labels, [0, 1, 0])
 
@@ -173,7 +241,7 @@ def test_assign_breaks_ties_towards_the_lowest_index():
     _, labels = assign(Z, y, np.stack([line, line, line]))
     np.testing.assert_array_equal(labels, np.zeros(5))
     # A worse line in front: every row goes to the first of the two identical best lines.
-    _, labels = assign(Z, y, np.stack([line + [0.0, 100.0], line, line]))
+    _, labels = assign(Z, y, np.stack([line + np.array([0.0, 100.0]), line, line]))
     np.testing.assert_array_equal(labels, np.ones(5))
     # Residuals of +r and -r are a tie too.
     Z1 = np.ones((1, 1))

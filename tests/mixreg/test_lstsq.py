@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+import mixreg._lstsq
 from mixreg._lstsq import (
     lstsq_by_label,
     lstsq_weighted,
@@ -145,14 +146,14 @@ def test_lstsq_weighted_matches_weighted_lstsq(no_float_errors):
     rng = np.random.default_rng(9)
     Z = np.column_stack([rng.normal(size=(50, 2)), np.ones(50)])
     y = rng.normal(size=50)
-    weights = rng.random((50, 3))
-    weights[:, 2] = np.where(np.arange(50) < 25, 0.0, weights[:, 2])  # half the rows ignored
+    weights = rng.random((3, 50))  # one row of sample weights per component
+    weights[2, :25] = 0.0  # half the rows ignored
     theta = lstsq_weighted(Z, y, weights)
     assert theta.shape == (3, 3)
     for component in range(3):
         np.testing.assert_allclose(
             theta[component],
-            weighted_numpy_lstsq(Z, y, weights[:, component]),
+            weighted_numpy_lstsq(Z, y, weights[component]),
             rtol=1e-9,
             atol=1e-12,
         )
@@ -162,7 +163,25 @@ def test_lstsq_weighted_with_zero_weights_is_zero(no_float_errors):
     rng = np.random.default_rng(10)
     Z = np.column_stack([rng.normal(size=8), np.ones(8)])
     y = rng.normal(size=8)
-    weights = np.column_stack([np.ones(8), np.zeros(8)])
+    weights = np.stack([np.ones(8), np.zeros(8)])
     theta = lstsq_weighted(Z, y, weights)
     np.testing.assert_allclose(theta[0], numpy_lstsq(Z, y), rtol=1e-9)
     np.testing.assert_array_equal(theta[1], [0.0, 0.0])
+
+
+def test_gram_accumulation_over_row_blocks(monkeypatch, no_float_errors):
+    # Large inputs are accumulated block by block; shrink the block to cross many boundaries.
+    monkeypatch.setattr(mixreg._lstsq, "_GRAM_BLOCK_ROWS", 7)
+    rng = np.random.default_rng(11)
+    Z = np.column_stack([rng.normal(size=(60, 2)), np.ones(60)])
+    y = rng.normal(size=60)
+    labels = rng.integers(0, 2, size=60)
+    theta, _ = lstsq_by_label(Z, y, labels, 2)
+    weights = rng.random((2, 60))
+    weighted = lstsq_weighted(Z, y, weights)
+    for component in range(2):
+        rows = labels == component
+        np.testing.assert_allclose(theta[component], numpy_lstsq(Z[rows], y[rows]), rtol=1e-9)
+        np.testing.assert_allclose(
+            weighted[component], weighted_numpy_lstsq(Z, y, weights[component]), rtol=1e-9
+        )

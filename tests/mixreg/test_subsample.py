@@ -159,8 +159,10 @@ def twin_algorithm_2(X, y, subsample, n_components, fit_intercept):
         if loss < best_loss:
             best_loss, best_lines = loss, lines
     # Refit each line on the rows it predicts best (ties to the first line).
-    winners = [int(np.argmin([abs(y_i - z @ line) for line in best_lines])) for z, y_i in
-               zip(Z, y, strict=True)]
+    winners = [
+        int(np.argmin([abs(y_i - z @ line) for line in best_lines]))
+        for z, y_i in zip(Z, y, strict=True)
+    ]
     refitted = []
     for component, line in enumerate(best_lines):
         rows = [i for i, winner in enumerate(winners) if winner == component]
@@ -209,18 +211,23 @@ def test_algorithm_2_matches_a_brute_force_twin(
     n_components, n_features, fit_intercept, n_samples, subsample_size, first_seed
 ):
     X, y, *_ = make_realizable(
-        n_samples, n_features, n_components, noise=0.3, fit_intercept=fit_intercept,
+        n_samples,
+        n_features,
+        n_components,
+        noise=0.3,
+        fit_intercept=fit_intercept,
         random_state=first_seed,
     )
     # The estimator draws A first, uniformly with replacement, from its seeded generator.
     seed, subsample = seed_with_distinct_subsample(n_samples, subsample_size, first_seed)
     estimator = MixtureOfLinearRegressions(
-        n_components, algorithm="subsample-exhaustive", subsample_size=subsample_size,
-        fit_intercept=fit_intercept, random_state=seed,
+        n_components,
+        algorithm="subsample-exhaustive",
+        subsample_size=subsample_size,
+        fit_intercept=fit_intercept,
+        random_state=seed,
     ).fit(X, y)
-    candidate_losses, lines, loss = twin_algorithm_2(
-        X, y, subsample, n_components, fit_intercept
-    )
+    candidate_losses, lines, loss = twin_algorithm_2(X, y, subsample, n_components, fit_intercept)
     assert len(candidate_losses) == stirling2(subsample_size, n_components)
     assert estimator.n_candidates_ == len(candidate_losses)
     assert estimator.train_loss_ == pytest.approx(loss, rel=1e-8)
@@ -244,8 +251,14 @@ def test_algorithm_2_result_is_no_worse_than_any_candidate(n_components, subsamp
     )
     losses = score_candidates(Z, y, candidates)
     result = subsample_search(
-        Z, y, exhaustive_partition_batches(subsample_size, n_components), subsample=subsample,
-        n_components=n_components, base="ls", rng=rng, min_samples=3,
+        Z,
+        y,
+        exhaustive_partition_batches(subsample_size, n_components),
+        subsample=subsample,
+        n_components=n_components,
+        base="ls",
+        rng=rng,
+        min_samples=3,
     )
     assert result.n_candidates == labels.shape[0]
     assert result.loss_history[-2] == pytest.approx(losses.min(), rel=1e-12)

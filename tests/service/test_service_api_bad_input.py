@@ -1,0 +1,291 @@
+"""Every malformed request gets a 4xx problem+json naming the field, row or column — and
+writes nothing."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from service.config import Settings
+from service.main import create_app
+
+GOOD_X = [[0.0, 1.0], [1.0, 0.5], [2.0, -1.0], [3.0, 2.0], [4.0, 0.0]]
+GOOD_Y = [1.0, 2.0, 0.5, 3.0, -1.0]
+
+
+def assert_problem(response, status: int, detail: str) -> dict:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body = response.json()
+    assert body["status"] == status
+    assert body["detail"] == detail
+    assert body["title"]
+    assert body["type"]
+    assert body["instance"] == response.request.url.path
+    return body
+
+
+def post_json(client, path: str, body: dict):
+    """POST ``body`` serialized by Python's json, which writes NaN and Infinity tokens."""
+    return client.post(path, content=json.dumps(body), headers={"content-type": "application/json"})
+
+
+def fit_body(**overrides) -> dict:
+    return {"data": {"X": GOOD_X, "y": GOOD_Y}, "k": 2, "algorithm": "am", **overrides}
+
+
+BAD_FITS = [
+    pytest.param(
+        fit_body(data={"X": [[0.0, 1.0], [1.0, float("nan")]], "y": [1.0, 2.0]}),
+        "X[1][1] is NaN; all values must be finite numbers",
+        id="nan-in-X",
+    ),
+    pytest.param(
+        fit_body(data={"X": GOOD_X, "y": [1.0, 2.0, float("inf"), 3.0, 4.0]}),
+        "y[2] is infinite; all values must be finite numbers",
+        id="infinity-in-y",
+    ),
+    pytest.param(
+        fit_body(data={"X": [[0.0, 1.0], [1.0], [2.0, 3.0]], "y": [1.0, 2.0, 3.0]}),
+        "X row 1 has 1 value, expected 2 (the length of row 0)",
+        id="ragged-X",
+    ),
+    pytest.param(
+        fit_body(data={"X": [], "y": []}),
+        "X is empty; at least one row is required; y is empty; at least one value is required",
+        id="empty-X",
+    ),
+    pytest.param(
+        fit_body(data={"X": GOOD_X, "y": GOOD_Y[:4]}),
+        "y has 4 values but X has 5 rows",
+        id="X-y-length-mismatch",
+    ),
+    pytest.param(
+        fit_body(k=0), "k: Input should be greater than or equal to 1", id="k-below-1"
+    ),
+    pytest.param(
+        fit_body(k=5, holdout_fraction=0.2),
+        "n_components=5 exceeds the 4 training rows",
+        id="k-above-training-rows",
+    ),
+    pytest.param(
+        fit_body(algorithm="kmeans"),
+        "algorithm 'kmeans' is unknown; choose one of am, am-classic, subsample, "
+        "subsample-exhaustive, subsample+am, em",
+        id="unknown-algorithm",
+    ),
+    pytest.param(
+        fit_body(params={"n_partitions": 10}),
+        "params.n_partitions is not a parameter of algorithm 'am'; its parameters are "
+        "step_size, max_iter, tol, n_init, init",
+        id="parameter-of-another-algorithm",
+    ),
+    pytest.param(
+        fit_body(algorithm="subsample-exhaustive", params={"subsample_size": 30}),
+        # S(30, 2) = 2**29 - 1 partitions; S(17, 2) = 65,535 is the largest under the cap.
+        "subsample-exhaustive would try all 536,870,911 partitions of 30 rows into 2 parts, "
+        "more than the cap of 100,000; use subsample_size <= 17, or algorithm='subsample', "
+        "which tries n_partitions random partitions",
+        id="exhaustive-too-large",
+    ),
+    pytest.param(
+        fit_body(holdout_fraction=0.95),
+        "holdout_fraction: Input should be less than or equal to 0.9",
+        id="holdout-too-large",
+    ),
+    pytest.param(
+        fit_body(dataset_id="0" * 32),
+        "give exactly one of dataset_id or data",
+        id="two-data-sources",
+    ),
+    pytest.param(
+        {"k": 2},
+        "give exactly one of dataset_id or data",
+        id="no-data",
+    ),
+    pytest.param(
+        fit_body(params={"init": [[1.0, 2.0, 3.0]]}),
+        "init must have shape (2, 3): one row per line with its coefficients, followed by its "
+        "intercept when fit_intercept=True; got shape (1, 3)",
+        id="init-of-wrong-shape",
+    ),
+    pytest.param(
+        fit_body(time_budget_s=0),
+        "time_budget_s: Input should be greater than 0",
+        id="time-budget-zero",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "detail"), BAD_FITS)
+def test_bad_fit_requests_are_422_and_write_nothing(client, count_rows, body, detail):
+    before = count_rows()
+    assert_problem(post_json(client, "/fit", body), 422, detail)
+    assert count_rows() == before
+
+
+def test_validation_problems_list_each_error_with_its_location(client):
+    body = assert_problem(
+        client.post("/fit", json=fit_body(k=0, params={"step_size": -1})),
+        422,
+        "k: Input should be greater than or equal to 1; "
+        "params.step_size: Input should be greater than 0",
+    )
+    assert [error["loc"] for error in body["errors"]] == [
+        ["body", "k"], ["body", "params", "step_size"]
+    ]
+
+
+def test_nan_and_infinity_tokens_in_raw_json_are_rejected(client, count_rows):
+    raw = b'{"data": {"X": [[1, 2], [3, NaN]], "y": [1, 2]}, "k": 1}'
+    response = client.post("/fit", content=raw, headers={"content-type": "application/json"})
+    assert_problem(response, 422, "X[1][1] is NaN; all values must be finite numbers")
+    raw = b'{"X": [[1], [2]], "y": [Infinity, 1]}'
+    response = client.post("/datasets", content=raw, headers={"content-type": "application/json"})
+    assert_problem(response, 422, "y[0] is infinite; all values must be finite numbers")
+    assert count_rows() == {"datasets": 0, "jobs": 0, "models": 0}
+
+
+def test_malformed_json_names_the_position(client):
+    response = client.post("/fit", content=b'{"k": 2,', headers={"content-type": "application/json"})
+    body = assert_problem(response, 422, body_detail := response.json()["detail"])
+    assert body_detail.startswith("request body is not valid JSON")
+
+
+def test_unknown_dataset_in_a_fit_is_404(client, count_rows):
+    missing = "f" * 32
+    response = client.post("/fit", json={"dataset_id": missing, "k": 1})
+    assert_problem(response, 404, f"dataset {missing} does not exist")
+    assert count_rows() == {"datasets": 0, "jobs": 0, "models": 0}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "detail"),
+    [
+        ("GET", "/jobs/{id}", "job {id} does not exist"),
+        ("POST", "/jobs/{id}/cancel", "job {id} does not exist"),
+        ("GET", "/models/{id}", "model {id} does not exist"),
+        ("DELETE", "/models/{id}", "model {id} does not exist"),
+        ("POST", "/models/{id}/predict", "model {id} does not exist"),
+        ("GET", "/datasets/{id}", "dataset {id} does not exist"),
+    ],
+)
+def test_unknown_ids_are_404_naming_the_id(client, method, path, detail):
+    missing = "a" * 32
+    response = client.request(method, path.format(id=missing), json={"X": [[1.0]]})
+    assert_problem(response, 404, detail.format(id=missing))
+
+
+def test_predict_with_an_unknown_model_is_404(client):
+    response = client.post("/predict", json={"model_id": "b" * 32, "X": [[1.0]]})
+    assert_problem(response, 404, f"model {'b' * 32} does not exist")
+
+
+def test_predict_with_the_wrong_feature_count(client, model_id):
+    response = client.post("/predict", json={"model_id": model_id, "X": [[1.0, 2.0, 3.0]]})
+    assert_problem(response, 422, f"model {model_id} expects 2 features, got 3")
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        ({"X": [[1.0, float("nan")]]}, "X[0][1] is NaN; all values must be finite numbers"),
+        ({"X": [[1.0, 2.0], [1.0]]}, "X row 1 has 1 value, expected 2 (the length of row 0)"),
+        ({"X": []}, "X is empty; at least one row is required"),
+        ({"X": [[1.0, 2.0]], "y": [1.0, 2.0]}, "y has 2 values but X has 1 rows"),
+        ({"X": [[1.0, 2.0]], "z": 1}, "z: Extra inputs are not permitted"),
+    ],
+)
+def test_bad_predict_requests(client, model_id, body, detail):
+    assert_problem(post_json(client, f"/models/{model_id}/predict", body), 422, detail)
+
+
+def test_csv_without_the_target_column_is_422_and_writes_nothing(client, count_rows):
+    response = client.post(
+        "/datasets",
+        files={"file": ("data.csv", b"a,b,c\n1,2,3\n", "text/csv")},
+        data={"target": "target"},
+    )
+    assert_problem(response, 422, "CSV has no column 'target'; columns are a, b, c")
+    assert count_rows() == {"datasets": 0, "jobs": 0, "models": 0}
+
+
+def test_upload_of_an_unknown_file_type_is_415(client):
+    response = client.post("/datasets", files={"file": ("data.xlsx", b"PK", "application/zip")})
+    assert_problem(
+        response, 415,
+        "cannot tell the format of file 'data.xlsx' (application/zip); upload a .csv or .npz file",
+    )
+    response = client.post("/datasets", content=b"x", headers={"content-type": "text/plain"})
+    assert response.status_code == 415
+
+
+@pytest.fixture
+def small_limit_client(database_url):
+    settings = Settings(database_url=database_url, embedded_worker=False, max_body_bytes=1000)
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+def test_body_over_the_limit_is_413_by_content_length(small_limit_client):
+    body = fit_body(data={"X": [[float(i), 1.0] for i in range(200)], "y": [1.0] * 200})
+    response = small_limit_client.post("/fit", json=body)
+    assert_problem(
+        response, 413, "request body exceeds the limit of 1000 bytes (MIXREG_MAX_BODY_BYTES)"
+    )
+
+
+def test_streamed_body_over_the_limit_is_413(small_limit_client):
+    def chunks():
+        yield b'{"X": ['
+        for _ in range(200):
+            yield b"[1.0, 2.0],"
+        yield b"[1.0, 2.0]], \"y\": [1]}"
+
+    response = small_limit_client.post(
+        "/datasets", content=chunks(), headers={"content-type": "application/json"}
+    )
+    assert_problem(
+        response, 413, "request body exceeds the limit of 1000 bytes (MIXREG_MAX_BODY_BYTES)"
+    )
+    upload = io.BytesIO(b"a,y\n" + b"1,2\n" * 400)
+    response = small_limit_client.post("/datasets", files={"file": ("d.csv", upload)},
+                                       data={"target": "y"})
+    assert response.status_code == 413
+
+
+def test_idempotency_key_reused_for_another_body_is_409(client, count_rows):
+    headers = {"Idempotency-Key": "retry-1"}
+    first = client.post("/fit", json=fit_body(), headers=headers)
+    assert first.status_code == 202
+    job_id = first.json()["job_id"]
+    before = count_rows()
+    response = client.post("/fit", json=fit_body(seed=99), headers=headers)
+    assert_problem(
+        response, 409,
+        f"Idempotency-Key 'retry-1' was already used for a different request (job {job_id}); "
+        "use a new key for a new request",
+    )
+    assert count_rows() == before
+
+
+def test_unknown_route_and_wrong_method_are_problems(client):
+    assert_problem(client.get("/nowhere"), 404, "no route matches GET /nowhere")
+    assert_problem(client.put("/jobs"), 405, "PUT is not allowed on /jobs")
+
+
+def test_bad_query_parameters(client):
+    assert_problem(
+        client.get("/jobs", params={"status": "done"}),
+        422,
+        "status: Input should be 'queued', 'running', 'succeeded', 'failed' or 'cancelled'",
+    )
+    assert_problem(
+        client.get("/models", params={"limit": 0}), 422,
+        "limit: Input should be greater than or equal to 1",
+    )
+

@@ -44,10 +44,9 @@ def e_step(
     residuals : ndarray of shape (n_components, n_samples)
     """
     residuals = y - theta @ Z.T
-    log_prob = (
-        (np.log(weights) - 0.5 * np.log(2.0 * np.pi * variances))[:, None]
-        - residuals * residuals / (2.0 * variances)[:, None]
-    )
+    log_prob = (np.log(weights) - 0.5 * np.log(2.0 * np.pi * variances))[
+        :, None
+    ] - residuals * residuals / (2.0 * variances)[:, None]
     top = log_prob.max(axis=0)
     log_norm = top + np.log(np.exp(log_prob - top).sum(axis=0))
     responsibilities = np.exp(log_prob - log_norm)

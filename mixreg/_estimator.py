@@ -47,10 +47,10 @@ def as_generator(random_state: Any) -> np.random.Generator:
     ``None`` gives fresh entropy, an int seeds a new generator, a ``Generator`` is used as is
     and a legacy ``RandomState`` seeds a new generator from its stream.
     """
-    if random_state is None or (
-        isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool)
-    ):
-        return np.random.default_rng(random_state)
+    if random_state is None:
+        return np.random.default_rng()
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        return np.random.default_rng(int(random_state))
     if isinstance(random_state, np.random.Generator):
         return random_state
     if isinstance(random_state, np.random.RandomState):
@@ -115,8 +115,14 @@ class _FitContext:
     loss_scale: float
     progress: ProgressCallback | None
 
-    def report(self, fraction: float, *, iteration: int | None = None,
-               candidates: int | None = None, loss: float | None = None) -> None:
+    def report(
+        self,
+        fraction: float,
+        *,
+        iteration: int | None = None,
+        candidates: int | None = None,
+        loss: float | None = None,
+    ) -> None:
         if self.progress is None:
             return
         budget = self.params.get("time_budget")
@@ -133,7 +139,7 @@ class _FitContext:
 
     @property
     def fit_intercept(self) -> bool:
-        return self.Z.shape[1] > self.n_features
+        return bool(self.Z.shape[1] > self.n_features)
 
     @property
     def min_samples(self) -> int:
@@ -149,7 +155,7 @@ def _random_lines(ctx: _FitContext) -> FloatArray:
 
 def _random_partition_lines(ctx: _FitContext) -> FloatArray:
     """Least-squares lines of a random partition of the rows (flexmix's default start)."""
-    labels = ctx.rng.integers(0, ctx.n_components, size=ctx.Z.shape[0])
+    labels = np.asarray(ctx.rng.integers(0, ctx.n_components, size=ctx.Z.shape[0]), dtype=np.intp)
     theta, _ = lstsq_by_label(ctx.Z, ctx.y, labels, ctx.n_components)
     return theta
 
@@ -161,31 +167,38 @@ def _restarts(
 ) -> SolverResult:
     """Run ``n_init`` starts (or the given ``init``) and keep the lowest training min-loss."""
     n_init, max_iter = ctx.params["n_init"], ctx.params["max_iter"]
-    best: SolverResult | None = None
+    results: list[SolverResult] = []
     for start in range(n_init):
         theta0 = ctx.params["init"] if ctx.params["init"] is not None else random_start(ctx)
+        best_so_far = min((result.loss for result in results), default=np.inf)
 
-        def on_step(iteration: int, loss: float, start: int = start) -> None:
-            best_loss = loss if best is None else min(loss, best.loss)
-            ctx.report((start + iteration / max_iter) / n_init, iteration=iteration,
-                       loss=best_loss)
+        def on_step(
+            iteration: int, loss: float, start: int = start, floor: float = best_so_far
+        ) -> None:
+            ctx.report(
+                (start + iteration / max_iter) / n_init, iteration=iteration, loss=min(loss, floor)
+            )
 
-        result = solve(theta0, on_step)
-        if best is None or result.loss < best.loss:
-            best = result
+        results.append(solve(theta0, on_step))
         if ctx.deadline is not None and time.monotonic() > ctx.deadline:
             break
-    assert best is not None  # n_init >= 1
-    return best
+    return min(results, key=lambda result: result.loss)
 
 
 def _fit_am(ctx: _FitContext) -> SolverResult:
     p = ctx.params
 
     def solve(theta0: FloatArray, callback: Callable[[int, float], None]) -> SolverResult:
-        return gradient_am(ctx.Z, ctx.y, theta0, step_size=p["step_size"],
-                           max_iter=p["max_iter"], tol=p["tol"], deadline=ctx.deadline,
-                           callback=callback)
+        return gradient_am(
+            ctx.Z,
+            ctx.y,
+            theta0,
+            step_size=p["step_size"],
+            max_iter=p["max_iter"],
+            tol=p["tol"],
+            deadline=ctx.deadline,
+            callback=callback,
+        )
 
     return _restarts(ctx, solve, _random_lines)
 
@@ -194,8 +207,15 @@ def _fit_am_classic(ctx: _FitContext) -> SolverResult:
     p = ctx.params
 
     def solve(theta0: FloatArray, callback: Callable[[int, float], None]) -> SolverResult:
-        return classic_am(ctx.Z, ctx.y, theta0, max_iter=p["max_iter"], tol=p["tol"],
-                          deadline=ctx.deadline, callback=callback)
+        return classic_am(
+            ctx.Z,
+            ctx.y,
+            theta0,
+            max_iter=p["max_iter"],
+            tol=p["tol"],
+            deadline=ctx.deadline,
+            callback=callback,
+        )
 
     return _restarts(ctx, solve, _random_partition_lines)
 
@@ -204,8 +224,15 @@ def _fit_em(ctx: _FitContext) -> SolverResult:
     p = ctx.params
 
     def solve(theta0: FloatArray, callback: Callable[[int, float], None]) -> SolverResult:
-        return em(ctx.Z, ctx.y, theta0, max_iter=p["max_iter"], tol=p["tol"],
-                  deadline=ctx.deadline, callback=callback)
+        return em(
+            ctx.Z,
+            ctx.y,
+            theta0,
+            max_iter=p["max_iter"],
+            tol=p["tol"],
+            deadline=ctx.deadline,
+            callback=callback,
+        )
 
     return _restarts(ctx, solve, _random_partition_lines)
 
@@ -223,13 +250,17 @@ def _fit_subsample(
     total = p["n_partitions"]
     subsample = _subsample(ctx, p["subsample_size"])
     return subsample_search(
-        ctx.Z, ctx.y,
+        ctx.Z,
+        ctx.y,
         random_partition_batches(ctx.rng, total, p["subsample_size"], ctx.n_components),
-        subsample=subsample, n_components=ctx.n_components, base=p["base"], rng=ctx.rng,
-        min_samples=ctx.min_samples, fit_intercept=ctx.fit_intercept,
+        subsample=subsample,
+        n_components=ctx.n_components,
+        base=p["base"],
+        rng=ctx.rng,
+        min_samples=ctx.min_samples,
+        fit_intercept=ctx.fit_intercept,
         deadline=deadline if deadline is not None else ctx.deadline,
-        callback=lambda tried, loss: ctx.report(phase * tried / total, candidates=tried,
-                                                loss=loss),
+        callback=lambda tried, loss: ctx.report(phase * tried / total, candidates=tried, loss=loss),
     )
 
 
@@ -238,9 +269,15 @@ def _fit_subsample_exhaustive(ctx: _FitContext) -> SolverResult:
     total = stirling2(size, ctx.n_components)
     subsample = _subsample(ctx, size)
     return subsample_search(
-        ctx.Z, ctx.y, exhaustive_partition_batches(size, ctx.n_components),
-        subsample=subsample, n_components=ctx.n_components, base=ctx.params["base"],
-        rng=ctx.rng, min_samples=ctx.min_samples, fit_intercept=ctx.fit_intercept,
+        ctx.Z,
+        ctx.y,
+        exhaustive_partition_batches(size, ctx.n_components),
+        subsample=subsample,
+        n_components=ctx.n_components,
+        base=ctx.params["base"],
+        rng=ctx.rng,
+        min_samples=ctx.min_samples,
+        fit_intercept=ctx.fit_intercept,
         deadline=ctx.deadline,
         callback=lambda tried, loss: ctx.report(tried / total, candidates=tried, loss=loss),
     )
@@ -255,11 +292,19 @@ def _fit_subsample_am(ctx: _FitContext) -> SolverResult:
         search_deadline = ctx.started + _SUBSAMPLE_PHASE * (ctx.deadline - ctx.started)
     initial = _fit_subsample(ctx, phase=_SUBSAMPLE_PHASE, deadline=search_deadline)
     refined = gradient_am(
-        ctx.Z, ctx.y, initial.theta, step_size=p["step_size"], max_iter=p["max_iter"],
-        tol=p["tol"], deadline=ctx.deadline,
+        ctx.Z,
+        ctx.y,
+        initial.theta,
+        step_size=p["step_size"],
+        max_iter=p["max_iter"],
+        tol=p["tol"],
+        deadline=ctx.deadline,
         callback=lambda iteration, loss: ctx.report(
             _SUBSAMPLE_PHASE + (1 - _SUBSAMPLE_PHASE) * iteration / p["max_iter"],
-            iteration=iteration, candidates=initial.n_candidates, loss=loss),
+            iteration=iteration,
+            candidates=initial.n_candidates,
+            loss=loss,
+        ),
     )
     refined.loss_history = initial.loss_history + refined.loss_history[1:]
     refined.n_candidates = initial.n_candidates
@@ -274,6 +319,8 @@ _SOLVERS: dict[str, Callable[[_FitContext], SolverResult]] = {
     "subsample+am": _fit_subsample_am,
     "em": _fit_em,
 }
+
+
 class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
     """Mixture of k linear regressions with list-decoded predictions.
 
@@ -393,9 +440,11 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         Raises ValueError naming what is wrong. The service calls this before queueing a fit.
         """
         algorithm = check_algorithm(self.algorithm)
-        if (isinstance(self.n_components, bool)
-                or not isinstance(self.n_components, numbers.Integral)
-                or self.n_components < 1):
+        if (
+            isinstance(self.n_components, bool)
+            or not isinstance(self.n_components, numbers.Integral)
+            or self.n_components < 1
+        ):
             raise ValueError(f"n_components must be an integer >= 1; got {self.n_components!r}")
         if self.n_components > n_samples:
             raise ValueError(
@@ -405,7 +454,10 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             raise ValueError(f"fit_intercept must be True or False; got {self.fit_intercept!r}")
         given = {name: getattr(self, name) for name in PARAMETER_NAMES}
         params = resolve_parameters(
-            algorithm, given, n_components=int(self.n_components), n_samples=n_samples,
+            algorithm,
+            given,
+            n_components=int(self.n_components),
+            n_samples=n_samples,
             n_params=n_features + bool(self.fit_intercept),
         )
         if algorithm == "subsample-exhaustive":
@@ -484,8 +536,12 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             assert result.weights is not None and result.variances is not None
             self.weights_ = result.weights[order]
             self.noise_variance_ = result.variances[order] * ctx.loss_scale
-        ctx.report(1.0, iteration=result.n_iter, candidates=result.n_candidates or None,
-                   loss=self.train_loss_ / ctx.loss_scale)
+        ctx.report(
+            1.0,
+            iteration=result.n_iter,
+            candidates=result.n_candidates or None,
+            loss=self.train_loss_ / ctx.loss_scale,
+        )
         return self
 
     def _check_fitted(self) -> None:
@@ -509,15 +565,17 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         """The paper's min-loss of the fitted lines on (X, y)."""
         self._check_fitted()
         X_arr, y_arr = check_X_y(X, y)
-        predictions = predict_lines(check_X(X_arr, n_features=self.n_features_in_),
-                                    self.coef_, self.intercept_)
+        predictions = predict_lines(
+            check_X(X_arr, n_features=self.n_features_in_), self.coef_, self.intercept_
+        )
         return float(row_min_losses(y_arr, predictions).mean())
 
     def best_component(self, X: ArrayLike, y: ArrayLike) -> NDArray[np.intp]:
         """Index of the line that predicts each row best (ties to the lowest index)."""
         self._check_fitted()
         X_arr, y_arr = check_X_y(X, y)
-        predictions = predict_lines(check_X(X_arr, n_features=self.n_features_in_),
-                                    self.coef_, self.intercept_)
+        predictions = predict_lines(
+            check_X(X_arr, n_features=self.n_features_in_), self.coef_, self.intercept_
+        )
         best: NDArray[np.intp] = np.argmin(np.abs(predictions - y_arr[:, None]), axis=1)
         return best

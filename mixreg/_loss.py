@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -85,7 +86,8 @@ def min_loss(y: FloatArray, predictions: FloatArray) -> float:
 def row_min_losses(y: FloatArray, predictions: FloatArray) -> FloatArray:
     """Best squared error of each row, shape (n_samples,)."""
     residuals = predictions - y[:, None]
-    return np.min(residuals * residuals, axis=1)
+    best: FloatArray = np.min(residuals * residuals, axis=1)
+    return best
 
 
 def assign(Z: FloatArray, y: FloatArray, thetas: FloatArray) -> tuple[FloatArray, NDArray[np.intp]]:
@@ -199,11 +201,11 @@ class CandidateScorer:
                 totals = sum(
                     pool.map(
                         lambda lo_hi: self._screen_rows(lines, n_candidates, *lo_hi),
-                        zip(bounds[:-1], bounds[1:], strict=True),
+                        itertools.pairwise(bounds),
                     ),
                     start=np.zeros(n_candidates),
                 )
-        approx = (totals / n_samples).astype(np.float32)
+        approx: NDArray[np.float32] = (totals / n_samples).astype(np.float32)
         approx[~np.isfinite(approx)] = np.inf
         return approx
 

@@ -118,7 +118,9 @@ def ransac_lines(
     return theta
 
 
-def _lstsq_parts(Z: FloatArray, y: FloatArray, parts: IntArray, valid: NDArray[np.bool_]) -> FloatArray:
+def _lstsq_parts(
+    Z: FloatArray, y: FloatArray, parts: IntArray, valid: NDArray[np.bool_]
+) -> FloatArray:
     Zp = Z[parts] * valid[:, :, None]
     gram = np.einsum("csp,csq->cpq", Zp, Zp)
     rhs = np.einsum("csp,cs->cp", Zp, y[parts] * valid)
@@ -133,24 +135,24 @@ def _fit_minimal_subsets(Zs: FloatArray, ys: FloatArray, fit_intercept: bool) ->
     det = np.linalg.det(Zs)
     singular = ~np.isfinite(det) | (det == 0.0)
     if not singular.any():
-        solved: FloatArray = np.linalg.solve(Zs, ys[..., None])[..., 0]
-        return solved
+        return np.asarray(np.linalg.solve(Zs, ys[..., None])[..., 0], dtype=np.float64)
     # Repeated rows (the sub-sample is drawn with replacement) make exactly singular systems.
     safe = np.where(singular[..., None, None], np.eye(n_params), Zs)
-    theta: FloatArray = np.linalg.solve(safe, ys[..., None])[..., 0]
+    theta = np.asarray(np.linalg.solve(safe, ys[..., None])[..., 0], dtype=np.float64)
     theta[singular] = _lstsq_like_linear_regression(Zs[singular], ys[singular], fit_intercept)
     return theta
 
 
-def _lstsq_like_linear_regression(Zs: FloatArray, ys: FloatArray, fit_intercept: bool) -> FloatArray:
+def _lstsq_like_linear_regression(
+    Zs: FloatArray, ys: FloatArray, fit_intercept: bool
+) -> FloatArray:
     """Minimum-norm least squares as ``LinearRegression`` computes it, for stacks of problems.
 
     With an intercept (the last column of ``Zs``) the data are centred first, so the intercept
     is not part of the norm being minimised.
     """
     if not fit_intercept:
-        plain: FloatArray = (np.linalg.pinv(Zs) @ ys[..., None])[..., 0]
-        return plain
+        return np.asarray((np.linalg.pinv(Zs) @ ys[..., None])[..., 0], dtype=np.float64)
     X = Zs[..., :-1]
     x_mean = X.mean(axis=-2, keepdims=True)
     y_mean = ys.mean(axis=-1, keepdims=True)
@@ -173,7 +175,7 @@ def _ransac_block(
     max_trials: int,
     stop_probability: float,
 ) -> FloatArray:
-    n_parts, width = parts.shape
+    n_parts = parts.shape[0]
     Zp = Z[parts]  # (c, s, p)
     yp = y[parts]  # (c, s)
     y_masked = np.where(valid, yp, np.nan)
@@ -262,11 +264,14 @@ def _sequential_best(
     accepted = running >= 0
     best_counts = np.where(accepted, np.take_along_axis(counts, running_best, axis=1), 1)
     bound = dynamic_max_trials(
-        best_counts.astype(np.float64), sizes[:, None].astype(np.float64), min_samples, stop_probability
+        best_counts.astype(np.float64),
+        sizes[:, None].astype(np.float64),
+        min_samples,
+        stop_probability,
     )
     # RANSACRegressor only tightens max_trials when it accepts a trial.
     bound = np.where(accepted, bound, np.inf)
-    done = (np.arange(1, n_trials + 1)[None, :] >= np.minimum(bound, max_trials))
+    done = np.arange(1, n_trials + 1)[None, :] >= np.minimum(bound, max_trials)
     done[:, -1] = True
     last = np.argmax(done, axis=1)
     chosen: IntArray = running_best[np.arange(n_parts), last]

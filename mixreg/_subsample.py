@@ -207,7 +207,13 @@ def subsample_search(
     result = SolverResult(theta=np.zeros((n_components, Z.shape[1])))
     for labels in partitions:
         candidates = fit_candidates(
-            Z_sub, y_sub, labels, n_components, base=base, rng=rng, min_samples=min_samples,
+            Z_sub,
+            y_sub,
+            labels,
+            n_components,
+            base=base,
+            rng=rng,
+            min_samples=min_samples,
             fit_intercept=fit_intercept,
         )
         winner, loss = scorer.best(candidates)
@@ -223,7 +229,12 @@ def subsample_search(
     if best_theta is None:
         raise ValueError("no partition of the sub-sample was tried")
     result.theta = refit(
-        Z, y, best_theta, base=base, rng=rng, min_samples=min_samples,
+        Z,
+        y,
+        best_theta,
+        base=base,
+        rng=rng,
+        min_samples=min_samples,
         fit_intercept=fit_intercept,
     )
     residuals, labels = assign(Z, y, result.theta)

@@ -117,7 +117,11 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
 
 
 def _check_positive(name: str, value: Any, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not np.isfinite(float(value))
+    ):
         raise ValueError(f"{name} must be a finite number; got {value!r}")
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
@@ -166,8 +170,10 @@ def resolve_parameters(
             f"do{'' if len(foreign) > 1 else 'es'} not apply to algorithm {algorithm!r}, which "
             f"takes: {', '.join(defaults)}"
         )
-    params = {name: given[name] if given.get(name) is not None else default
-              for name, default in defaults.items()}
+    params = {
+        name: given[name] if given.get(name) is not None else default
+        for name, default in defaults.items()
+    }
     if "step_size" in params:
         params["step_size"] = _check_positive("step_size", params["step_size"])
     if "max_iter" in params:
@@ -179,8 +185,9 @@ def resolve_parameters(
     if "n_partitions" in params:
         params["n_partitions"] = _check_int("n_partitions", params["n_partitions"], 1)
     if params.get("subsample_size") is not None:
-        params["subsample_size"] = _check_int("subsample_size", params["subsample_size"],
-                                              n_components)
+        params["subsample_size"] = _check_int(
+            "subsample_size", params["subsample_size"], n_components
+        )
     if "base" in params and params["base"] not in ("ls", "ransac"):
         raise ValueError(f"base must be 'ls' or 'ransac'; got {params['base']!r}")
     if params.get("time_budget") is not None:

@@ -1,17 +1,22 @@
-"""Storing uploaded datasets: pick the reader by file type, store the arrays in one unit of work."""
+"""Uploaded datasets: read the body by its type, store the arrays in one unit of work."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import PurePath
 
+from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.datastructures import UploadFile
 
 from models_store import repository
 from models_store.session import session_scope
 from service import ingest
 from service.errors import InvalidInputError, UnsupportedMediaTypeError
-from service.schemas import DataIn, DatasetOut
+from service.schemas import DataIn, DatasetIn, DatasetOut
 from service.views import dataset_out
 
 _READERS: dict[str, Callable[[bytes, str | None], ingest.ParsedDataset]] = {
@@ -53,6 +58,61 @@ def parse_json(body: DataIn) -> ingest.ParsedDataset:
         return ingest.parse_arrays(body.X, body.y, body.feature_names)
     except ingest.IngestError as exc:
         raise InvalidInputError(str(exc)) from None
+
+
+async def read_upload(
+    request: Request, *, target: str | None, name: str | None
+) -> tuple[ingest.ParsedDataset, str | None]:
+    """Arrays and name of an upload: a JSON body, a multipart file or a raw CSV body.
+
+    ``target`` and ``name`` are the query parameters (for raw CSV bodies); parsing runs in a
+    worker thread so the event loop stays free.
+    """
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "application/json":
+        body = await _read_json_dataset(request)
+        return await run_in_threadpool(parse_json, body), body.name
+    if content_type == "multipart/form-data":
+        async with request.form() as form:
+            upload = form.get("file")
+            if not isinstance(upload, UploadFile):
+                raise InvalidInputError(
+                    "multipart upload needs a file field 'file' (a .csv or .npz file)"
+                )
+            form_target, form_name = form.get("target"), form.get("name")
+            content = await upload.read()
+            filename, media_type = upload.filename, upload.content_type
+        parsed = await run_in_threadpool(
+            parse_file,
+            content,
+            filename=filename,
+            content_type=media_type,
+            target=form_target if isinstance(form_target, str) else None,
+        )
+        return parsed, form_name if isinstance(form_name, str) else None
+    if content_type in ("text/csv", "application/csv"):
+        content = await request.body()
+        parsed = await run_in_threadpool(
+            parse_file, content, filename=None, content_type="text/csv", target=target
+        )
+        return parsed, name
+    raise UnsupportedMediaTypeError(
+        f"Content-Type '{content_type or 'none'}' is not accepted; send application/json, "
+        f"multipart/form-data with a file, or text/csv"
+    )
+
+
+async def _read_json_dataset(request: Request) -> DatasetIn:
+    body = await request.body()
+    if not body:
+        raise RequestValidationError(
+            [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
+        )
+    try:
+        return DatasetIn.model_validate_json(body)
+    except ValidationError as exc:
+        errors = [{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]
+        raise RequestValidationError(errors) from None
 
 
 def store_dataset(

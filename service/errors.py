@@ -99,11 +99,13 @@ def _describe_validation_error(error: dict[str, Any]) -> str:
     location = format_location(error["loc"])
     if error["type"] == "json_invalid":
         reason = error.get("ctx", {}).get("error", "")
-        return f"request body is not valid JSON: {reason}".rstrip(": ")
+        position = error["loc"][1] if len(error["loc"]) > 1 else None
+        where = f" at character {position}" if isinstance(position, int) else ""
+        return f"request body is not valid JSON{where}: {reason}".rstrip(": ")
     if error["type"] == "missing" and location == "":
         return "request body is required"
     if location == "":
-        return str(error["msg"])
+        return f"request body: {error['msg']}"
     return f"{location}: {error['msg']}"
 
 

@@ -108,7 +108,10 @@ class EmbeddedWorker:
         self._running.clear()
 
     def _loop(self) -> None:
-        self._warm_up()
+        try:
+            self._warm_up()
+        except OSError:
+            logger.exception("could not start the fork server; fits will retry starting it")
         while not self._stopping.is_set():
             try:
                 self.run_once()
@@ -119,11 +122,8 @@ class EmbeddedWorker:
             self._wake.clear()
 
     def _warm_up(self) -> None:
-        """Start the fork server and wait until it has imported the fit code.
-
-        That takes seconds; if the first claimed job waited for it instead, its heartbeat
-        could go stale before its fit process even started.
-        """
+        """Start the fork server and wait until it has imported the fit code (seconds), so
+        that the first fit does not wait for it."""
         process = self._context.Process(target=os.getpid, name="mixreg-fork-server-warm-up")
         process.start()
         process.join()

@@ -237,7 +237,9 @@ class _FitBase(_Strict):
     holdout_fraction: FiniteFloat = Field(
         default=0.2, ge=0, le=0.9, description="share of rows held out to score the model"
     )
-    seed: int = Field(default=0, description="seeds the holdout split and the algorithm")
+    seed: int = Field(
+        default=0, ge=0, le=2**63 - 1, description="seeds the holdout split and the algorithm"
+    )
     time_budget_s: FiniteFloat | None = Field(
         default=None, gt=0, description="stop the search after this many seconds"
     )
@@ -249,11 +251,14 @@ class _FitBase(_Strict):
             raise _invalid("give exactly one of dataset_id or data")
         return self
 
+    # Narrowed by each variant to its algorithm's name and parameters.
+    algorithm: str
+    params: AlgorithmParams
+
     @property
     def params_dict(self) -> dict[str, Any]:
         """The validated algorithm parameters including defaults."""
-        params: AlgorithmParams = getattr(self, "params")  # noqa: B009 - set by every variant
-        return params.model_dump(mode="json")
+        return self.params.model_dump(mode="json")
 
 
 class AmFit(_FitBase):
@@ -294,6 +299,8 @@ def _algorithm_tag(value: Any) -> str | None:
 
 
 def _check_algorithm(value: Any) -> Any:
+    if not isinstance(value, dict | _FitBase):
+        raise _invalid("the fit request must be a JSON object")
     if isinstance(value, dict):
         algorithm = value.get("algorithm", DEFAULT_ALGORITHM)
         if algorithm not in ALGORITHMS:

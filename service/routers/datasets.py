@@ -6,14 +6,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.exceptions import RequestValidationError
-from pydantic import ValidationError
-from starlette.datastructures import UploadFile
 
 from models_store import repository
-from service.datasets import parse_file, parse_json, store_dataset
+from service.datasets import read_upload, store_dataset
 from service.deps import SessionDep, SessionFactoryDep, ValidDataset
-from service.errors import UnsupportedMediaTypeError
 from service.schemas import DatasetIn, DatasetOut, Page
 from service.views import dataset_out
 
@@ -52,15 +48,6 @@ _UPLOAD_BODY: dict[str, Any] = {
 }
 
 
-async def _read_json_dataset(request: Request) -> DatasetIn:
-    body = await request.body()
-    try:
-        return DatasetIn.model_validate_json(body) if body else DatasetIn.model_validate(None)
-    except ValidationError as exc:
-        errors = [{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]
-        raise RequestValidationError(errors) from None
-
-
 @router.post(
     "",
     status_code=201,
@@ -78,40 +65,7 @@ async def create(
     name: Annotated[str | None, Query(description="raw CSV bodies: a name")] = None,
 ) -> DatasetOut:
     """Store ``X`` and ``y`` and return the dataset's id, rows and features."""
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if content_type == "application/json":
-        body = await _read_json_dataset(request)
-        parsed = await run_in_threadpool(parse_json, body)
-        name = body.name
-    elif content_type == "multipart/form-data":
-        async with request.form() as form:
-            upload = form.get("file")
-            if not isinstance(upload, UploadFile):
-                raise UnsupportedMediaTypeError(
-                    "multipart upload needs a file field 'file' (a .csv or .npz file)"
-                )
-            form_target = form.get("target")
-            form_name = form.get("name")
-            content = await upload.read()
-            filename, media_type = upload.filename, upload.content_type
-        parsed = await run_in_threadpool(
-            parse_file,
-            content,
-            filename=filename,
-            content_type=media_type,
-            target=form_target if isinstance(form_target, str) else None,
-        )
-        name = form_name if isinstance(form_name, str) else None
-    elif content_type in ("text/csv", "application/csv"):
-        content = await request.body()
-        parsed = await run_in_threadpool(
-            parse_file, content, filename=None, content_type="text/csv", target=target
-        )
-    else:
-        raise UnsupportedMediaTypeError(
-            f"Content-Type '{content_type or 'none'}' is not accepted; send application/json, "
-            f"multipart/form-data with a file, or text/csv"
-        )
+    parsed, name = await read_upload(request, target=target, name=name)
     dataset = await run_in_threadpool(store_dataset, session_factory, parsed, name=name)
     response.headers["Location"] = dataset.url
     return dataset

@@ -22,7 +22,7 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 # Fast worker rhythm so recovery after a kill takes seconds, not the production 15 s.
 FAST_WORKER = {
     "MIXREG_HEARTBEAT_INTERVAL_S": "0.2",
-    "MIXREG_STALE_AFTER_S": "3",
+    "MIXREG_STALE_AFTER_S": "2",
     "MIXREG_POLL_INTERVAL_S": "0.05",
     "MIXREG_PROGRESS_INTERVAL_S": "0.1",
 }
@@ -59,8 +59,15 @@ class Server:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [
-                    sys.executable, "-m", "uvicorn", "--factory", "service.main:create_app",
-                    "--host", "127.0.0.1", "--port", str(self.port),
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "--factory",
+                    "service.main:create_app",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
                 ],
                 cwd=REPO,
                 env=self.env,

@@ -32,7 +32,7 @@ def is_fitting(job: dict) -> bool:
 def test_a_job_killed_with_the_server_is_retried_after_restart(make_server: ServerFactory):
     server = make_server()
     X, y = mixture_data(n_rows=120)
-    job_id = server.fit(long_fit(X, y, seconds=2.5))
+    job_id = server.fit(long_fit(X, y, seconds=1.5))
     server.wait_for_job(job_id, is_fitting)
 
     server.kill()

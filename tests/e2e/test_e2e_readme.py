@@ -37,7 +37,10 @@ def make_serve(tmp_path):
     log = (tmp_path / "serve.log").open("wb")
     process = subprocess.Popen(
         ["make", "--no-print-directory", "-C", str(REPO), "serve"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 120

@@ -90,8 +90,13 @@ def model_id(client: TestClient, data, run_queued_jobs) -> str:
     X, y = data
     response = client.post(
         "/fit",
-        json={"data": {"X": X.tolist(), "y": y.tolist()}, "k": 2, "algorithm": "am",
-              "params": {"n_init": 3}, "seed": 1},
+        json={
+            "data": {"X": X.tolist(), "y": y.tolist()},
+            "k": 2,
+            "algorithm": "am",
+            "params": {"n_init": 3},
+            "seed": 1,
+        },
     )
     assert response.status_code == 202, response.text
     assert run_queued_jobs() == ["succeeded"]

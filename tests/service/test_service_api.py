@@ -45,7 +45,9 @@ def test_csv_upload_as_a_file_and_as_a_raw_body(client):
     assert dataset["target_name"] == "score" and dataset["name"] == "people"
     assert dataset["n_rows"] == 3
     raw = client.post(
-        "/datasets", params={"target": "weight"}, content=content,
+        "/datasets",
+        params={"target": "weight"},
+        content=content,
         headers={"content-type": "text/csv"},
     )
     assert raw.status_code == 201, raw.text
@@ -76,7 +78,10 @@ def test_fit_a_stored_dataset_queues_a_job(client, data, count_rows):
     assert job["params"]["n_partitions"] == 1000
     assert (job["attempts"], job["max_attempts"], job["seed"]) == (0, 3, 4)
     assert job["progress"] == {
-        "fraction": 0.0, "iteration": None, "candidates_tried": None, "best_min_loss": None
+        "fraction": 0.0,
+        "iteration": None,
+        "candidates_tried": None,
+        "best_min_loss": None,
     }
     assert count_rows() == {"datasets": 1, "jobs": 1, "models": 0}
 
@@ -126,9 +131,8 @@ def test_jobs_list_filters_by_status_and_pages(client, data):
     assert page["total"] == 3 and [job["id"] for job in page["items"]] == [ids[0]]
 
 
-def test_a_fitted_model_record(client, model_id, data):
+def test_a_fitted_model_record(client, model_id):
     model = client.get(f"/models/{model_id}").json()
-    X, y = data
     assert model["algorithm"] == "am" and model["n_components"] == 2
     assert len(model["components"]) == 2
     assert all(len(component["coef"]) == 2 for component in model["components"])
@@ -209,8 +213,12 @@ def test_metrics_count_requests_by_route_and_jobs_by_status(client, data):
     client.get(f"/jobs/{job_id}")
     client.get("/jobs/unknown")
     text = client.get("/metrics").text
-    assert 'mixreg_http_requests_total{method="GET",route="/jobs/{job_id}",status="200"} 1.0' in text
-    assert 'mixreg_http_requests_total{method="GET",route="/jobs/{job_id}",status="404"} 1.0' in text
+    assert (
+        'mixreg_http_requests_total{method="GET",route="/jobs/{job_id}",status="200"} 1.0' in text
+    )
+    assert (
+        'mixreg_http_requests_total{method="GET",route="/jobs/{job_id}",status="404"} 1.0' in text
+    )
     assert 'mixreg_jobs{status="queued"} 1.0' in text
     assert 'mixreg_jobs{status="running"} 0.0' in text
     assert "mixreg_http_request_duration_seconds_bucket" in text

@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 
-import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
@@ -64,9 +63,7 @@ BAD_FITS = [
         "y has 4 values but X has 5 rows",
         id="X-y-length-mismatch",
     ),
-    pytest.param(
-        fit_body(k=0), "k: Input should be greater than or equal to 1", id="k-below-1"
-    ),
+    pytest.param(fit_body(k=0), "k: Input should be greater than or equal to 1", id="k-below-1"),
     pytest.param(
         fit_body(k=5, holdout_fraction=0.2),
         "n_components=5 exceeds the 4 training rows",
@@ -114,6 +111,9 @@ BAD_FITS = [
         id="init-of-wrong-shape",
     ),
     pytest.param(
+        fit_body(seed=-1), "seed: Input should be greater than or equal to 0", id="negative-seed"
+    ),
+    pytest.param(
         fit_body(time_budget_s=0),
         "time_budget_s: Input should be greater than 0",
         id="time-budget-zero",
@@ -136,7 +136,8 @@ def test_validation_problems_list_each_error_with_its_location(client):
         "params.step_size: Input should be greater than 0",
     )
     assert [error["loc"] for error in body["errors"]] == [
-        ["body", "k"], ["body", "params", "step_size"]
+        ["body", "k"],
+        ["body", "params", "step_size"],
     ]
 
 
@@ -150,10 +151,29 @@ def test_nan_and_infinity_tokens_in_raw_json_are_rejected(client, count_rows):
     assert count_rows() == {"datasets": 0, "jobs": 0, "models": 0}
 
 
-def test_malformed_json_names_the_position(client):
-    response = client.post("/fit", content=b'{"k": 2,', headers={"content-type": "application/json"})
-    body = assert_problem(response, 422, body_detail := response.json()["detail"])
-    assert body_detail.startswith("request body is not valid JSON")
+@pytest.mark.parametrize(
+    ("path", "raw", "detail"),
+    [
+        (
+            "/fit",
+            b'{"k": 2,',
+            "request body is not valid JSON at character 8: "
+            "Expecting property name enclosed in double quotes",
+        ),
+        ("/fit", b"", "request body is required"),
+        ("/fit", b"[1, 2]", "the fit request must be a JSON object"),
+        ("/datasets", b"", "request body is required"),
+        (
+            "/datasets",
+            b'{"X": [[1]], "y": [1],}',
+            "request body is not valid JSON: trailing comma at line 1 column 23",
+        ),
+        ("/datasets", b"[1]", "request body: Input should be an object"),
+    ],
+)
+def test_malformed_bodies(client, path, raw, detail):
+    response = client.post(path, content=raw, headers={"content-type": "application/json"})
+    assert_problem(response, 422, detail)
 
 
 def test_unknown_dataset_in_a_fit_is_404(client, count_rows):
@@ -217,7 +237,8 @@ def test_csv_without_the_target_column_is_422_and_writes_nothing(client, count_r
 def test_upload_of_an_unknown_file_type_is_415(client):
     response = client.post("/datasets", files={"file": ("data.xlsx", b"PK", "application/zip")})
     assert_problem(
-        response, 415,
+        response,
+        415,
         "cannot tell the format of file 'data.xlsx' (application/zip); upload a .csv or .npz file",
     )
     response = client.post("/datasets", content=b"x", headers={"content-type": "text/plain"})
@@ -244,7 +265,7 @@ def test_streamed_body_over_the_limit_is_413(small_limit_client):
         yield b'{"X": ['
         for _ in range(200):
             yield b"[1.0, 2.0],"
-        yield b"[1.0, 2.0]], \"y\": [1]}"
+        yield b'[1.0, 2.0]], "y": [1]}'
 
     response = small_limit_client.post(
         "/datasets", content=chunks(), headers={"content-type": "application/json"}
@@ -253,8 +274,9 @@ def test_streamed_body_over_the_limit_is_413(small_limit_client):
         response, 413, "request body exceeds the limit of 1000 bytes (MIXREG_MAX_BODY_BYTES)"
     )
     upload = io.BytesIO(b"a,y\n" + b"1,2\n" * 400)
-    response = small_limit_client.post("/datasets", files={"file": ("d.csv", upload)},
-                                       data={"target": "y"})
+    response = small_limit_client.post(
+        "/datasets", files={"file": ("d.csv", upload)}, data={"target": "y"}
+    )
     assert response.status_code == 413
 
 
@@ -266,7 +288,8 @@ def test_idempotency_key_reused_for_another_body_is_409(client, count_rows):
     before = count_rows()
     response = client.post("/fit", json=fit_body(seed=99), headers=headers)
     assert_problem(
-        response, 409,
+        response,
+        409,
         f"Idempotency-Key 'retry-1' was already used for a different request (job {job_id}); "
         "use a new key for a new request",
     )
@@ -285,7 +308,7 @@ def test_bad_query_parameters(client):
         "status: Input should be 'queued', 'running', 'succeeded', 'failed' or 'cancelled'",
     )
     assert_problem(
-        client.get("/models", params={"limit": 0}), 422,
+        client.get("/models", params={"limit": 0}),
+        422,
         "limit: Input should be greater than or equal to 1",
     )
-

@@ -36,8 +36,11 @@ def test_csv_accepts_a_byte_order_mark_and_padded_cells():
     ("content", "target", "message"),
     [
         (b"a,b,c\n1,2,3\n", "target", "CSV has no column 'target'; columns are a, b, c"),
-        (b"a,b\n1,2\n", None, "name the target column to predict (form field 'target'); "
-         "columns are a, b"),
+        (
+            b"a,b\n1,2\n",
+            None,
+            "name the target column to predict (form field 'target'); columns are a, b",
+        ),
         (b"", "y", "CSV is empty; the first line must be a header naming the columns"),
         (b"a,y\n", "y", "CSV has a header but no data rows"),
         (b"y\n1\n", "y", "CSV has only the target column 'y'; at least one feature is needed"),
@@ -48,8 +51,11 @@ def test_csv_accepts_a_byte_order_mark_and_padded_cells():
         (b"a,y\n1,2\nx,4\n", "y", "CSV line 3, column 'a': 'x' is not a number"),
         (b"a,y\n1,\n", "y", "CSV line 2, column 'y' is empty; all values must be finite numbers"),
         (b"a,y\nnan,1\n", "y", "CSV line 2, column 'a' is NaN; all values must be finite numbers"),
-        (b"a,y\n1,-inf\n", "y",
-         "CSV line 2, column 'y' is -infinite; all values must be finite numbers"),
+        (
+            b"a,y\n1,-inf\n",
+            "y",
+            "CSV line 2, column 'y' is -infinite; all values must be finite numbers",
+        ),
         (b"a,y\n\xff,1\n", "y", "CSV is not UTF-8 text (byte 4 is invalid)"),
     ],
 )
@@ -73,8 +79,12 @@ def test_json_rows_become_arrays_with_default_feature_names():
         ([[]], [1], None, "X row 0 has no values; at least one feature is required"),
         ([[1, 2], [3]], [1, 2], None, "X row 1 has 1 value, expected 2 (the length of row 0)"),
         ([[1], [2, 3, 4]], [1, 2], None, "X row 1 has 3 values, expected 1 (the length of row 0)"),
-        ([[1, 2], [3, float("nan")]], [1, 2], None,
-         "X[1][1] is NaN; all values must be finite numbers"),
+        (
+            [[1, 2], [3, float("nan")]],
+            [1, 2],
+            None,
+            "X[1][1] is NaN; all values must be finite numbers",
+        ),
         ([[float("inf")]], [1], None, "X[0][0] is infinite; all values must be finite numbers"),
         ([[1]], [float("-inf")], None, "y[0] is -infinite; all values must be finite numbers"),
         ([[1], [2]], [], None, "y is empty; at least one value is required"),
@@ -92,8 +102,9 @@ def test_bad_json_arrays(X, y, names, message):
 
 def test_npz_with_feature_names():
     X = np.arange(6, dtype=np.int32).reshape(3, 2)
-    parsed = ingest.parse_npz(npz_bytes(X=X, y=np.array([1.0, 2.0, 3.0]),
-                                        feature_names=np.array(["u", "v"])))
+    parsed = ingest.parse_npz(
+        npz_bytes(X=X, y=np.array([1.0, 2.0, 3.0]), feature_names=np.array(["u", "v"]))
+    )
     np.testing.assert_array_equal(parsed.X, X)
     assert parsed.X.dtype == np.float64
     assert parsed.feature_names == ["u", "v"]
@@ -104,18 +115,25 @@ def test_npz_with_feature_names():
     [
         ({"X": np.ones((2, 2))}, "NPZ has no array 'y'; arrays are X"),
         ({"y": np.ones(2)}, "NPZ has no array 'X'; arrays are y"),
-        ({"X": np.ones(2), "y": np.ones(2)},
-         "NPZ array 'X' must be 2-dimensional, got shape (2,)"),
-        ({"X": np.ones((2, 1)), "y": np.ones((2, 1))},
-         "NPZ array 'y' must be 1-dimensional, got shape (2, 1)"),
-        ({"X": np.array([["a"], ["b"]]), "y": np.ones(2)},
-         "NPZ array 'X' must hold numbers, got dtype <U1"),
+        ({"X": np.ones(2), "y": np.ones(2)}, "NPZ array 'X' must be 2-dimensional, got shape (2,)"),
+        (
+            {"X": np.ones((2, 1)), "y": np.ones((2, 1))},
+            "NPZ array 'y' must be 1-dimensional, got shape (2, 1)",
+        ),
+        (
+            {"X": np.array([["a"], ["b"]]), "y": np.ones(2)},
+            "NPZ array 'X' must hold numbers, got dtype <U1",
+        ),
         ({"X": np.ones((3, 1)), "y": np.ones(2)}, "y has 2 values but X has 3 rows"),
         ({"X": np.zeros((0, 2)), "y": np.zeros(0)}, "X is empty; at least one row is required"),
-        ({"X": np.array([[1.0, np.nan]]), "y": np.ones(1)},
-         "X[0][1] is NaN; all values must be finite numbers"),
-        ({"X": np.ones((1, 1)), "y": np.ones(1), "feature_names": np.ones(1)},
-         "NPZ array 'feature_names' must be a 1-D array of strings"),
+        (
+            {"X": np.array([[1.0, np.nan]]), "y": np.ones(1)},
+            "X[0][1] is NaN; all values must be finite numbers",
+        ),
+        (
+            {"X": np.ones((1, 1)), "y": np.ones(1), "feature_names": np.ones(1)},
+            "NPZ array 'feature_names' must be a 1-D array of strings",
+        ),
     ],
 )
 def test_bad_npz(arrays, message):
@@ -126,10 +144,10 @@ def test_bad_npz(arrays, message):
 
 def test_npz_with_object_arrays_is_refused_without_unpickling():
     content = npz_bytes(X=np.array([[1, "a"]], dtype=object), y=np.ones(1))
-    with pytest.raises(IngestError, match="^NPZ array 'X' cannot be read: Object arrays cannot"):
+    with pytest.raises(IngestError, match=r"^NPZ array 'X' cannot be read: Object arrays cannot"):
         ingest.parse_npz(content)
 
 
 def test_a_file_that_is_not_npz():
-    with pytest.raises(IngestError, match="^file is not a readable NPZ archive"):
+    with pytest.raises(IngestError, match=r"^file is not a readable NPZ archive"):
         ingest.parse_npz(b"a,b\n1,2\n")

@@ -24,7 +24,7 @@ def test_predict_gives_one_value_per_line_and_scores_with_y():
 
 
 def test_predict_checks_the_feature_count():
-    with pytest.raises(InvalidInputError, match="^model m expects 2 features, got 1$"):
+    with pytest.raises(InvalidInputError, match=r"^model m expects 2 features, got 1$"):
         predict(lines(), [[1.0]])
 
 
@@ -34,7 +34,7 @@ def test_overflowing_predictions_are_refused():
     assert str(error.value) == (
         "the prediction of component 0 for X row 1 overflows a float64; scale X down"
     )
-    with pytest.raises(InvalidInputError, match="min-loss of these predictions overflows"):
+    with pytest.raises(InvalidInputError, match=r"min-loss of these predictions overflows"):
         predict(lines(), [[1.0, 1.0]], [1e300])
 
 
@@ -61,16 +61,42 @@ class _NoDatabase:
 def test_load_lines_reads_the_database_once(db_sessionmaker):
     coef = np.array([[0.1, 0.2], [0.3, 0.4]]) / 3
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.create_dataset(session, X=np.ones((2, 2)), y=np.ones(2),
-                                            feature_names=None, target_name=None, name=None)
+        dataset = repository.create_dataset(
+            session,
+            X=np.ones((2, 2)),
+            y=np.ones(2),
+            feature_names=None,
+            target_name=None,
+            name=None,
+        )
         model = repository.create_model(
-            session, job_id=None, dataset_id=dataset.id, name=None, algorithm="am",
-            n_components=2, n_features=2, feature_names=["a", "b"], fit_intercept=True,
-            params={}, seed=0, coef=coef, intercept=[1 / 7, 2 / 7], shares=[0.5, 0.5],
-            train_min_loss=1.0, holdout_min_loss=None,
-            baseline={"coef": [0.0, 0.0], "intercept": 0.0, "train_min_loss": 1.0,
-                      "holdout_min_loss": None},
-            n_train=2, n_holdout=0, loss_history=[1.0], n_iter=1, fit_seconds=0.1,
+            session,
+            job_id=None,
+            dataset_id=dataset.id,
+            name=None,
+            algorithm="am",
+            n_components=2,
+            n_features=2,
+            feature_names=["a", "b"],
+            fit_intercept=True,
+            params={},
+            seed=0,
+            coef=coef,
+            intercept=[1 / 7, 2 / 7],
+            shares=[0.5, 0.5],
+            train_min_loss=1.0,
+            holdout_min_loss=None,
+            baseline={
+                "coef": [0.0, 0.0],
+                "intercept": 0.0,
+                "train_min_loss": 1.0,
+                "holdout_min_loss": None,
+            },
+            n_train=2,
+            n_holdout=0,
+            loss_history=[1.0],
+            n_iter=1,
+            fit_seconds=0.1,
         )
         model_id = model.id
     cache = ModelCache(capacity=4)

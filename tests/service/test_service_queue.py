@@ -18,8 +18,13 @@ from service.queue import EmbeddedWorker
 
 @pytest.fixture
 def worker(db_sessionmaker, migrated_database_url):
-    settings = Settings(database_url=migrated_database_url, worker_concurrency=2,
-                        heartbeat_interval_s=0.2, stale_after_s=2, progress_interval_s=0.1)
+    settings = Settings(
+        database_url=migrated_database_url,
+        worker_concurrency=2,
+        heartbeat_interval_s=0.2,
+        stale_after_s=2,
+        progress_interval_s=0.1,
+    )
     embedded = EmbeddedWorker(session_factory=db_sessionmaker, settings=settings)
     yield embedded
     embedded.stop()
@@ -28,13 +33,26 @@ def worker(db_sessionmaker, migrated_database_url):
 def queue_jobs(sessionmaker, count: int, **job_fields) -> list[str]:
     rng = np.random.default_rng(0)
     with session_scope(sessionmaker) as session:
-        dataset = repository.create_dataset(session, X=rng.standard_normal((40, 2)),
-                                            y=rng.standard_normal(40), feature_names=None,
-                                            target_name=None, name=None)
-        fields = {"algorithm": "am", "n_components": 2, "params": {}, "fit_intercept": True,
-                  "holdout_fraction": 0.2, "max_attempts": 3, **job_fields}
-        return [repository.create_job(session, dataset_id=dataset.id, **fields).id
-                for _ in range(count)]
+        dataset = repository.create_dataset(
+            session,
+            X=rng.standard_normal((40, 2)),
+            y=rng.standard_normal(40),
+            feature_names=None,
+            target_name=None,
+            name=None,
+        )
+        fields = {
+            "algorithm": "am",
+            "n_components": 2,
+            "params": {},
+            "fit_intercept": True,
+            "holdout_fraction": 0.2,
+            "max_attempts": 3,
+            **job_fields,
+        }
+        return [
+            repository.create_job(session, dataset_id=dataset.id, **fields).id for _ in range(count)
+        ]
 
 
 def job_of(sessionmaker, job_id):
@@ -55,15 +73,22 @@ def test_runs_at_most_the_configured_number_of_fits_at_once(worker, db_sessionma
     worker.run_once()
     statuses = [job_of(db_sessionmaker, job_id).status for job_id in job_ids]
     assert statuses == ["running", "running", "queued"]
-    run_until(worker, lambda: all(
-        job_of(db_sessionmaker, job_id).status == "succeeded" for job_id in job_ids))
+    run_until(
+        worker,
+        lambda: all(job_of(db_sessionmaker, job_id).status == "succeeded" for job_id in job_ids),
+    )
     jobs = [job_of(db_sessionmaker, job_id) for job_id in job_ids]
     assert [(job.worker_id, job.attempts) for job in jobs] == [(worker.worker_id, 1)] * 3
 
 
 def test_a_fit_process_that_dies_fails_its_job(worker, db_sessionmaker):
-    [job_id] = queue_jobs(db_sessionmaker, 1, algorithm="subsample", time_budget_s=60,
-                          params={"n_partitions": 10**9, "subsample_size": 20})
+    [job_id] = queue_jobs(
+        db_sessionmaker,
+        1,
+        algorithm="subsample",
+        time_budget_s=60,
+        params={"n_partitions": 10**9, "subsample_size": 20},
+    )
     worker.run_once()
     os.kill(worker._running[job_id].process.pid, signal.SIGKILL)
     run_until(worker, lambda: job_of(db_sessionmaker, job_id).status != "running")
@@ -83,8 +108,13 @@ def test_jobs_of_a_lost_worker_are_requeued_and_run(worker, db_sessionmaker):
 
 
 def test_stop_ends_running_fits(worker, db_sessionmaker):
-    [job_id] = queue_jobs(db_sessionmaker, 1, algorithm="subsample", time_budget_s=60,
-                          params={"n_partitions": 10**9, "subsample_size": 20})
+    [job_id] = queue_jobs(
+        db_sessionmaker,
+        1,
+        algorithm="subsample",
+        time_budget_s=60,
+        params={"n_partitions": 10**9, "subsample_size": 20},
+    )
     worker.run_once()
     process = worker._running[job_id].process
     worker.stop()

@@ -6,9 +6,9 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from mixreg import ALGORITHM_PARAMETERS, ALGORITHMS
+from service.config import Settings
 from service.fitting import request_hash
 from service.main import create_app
-from service.config import Settings
 from service.schemas import PARAMS_MODELS, FitRequest
 
 fit_request = TypeAdapter(FitRequest)
@@ -54,16 +54,22 @@ def test_explicit_defaults_hash_like_omitted_ones():
         {"dataset_id": "d", "k": 2, "algorithm": "em", "params": {"max_iter": 200}, "seed": 0}
     )
     assert request_hash(implicit) == request_hash(explicit)
-    different = fit_request.validate_python({"dataset_id": "d", "k": 2, "algorithm": "em",
-                                             "seed": 1})
+    different = fit_request.validate_python(
+        {"dataset_id": "d", "k": 2, "algorithm": "em", "seed": 1}
+    )
     assert request_hash(different) != request_hash(implicit)
 
 
 @pytest.mark.parametrize(
     ("algorithm", "foreign"),
-    [("am", "n_partitions"), ("subsample", "step_size"), ("em", "base"),
-     ("subsample-exhaustive", "n_partitions"), ("am-classic", "step_size"),
-     ("subsample+am", "init")],
+    [
+        ("am", "n_partitions"),
+        ("subsample", "step_size"),
+        ("em", "base"),
+        ("subsample-exhaustive", "n_partitions"),
+        ("am-classic", "step_size"),
+        ("subsample+am", "init"),
+    ],
 )
 def test_a_parameter_of_another_algorithm_is_rejected(algorithm, foreign):
     with pytest.raises(ValidationError) as error:
@@ -91,8 +97,9 @@ def test_a_parameter_of_another_algorithm_is_rejected(algorithm, foreign):
 )
 def test_parameter_ranges(params, location):
     with pytest.raises(ValidationError) as error:
-        fit_request.validate_python({"dataset_id": "d", "k": 1, "algorithm": "am",
-                                     "params": params})
+        fit_request.validate_python(
+            {"dataset_id": "d", "k": 1, "algorithm": "am", "params": params}
+        )
     assert error.value.errors()[0]["loc"] == location
 
 
@@ -106,8 +113,14 @@ def test_openapi_documents_each_algorithms_parameters():
     assert schemas["SubsampleParams"]["properties"]["n_partitions"]["default"] == 1000
     body = spec["paths"]["/fit"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     variants = {ref["$ref"].rsplit("/", 1)[1] for ref in body["oneOf"]}
-    assert variants == {"AmFit", "AmClassicFit", "SubsampleFit", "SubsampleExhaustiveFit",
-                        "SubsampleAmFit", "EmFit"}
+    assert variants == {
+        "AmFit",
+        "AmClassicFit",
+        "SubsampleFit",
+        "SubsampleExhaustiveFit",
+        "SubsampleAmFit",
+        "EmFit",
+    }
     operation_ids = {
         operation["operationId"] for path in spec["paths"].values() for operation in path.values()
     }

@@ -35,11 +35,20 @@ def test_holdout_split_is_a_seeded_partition():
 
 def test_fit_mixture_is_mixreg_on_the_training_rows(data):
     X, y = data
-    spec = FitSpec(algorithm="em", n_components=2, params={"max_iter": 50}, fit_intercept=True,
-                   holdout_fraction=0.25, seed=3, time_budget_s=None)
+    spec = FitSpec(
+        algorithm="em",
+        n_components=2,
+        params={"max_iter": 50},
+        fit_intercept=True,
+        holdout_fraction=0.25,
+        seed=3,
+        time_budget_s=None,
+    )
     fitted = fit_mixture(X, y, spec)
     train, holdout = holdout_split(20, 0.25, seed=3)
-    direct = MixtureOfLinearRegressions(2, "em", random_state=3, max_iter=50).fit(X[train], y[train])
+    direct = MixtureOfLinearRegressions(2, "em", random_state=3, max_iter=50).fit(
+        X[train], y[train]
+    )
     np.testing.assert_array_equal(fitted.coef, direct.coef_)
     np.testing.assert_array_equal(fitted.intercept, direct.intercept_)
     np.testing.assert_array_equal(fitted.shares, direct.shares_)
@@ -55,8 +64,15 @@ def test_fit_mixture_is_mixreg_on_the_training_rows(data):
 
 def test_fit_mixture_without_holdout_or_intercept(data):
     X, y = data
-    spec = FitSpec(algorithm="am", n_components=2, params={}, fit_intercept=False,
-                   holdout_fraction=0.0, seed=0, time_budget_s=None)
+    spec = FitSpec(
+        algorithm="am",
+        n_components=2,
+        params={},
+        fit_intercept=False,
+        holdout_fraction=0.0,
+        seed=0,
+        time_budget_s=None,
+    )
     fitted = fit_mixture(X, y, spec)
     assert fitted.holdout_min_loss is None and fitted.baseline["holdout_min_loss"] is None
     assert fitted.baseline["intercept"] == 0.0
@@ -93,25 +109,35 @@ def test_submit_fit_replays_and_conflicts_on_idempotency_keys(db_sessionmaker, d
     with session_scope(db_sessionmaker) as session:
         again = submit_fit(session, request=request(**body), idempotency_key="k1", max_attempts=3)
         assert (again.job.id, again.created) == (first_id, False)
-        with pytest.raises(ConflictError, match="Idempotency-Key 'k1' was already used"):
-            submit_fit(session, request=request(**body, seed=2), idempotency_key="k1",
-                       max_attempts=3)
+        with pytest.raises(ConflictError, match=r"Idempotency-Key 'k1' was already used"):
+            submit_fit(
+                session, request=request(**body, seed=2), idempotency_key="k1", max_attempts=3
+            )
         assert repository.list_jobs(session, status=None, limit=10, offset=0)[1] == 1
 
 
 def test_submit_fit_checks_what_mixreg_would_reject(db_sessionmaker, data):
     X, y = data
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.create_dataset(session, X=X, y=y, feature_names=None,
-                                            target_name=None, name=None)
-        with pytest.raises(InvalidInputError, match="^n_components=17 exceeds the 16 training"):
-            submit_fit(session, request=request(dataset_id=dataset.id, k=17),
-                       idempotency_key=None, max_attempts=3)
-        with pytest.raises(NotFoundError, match="^dataset nope does not exist$"):
-            submit_fit(session, request=request(dataset_id="nope", k=1), idempotency_key=None,
-                       max_attempts=3)
+        dataset = repository.create_dataset(
+            session, X=X, y=y, feature_names=None, target_name=None, name=None
+        )
+        with pytest.raises(InvalidInputError, match=r"^n_components=17 exceeds the 16 training"):
+            submit_fit(
+                session,
+                request=request(dataset_id=dataset.id, k=17),
+                idempotency_key=None,
+                max_attempts=3,
+            )
+        with pytest.raises(NotFoundError, match=r"^dataset nope does not exist$"):
+            submit_fit(
+                session,
+                request=request(dataset_id="nope", k=1),
+                idempotency_key=None,
+                max_attempts=3,
+            )
         one_row = request(data={"X": [[1.0]], "y": [1.0]}, k=1, holdout_fraction=0.9)
-        with pytest.raises(InvalidInputError, match="holdout_fraction=0.9 holds out all 1 rows"):
+        with pytest.raises(InvalidInputError, match=r"holdout_fraction=0\.9 holds out all 1 rows"):
             submit_fit(session, request=one_row, idempotency_key=None, max_attempts=3)
         assert repository.list_jobs(session, status=None, limit=1, offset=0)[1] == 0
 
@@ -119,18 +145,28 @@ def test_submit_fit_checks_what_mixreg_would_reject(db_sessionmaker, data):
 def queue_and_claim(sessionmaker, data, **job_fields) -> str:
     X, y = data
     with session_scope(sessionmaker) as session:
-        dataset = repository.create_dataset(session, X=X, y=y, feature_names=["p", "q"],
-                                            target_name="t", name=None)
-        fields = {"algorithm": "am", "n_components": 2, "params": {}, "fit_intercept": True,
-                  "holdout_fraction": 0.2, "max_attempts": 3, "seed": 0, **job_fields}
+        dataset = repository.create_dataset(
+            session, X=X, y=y, feature_names=["p", "q"], target_name="t", name=None
+        )
+        fields = {
+            "algorithm": "am",
+            "n_components": 2,
+            "params": {},
+            "fit_intercept": True,
+            "holdout_fraction": 0.2,
+            "max_attempts": 3,
+            "seed": 0,
+            **job_fields,
+        }
         repository.create_job(session, dataset_id=dataset.id, **fields)
     with session_scope(sessionmaker) as session:
         job = repository.claim_next_job(session, worker_id="w1", now=datetime.now(UTC))
         return job.id
 
 
-def test_run_job_stores_the_model_and_finishes_the_job(db_sessionmaker, migrated_database_url,
-                                                       data):
+def test_run_job_stores_the_model_and_finishes_the_job(
+    db_sessionmaker, migrated_database_url, data
+):
     job_id = queue_and_claim(db_sessionmaker, data, name="named")
     assert run_job(job_id, migrated_database_url, worker_id="w1") == "succeeded"
     with session_scope(db_sessionmaker) as session:
@@ -162,8 +198,7 @@ def test_run_job_stops_when_cancel_was_requested(db_sessionmaker, migrated_datab
         assert repository.list_models(session, limit=1, offset=0)[1] == 0
 
 
-def test_run_job_leaves_a_job_of_another_worker_alone(db_sessionmaker, migrated_database_url,
-                                                      data):
+def test_run_job_leaves_a_job_of_another_worker_alone(db_sessionmaker, migrated_database_url, data):
     job_id = queue_and_claim(db_sessionmaker, data)
     assert run_job(job_id, migrated_database_url, worker_id="someone-else") == "lost"
     with session_scope(db_sessionmaker) as session:

@@ -31,6 +31,9 @@ IntArray = NDArray[np.intp]
 
 MAX_TRIALS = 100
 STOP_PROBABILITY = 0.99
+# Trials per round; RANSACRegressor stops after about 20 trials on a part with a clear
+# consensus, so most parts drop out after a round or two.
+_TRIALS_PER_ROUND = 16
 # Elements per (parts x trials x rows) block of residuals: bounds memory to ~32 MiB per block.
 _BLOCK_ELEMENTS = 1 << 22
 _EPSILON = float(np.spacing(1))
@@ -99,7 +102,7 @@ def ransac_lines(
     if not robust.all():
         theta[~robust] = _lstsq_parts(Z, y, parts[~robust], valid[~robust])
     robust_idx = np.flatnonzero(robust)
-    parts_per_block = max(1, _BLOCK_ELEMENTS // (max_trials * max(1, max_size)))
+    parts_per_block = max(1, _BLOCK_ELEMENTS // (_TRIALS_PER_ROUND * max(1, max_size)))
     for start in range(0, robust_idx.size, parts_per_block):
         chosen = robust_idx[start : start + parts_per_block]
         width = int(sizes[chosen].max())
@@ -132,11 +135,13 @@ def _fit_minimal_subsets(Zs: FloatArray, ys: FloatArray, fit_intercept: bool) ->
     n_rows, n_params = Zs.shape[-2:]
     if n_rows != n_params:
         return _lstsq_like_linear_regression(Zs, ys, fit_intercept)
+    try:
+        return np.asarray(np.linalg.solve(Zs, ys[..., None])[..., 0], dtype=np.float64)
+    except np.linalg.LinAlgError:
+        pass
+    # Repeated rows (the sub-sample is drawn with replacement) make exactly singular systems.
     det = np.linalg.det(Zs)
     singular = ~np.isfinite(det) | (det == 0.0)
-    if not singular.any():
-        return np.asarray(np.linalg.solve(Zs, ys[..., None])[..., 0], dtype=np.float64)
-    # Repeated rows (the sub-sample is drawn with replacement) make exactly singular systems.
     safe = np.where(singular[..., None, None], np.eye(n_params), Zs)
     theta = np.asarray(np.linalg.solve(safe, ys[..., None])[..., 0], dtype=np.float64)
     theta[singular] = _lstsq_like_linear_regression(Zs[singular], ys[singular], fit_intercept)
@@ -182,24 +187,47 @@ def _ransac_block(
     median = np.nanmedian(y_masked, axis=1, keepdims=True)
     threshold = np.nanmedian(np.abs(y_masked - median), axis=1)  # (c,)
 
+    # All trials' subsets are drawn up front (cheap, and the random stream does not depend on
+    # when parts stop); the trials run in rounds, and parts whose early-stop bound is reached
+    # drop out between rounds, as RANSACRegressor stops its loop.
     picks = _sample_without_replacement(rng, sizes, max_trials, min_samples)  # (c, T, ms)
-    rows_idx = np.arange(n_parts)[:, None, None]
-    trial_theta = _fit_minimal_subsets(
-        Zp[rows_idx, picks], yp[rows_idx, picks], fit_intercept
-    )  # (c, T, p)
+    best_count = np.zeros(n_parts, dtype=np.intp)
+    best_score = np.full(n_parts, -np.inf)
+    # Where no trial finds an inlier (RANSACRegressor would raise), the whole part is used.
+    best_inliers = valid.copy()
+    active = np.arange(n_parts)
+    first = 0
+    while active.size and first < max_trials:
+        last = min(first + _TRIALS_PER_ROUND, max_trials)
+        Za, ya = Zp[active], yp[active]
+        rows = np.arange(active.size)[:, None, None]
+        round_picks = picks[active, first:last]
+        theta = _fit_minimal_subsets(Za[rows, round_picks], ya[rows, round_picks], fit_intercept)
+        residuals = Za @ theta.transpose(0, 2, 1)  # (a, s, R): one batched product
+        np.subtract(ya[:, :, None], residuals, out=residuals)
+        inliers = np.abs(residuals) <= threshold[active, None, None]
+        inliers &= valid[active, :, None]
+        counts = inliers.sum(axis=1)  # (a, R)
+        scores = _r2_on_inliers(residuals, ya, inliers, counts)
 
-    residuals = Zp @ trial_theta.transpose(0, 2, 1)  # (c, s, T): one batched product
-    np.subtract(yp[:, :, None], residuals, out=residuals)
-    inliers = np.abs(residuals) <= threshold[:, None, None]
-    inliers &= valid[:, :, None]
-    counts = inliers.sum(axis=1)  # (c, T)
-    scores = _r2_on_inliers(residuals, yp, inliers, counts)
-
-    best = _sequential_best(counts, scores, sizes, min_samples, max_trials, stop_probability)
-    best_inliers = inliers[np.arange(n_parts), :, best]  # (c, s)
-    # Where no trial found any inlier (RANSACRegressor would raise), fall back to the part.
-    no_consensus = counts.max(axis=1) == 0
-    best_inliers[no_consensus] = valid[no_consensus]
+        chosen, stopped = _advance(
+            counts,
+            scores,
+            sizes[active],
+            trials_before=first,
+            best_count=best_count[active],
+            best_score=best_score[active],
+            min_samples=min_samples,
+            max_trials=max_trials,
+            stop_probability=stop_probability,
+        )
+        improved = np.flatnonzero(chosen >= 0)
+        trial = chosen[improved]
+        best_count[active[improved]] = counts[improved, trial]
+        best_score[active[improved]] = scores[improved, trial]
+        best_inliers[active[improved]] = inliers[improved, :, trial]
+        active = active[~stopped]
+        first = last
     return _lstsq_parts(Z, y, parts, best_inliers)
 
 
@@ -241,6 +269,71 @@ def _sample_without_replacement(
     return picks
 
 
+def _advance(
+    counts: IntArray,
+    scores: FloatArray,
+    sizes: IntArray,
+    *,
+    trials_before: int,
+    best_count: IntArray,
+    best_score: FloatArray,
+    min_samples: int,
+    max_trials: int,
+    stop_probability: float,
+) -> tuple[IntArray, NDArray[np.bool_]]:
+    """Replay one round of RANSACRegressor's sequential trial loop for every part at once.
+
+    Parameters
+    ----------
+    counts, scores : ndarray of shape (n_parts, n_round)
+        Inlier count and R^2 of this round's trials, in trial order.
+    sizes : ndarray of shape (n_parts,)
+    trials_before : int
+        Trials every part ran in earlier rounds.
+    best_count, best_score : ndarray of shape (n_parts,)
+        The best trial kept so far (count 0 when none was accepted yet).
+
+    Returns
+    -------
+    chosen : ndarray of shape (n_parts,)
+        Index in this round of the trial that is best when the part stops (or at the round's
+        end), or -1 when the best so far is unchanged.
+    stopped : ndarray of shape (n_parts,)
+        Whether the loop ends within this round.
+    """
+    n_parts, n_round = counts.shape
+    # Position 0 stands for the best trial so far; this round's trials follow it.
+    all_counts = np.concatenate([best_count[:, None], counts], axis=1)
+    all_scores = np.concatenate([best_score[:, None], scores], axis=1)
+    position = np.broadcast_to(np.arange(n_round + 1), all_counts.shape)
+    # A trial replaces the best when it has more inliers, or as many and a score at least as
+    # high (so among exact ties the later trial wins): rank trials by (count, score, position).
+    order = np.lexsort((position, all_scores, all_counts), axis=1)
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, position, axis=1)
+    # RANSACRegressor starts from n_inliers_best = 1: a trial with no inlier is never kept.
+    rank = np.where(all_counts >= 1, rank, -1)
+    running = np.maximum.accumulate(rank, axis=1)[:, 1:]
+    running_best = np.take_along_axis(order, np.maximum(running, 0), axis=1)
+    accepted = running >= 0
+    kept_counts = np.where(accepted, np.take_along_axis(all_counts, running_best, axis=1), 1)
+    bound = dynamic_max_trials(
+        kept_counts.astype(np.float64),
+        sizes[:, None].astype(np.float64),
+        min_samples,
+        stop_probability,
+    )
+    # RANSACRegressor only tightens max_trials when it accepts a trial.
+    bound = np.where(accepted, bound, np.inf)
+    trial_number = trials_before + np.arange(1, n_round + 1)
+    done = trial_number[None, :] >= np.minimum(bound, max_trials)
+    stopped: NDArray[np.bool_] = np.asarray(done.any(axis=1))
+    end = np.where(stopped, np.argmax(done, axis=1), n_round - 1)
+    rows = np.arange(n_parts)
+    chosen: IntArray = np.where(accepted[rows, end], running_best[rows, end] - 1, -1)
+    return chosen, stopped
+
+
 def _sequential_best(
     counts: IntArray,
     scores: FloatArray,
@@ -249,30 +342,19 @@ def _sequential_best(
     max_trials: int,
     stop_probability: float,
 ) -> IntArray:
-    """Index of the trial the sequential RANSAC loop would keep, for every part at once."""
-    n_parts, n_trials = counts.shape
-    trial = np.broadcast_to(np.arange(n_trials), counts.shape)
-    # A trial replaces the best when it has more inliers, or as many and a score at least as
-    # high (so among exact ties the later trial wins): rank trials by (count, score, index).
-    order = np.lexsort((trial, scores, counts), axis=1)
-    rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.broadcast_to(np.arange(n_trials), order.shape), axis=1)
-    # RANSACRegressor starts from n_inliers_best = 1: a trial with no inlier is never kept.
-    rank = np.where(counts >= 1, rank, -1)
-    running = np.maximum.accumulate(rank, axis=1)
-    running_best = np.take_along_axis(order, np.maximum(running, 0), axis=1)
-    accepted = running >= 0
-    best_counts = np.where(accepted, np.take_along_axis(counts, running_best, axis=1), 1)
-    bound = dynamic_max_trials(
-        best_counts.astype(np.float64),
-        sizes[:, None].astype(np.float64),
-        min_samples,
-        stop_probability,
+    """Index of the trial the sequential RANSAC loop keeps (-1 if none has an inlier).
+
+    ``counts`` and ``scores`` hold all ``max_trials`` trials of every part.
+    """
+    chosen, _ = _advance(
+        counts,
+        scores,
+        sizes,
+        trials_before=0,
+        best_count=np.zeros(counts.shape[0], dtype=np.intp),
+        best_score=np.full(counts.shape[0], -np.inf),
+        min_samples=min_samples,
+        max_trials=max_trials,
+        stop_probability=stop_probability,
     )
-    # RANSACRegressor only tightens max_trials when it accepts a trial.
-    bound = np.where(accepted, bound, np.inf)
-    done = np.arange(1, n_trials + 1)[None, :] >= np.minimum(bound, max_trials)
-    done[:, -1] = True
-    last = np.argmax(done, axis=1)
-    chosen: IntArray = running_best[np.arange(n_parts), last]
     return chosen

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numbers
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -162,7 +163,7 @@ def _random_partition_lines(ctx: _FitContext) -> FloatArray:
 
 def _restarts(
     ctx: _FitContext,
-    solve: Callable[[FloatArray, Callable[[int, float], None]], SolverResult],
+    solve: Callable[..., SolverResult],
     random_start: Callable[[_FitContext], FloatArray],
 ) -> SolverResult:
     """Run ``n_init`` starts (or the given ``init``) and keep the lowest training min-loss."""
@@ -179,62 +180,33 @@ def _restarts(
                 (start + iteration / max_iter) / n_init, iteration=iteration, loss=min(loss, floor)
             )
 
-        results.append(solve(theta0, on_step))
+        results.append(solve(theta0, callback=on_step))
         if ctx.deadline is not None and time.monotonic() > ctx.deadline:
             break
     return min(results, key=lambda result: result.loss)
 
 
-def _fit_am(ctx: _FitContext) -> SolverResult:
-    p = ctx.params
+def _iterative(
+    solver: Callable[..., SolverResult],
+    random_start: Callable[[_FitContext], FloatArray],
+    *extra_params: str,
+) -> Callable[[_FitContext], SolverResult]:
+    """An iterative algorithm (AM, classical AM, EM) run from ``n_init`` starts."""
 
-    def solve(theta0: FloatArray, callback: Callable[[int, float], None]) -> SolverResult:
-        return gradient_am(
+    def fit(ctx: _FitContext) -> SolverResult:
+        p = ctx.params
+        solve = partial(
+            solver,
             ctx.Z,
             ctx.y,
-            theta0,
-            step_size=p["step_size"],
             max_iter=p["max_iter"],
             tol=p["tol"],
             deadline=ctx.deadline,
-            callback=callback,
+            **{name: p[name] for name in extra_params},
         )
+        return _restarts(ctx, solve, random_start)
 
-    return _restarts(ctx, solve, _random_lines)
-
-
-def _fit_am_classic(ctx: _FitContext) -> SolverResult:
-    p = ctx.params
-
-    def solve(theta0: FloatArray, callback: Callable[[int, float], None]) -> SolverResult:
-        return classic_am(
-            ctx.Z,
-            ctx.y,
-            theta0,
-            max_iter=p["max_iter"],
-            tol=p["tol"],
-            deadline=ctx.deadline,
-            callback=callback,
-        )
-
-    return _restarts(ctx, solve, _random_partition_lines)
-
-
-def _fit_em(ctx: _FitContext) -> SolverResult:
-    p = ctx.params
-
-    def solve(theta0: FloatArray, callback: Callable[[int, float], None]) -> SolverResult:
-        return em(
-            ctx.Z,
-            ctx.y,
-            theta0,
-            max_iter=p["max_iter"],
-            tol=p["tol"],
-            deadline=ctx.deadline,
-            callback=callback,
-        )
-
-    return _restarts(ctx, solve, _random_partition_lines)
+    return fit
 
 
 def _subsample(ctx: _FitContext, size: int) -> NDArray[np.intp]:
@@ -243,19 +215,23 @@ def _subsample(ctx: _FitContext, size: int) -> NDArray[np.intp]:
     return rows
 
 
-def _fit_subsample(
-    ctx: _FitContext, *, phase: float = 1.0, deadline: float | None = None
+def _search(
+    ctx: _FitContext,
+    batches: Iterator[NDArray[np.intp]],
+    *,
+    size: int,
+    total: int,
+    phase: float = 1.0,
+    deadline: float | None = None,
 ) -> SolverResult:
-    p = ctx.params
-    total = p["n_partitions"]
-    subsample = _subsample(ctx, p["subsample_size"])
+    """Algorithms 2 and 3 on a fresh sub-sample of ``size`` rows, reporting progress."""
     return subsample_search(
         ctx.Z,
         ctx.y,
-        random_partition_batches(ctx.rng, total, p["subsample_size"], ctx.n_components),
-        subsample=subsample,
+        batches,
+        subsample=_subsample(ctx, size),
         n_components=ctx.n_components,
-        base=p["base"],
+        base=ctx.params["base"],
         rng=ctx.rng,
         min_samples=ctx.min_samples,
         fit_intercept=ctx.fit_intercept,
@@ -264,23 +240,21 @@ def _fit_subsample(
     )
 
 
+def _fit_subsample(
+    ctx: _FitContext, *, phase: float = 1.0, deadline: float | None = None
+) -> SolverResult:
+    """Algorithm 3: random partitions of the sub-sample."""
+    size, total = ctx.params["subsample_size"], ctx.params["n_partitions"]
+    # The sub-sample is drawn before the partitions (the generator is consumed lazily).
+    batches = random_partition_batches(ctx.rng, total, size, ctx.n_components)
+    return _search(ctx, batches, size=size, total=total, phase=phase, deadline=deadline)
+
+
 def _fit_subsample_exhaustive(ctx: _FitContext) -> SolverResult:
+    """Algorithm 2: every partition of the sub-sample."""
     size = ctx.params["subsample_size"]
-    total = stirling2(size, ctx.n_components)
-    subsample = _subsample(ctx, size)
-    return subsample_search(
-        ctx.Z,
-        ctx.y,
-        exhaustive_partition_batches(size, ctx.n_components),
-        subsample=subsample,
-        n_components=ctx.n_components,
-        base=ctx.params["base"],
-        rng=ctx.rng,
-        min_samples=ctx.min_samples,
-        fit_intercept=ctx.fit_intercept,
-        deadline=ctx.deadline,
-        callback=lambda tried, loss: ctx.report(tried / total, candidates=tried, loss=loss),
-    )
+    batches = exhaustive_partition_batches(size, ctx.n_components)
+    return _search(ctx, batches, size=size, total=stirling2(size, ctx.n_components))
 
 
 def _fit_subsample_am(ctx: _FitContext) -> SolverResult:
@@ -312,12 +286,12 @@ def _fit_subsample_am(ctx: _FitContext) -> SolverResult:
 
 
 _SOLVERS: dict[str, Callable[[_FitContext], SolverResult]] = {
-    "am": _fit_am,
-    "am-classic": _fit_am_classic,
+    "am": _iterative(gradient_am, _random_lines, "step_size"),
+    "am-classic": _iterative(classic_am, _random_partition_lines),
     "subsample": _fit_subsample,
     "subsample-exhaustive": _fit_subsample_exhaustive,
     "subsample+am": _fit_subsample_am,
-    "em": _fit_em,
+    "em": _iterative(em, _random_partition_lines),
 }
 
 

@@ -375,6 +375,47 @@ def requeue_stale_jobs(
     return requeued, failed
 
 
+def release_jobs(session: Session, *, worker_id: str, now: datetime) -> list[str]:
+    """Hand back the running jobs of a worker that is shutting down cleanly.
+
+    They return to the queue at once, and the attempt they were on is not counted: the
+    worker stopped them on purpose. A job whose cancellation was requested is cancelled.
+    Returns the ids of the requeued jobs.
+    """
+    owned = session.execute(
+        select(Job.id, Job.cancel_requested)
+        .where(*_owned_by(worker_id))
+        .order_by(Job.created_at, Job.id)
+        .with_for_update()
+    ).all()
+    requeued: list[str] = []
+    for job_id, cancel_requested in owned:
+        if cancel_requested:
+            _update_job(session, job_id, *_owned_by(worker_id), status="cancelled", finished_at=now)
+        elif _update_job(
+            session,
+            job_id,
+            *_owned_by(worker_id),
+            status="queued",
+            attempts=Job.attempts - 1,
+            worker_id=None,
+            heartbeat_at=None,
+            started_at=None,
+            progress_fraction=0.0,
+            progress_iteration=None,
+            progress_candidates=None,
+            progress_best_loss=None,
+        ):
+            requeued.append(job_id)
+    return requeued
+
+
+def count_jobs_by_status(session: Session) -> dict[str, int]:
+    """How many jobs are in each state (states with no job are left out)."""
+    rows = session.execute(select(Job.status, func.count()).group_by(Job.status)).all()
+    return {status: count for status, count in rows}
+
+
 def jobs_with_cancel_requested(session: Session, *, worker_id: str) -> list[str]:
     """Return the ids of running jobs of ``worker_id`` whose cancellation was requested."""
     return list(

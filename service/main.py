@@ -41,10 +41,8 @@ def operation_id(route: APIRoute) -> str:
 
 def _job_counter(session_factory: sessionmaker[Session]) -> dict[str, int]:
     with session_scope(session_factory) as session:
-        return {
-            status: repository.list_jobs(session, status=status, limit=0, offset=0)[1]
-            for status in JOB_STATUSES
-        }
+        counts = repository.count_jobs_by_status(session)
+    return {status: counts.get(status, 0) for status in JOB_STATUSES}
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from models_store import repository
@@ -98,7 +99,10 @@ class EmbeddedWorker:
         self._wake.set()
 
     def stop(self) -> None:
-        """Stop polling and end the running fits; their jobs are retried after a restart."""
+        """Stop polling, end the running fits and put their jobs back in the queue at once.
+
+        The interrupted attempts are not counted, so a clean restart costs a job nothing.
+        """
         self._stopping.set()
         self._wake.set()
         if self._thread.is_alive():
@@ -106,6 +110,15 @@ class EmbeddedWorker:
         for fit in list(self._running.values()):
             self._end_process(fit)
         self._running.clear()
+        try:
+            with session_scope(self._session_factory) as session:
+                released = repository.release_jobs(session, worker_id=self.worker_id, now=_now())
+        except SQLAlchemyError:
+            # The reaper of the next worker retries them once their heartbeat is stale.
+            logger.exception("could not hand back the running jobs on shutdown")
+            return
+        for job_id in released:
+            logger.info("job %s queued again on shutdown", job_id)
 
     def _loop(self) -> None:
         try:

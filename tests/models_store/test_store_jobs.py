@@ -297,3 +297,68 @@ def test_the_database_refuses_an_unknown_status(db_sessionmaker, make_job):
         job = make_job(session)
         job.status = "lost"
         session.flush()
+
+
+def test_a_worker_shutting_down_releases_its_running_jobs(db_sessionmaker, make_job):
+    with session_scope(db_sessionmaker) as session:
+        mine = make_job(session).id
+        cancelled = make_job(session).id
+        others = make_job(session).id
+        finished = make_job(session).id
+        for worker in ("w1", "w1", "w2", "w1"):
+            repository.claim_next_job(session, worker_id=worker, now=at(0))
+        repository.update_progress(
+            session,
+            job_id=mine,
+            worker_id="w1",
+            fraction=0.5,
+            iteration=3,
+            candidates=None,
+            best_loss=1.5,
+            now=at(1),
+        )
+        repository.request_cancel(session, job_id=cancelled, now=at(1))
+        repository.finish_job(
+            session, job_id=finished, worker_id="w1", status="succeeded", now=at(2)
+        )
+
+    with session_scope(db_sessionmaker) as session:
+        assert repository.release_jobs(session, worker_id="w1", now=at(3)) == [mine]
+
+    with session_scope(db_sessionmaker) as session:
+        job = repository.get_job(session, job_id=mine)
+        assert job is not None
+        assert (job.status, job.attempts, job.worker_id, job.heartbeat_at, job.started_at) == (
+            "queued",
+            0,
+            None,
+            None,
+            None,
+        )
+        assert (job.progress_fraction, job.progress_iteration, job.progress_best_loss) == (
+            0.0,
+            None,
+            None,
+        )
+        gone = repository.get_job(session, job_id=cancelled)
+        assert gone is not None and (gone.status, gone.finished_at) == ("cancelled", at(3))
+        other = repository.get_job(session, job_id=others)
+        assert other is not None and (other.status, other.worker_id) == ("running", "w2")
+        done = repository.get_job(session, job_id=finished)
+        assert done is not None and done.status == "succeeded"
+        # The released job is claimed again as a first attempt.
+        again = repository.claim_next_job(session, worker_id="w3", now=at(4))
+        assert again is not None and (again.id, again.attempts) == (mine, 1)
+
+
+def test_jobs_are_counted_by_status(db_sessionmaker, make_job):
+    with session_scope(db_sessionmaker) as session:
+        assert repository.count_jobs_by_status(session) == {}
+        ids = [make_job(session).id for _ in range(4)]
+        repository.claim_next_job(session, worker_id="w", now=at(0))
+        repository.request_cancel(session, job_id=ids[3], now=at(1))
+        assert repository.count_jobs_by_status(session) == {
+            "running": 1,
+            "queued": 2,
+            "cancelled": 1,
+        }

@@ -119,3 +119,25 @@ def test_stop_ends_running_fits(worker, db_sessionmaker):
     process = worker._running[job_id].process
     worker.stop()
     assert not process.is_alive()
+
+
+def test_stopping_the_worker_puts_its_running_fit_back_in_the_queue(worker, db_sessionmaker):
+    [job_id] = queue_jobs(
+        db_sessionmaker,
+        1,
+        algorithm="subsample",
+        time_budget_s=60,
+        params={"n_partitions": 10**9, "subsample_size": 20},
+    )
+    worker.run_once()
+    process = worker._running[job_id].process
+    run_until(worker, lambda: job_of(db_sessionmaker, job_id).progress_candidates is not None)
+    worker.stop()
+    assert not process.is_alive()
+    job = job_of(db_sessionmaker, job_id)
+    assert (job.status, job.attempts, job.worker_id, job.progress_candidates) == (
+        "queued",
+        0,
+        None,
+        None,
+    )

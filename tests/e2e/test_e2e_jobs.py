@@ -45,6 +45,21 @@ def test_a_job_killed_with_the_server_is_retried_after_restart(make_server: Serv
     assert model["job_id"] == job_id
 
 
+def test_a_clean_shutdown_queues_the_running_job_again_at_no_cost(make_server: ServerFactory):
+    server = make_server(MIXREG_STALE_AFTER_S="600")
+    X, y = mixture_data(n_rows=120)
+    job_id = server.fit(long_fit(X, y, seconds=1.5))
+    server.wait_for_job(job_id, is_fitting)
+
+    server.stop()
+    server.start()
+
+    # Retried at once (not after the 600 s heartbeat timeout), as a first attempt.
+    job = server.wait_for_job(job_id, timeout=30)
+    assert job["status"] == "succeeded", job
+    assert job["attempts"] == 1
+
+
 def test_a_job_out_of_attempts_fails_as_worker_lost(make_server: ServerFactory):
     server = make_server(MIXREG_MAX_ATTEMPTS="1")
     X, y = mixture_data(n_rows=120)

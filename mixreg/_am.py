@@ -36,6 +36,52 @@ def _relative_change(previous: float, current: float) -> float:
     return abs(previous - current) / max(abs(previous), np.finfo(np.float64).tiny)
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """What an iterative algorithm reports about its current lines."""
+
+    loss: float
+    """Min-loss of the current lines."""
+    criterion: float
+    """The quantity whose relative change decides convergence."""
+    settled: bool = False
+    """Whether another update can no longer change anything."""
+
+
+def run_iterations(
+    evaluate: Callable[[], Evaluation],
+    update: Callable[[], None],
+    *,
+    max_iter: int,
+    tol: float,
+    deadline: float | None,
+    callback: StepCallback | None,
+) -> SolverResult:
+    """The loop shared by the iterative algorithms: evaluate, stop or update, repeat.
+
+    Stops when the criterion's relative change is at most ``tol``, when the evaluation says it
+    has settled, after ``max_iter`` updates, or once ``deadline`` has passed. The returned
+    result's ``theta`` is left for the caller to fill in.
+    """
+    result = SolverResult(theta=np.empty((0, 0)))
+    previous = np.nan
+    for iteration in range(max_iter + 1):
+        current = evaluate()
+        result.loss_history.append(current.loss)
+        if iteration > 0:
+            if callback is not None:
+                callback(iteration, current.loss)
+            if current.settled or _relative_change(previous, current.criterion) <= tol:
+                result.converged = True
+                break
+        if iteration == max_iter or (deadline is not None and time.monotonic() > deadline):
+            break
+        previous = current.criterion
+        update()
+        result.n_iter = iteration + 1
+    return result
+
+
 def gradient_am(
     Z: FloatArray,
     y: FloatArray,
@@ -78,27 +124,27 @@ def gradient_am(
     theta = theta.copy()
     n_samples, n_components = Z.shape[0], theta.shape[0]
     rows = np.arange(n_samples)
-    result = SolverResult(theta=theta)
     scale = 2.0 * step_size / n_samples
     weights = np.empty((n_components, n_samples))
-    for iteration in range(max_iter + 1):
+    labels, best = rows, np.empty(0)
+
+    def evaluate() -> Evaluation:
+        nonlocal labels, best
         residuals, labels = assign(Z, y, theta)
         best = residuals[labels, rows]
         loss = float(best @ best) / n_samples
-        result.loss_history.append(loss)
-        if iteration > 0:
-            if callback is not None:
-                callback(iteration, loss)
-            if _relative_change(result.loss_history[-2], loss) <= tol:
-                result.converged = True
-                break
-        if iteration == max_iter or (deadline is not None and time.monotonic() > deadline):
-            break
+        return Evaluation(loss=loss, criterion=loss)
+
+    def update() -> None:
         # grad F_i(theta_j) = -2 z_i r_ij, summed over the rows S_j that line j wins.
         weights.fill(0.0)
         weights[labels, rows] = best
-        theta += scale * (weights @ Z)
-        result.n_iter = iteration + 1
+        theta[...] += scale * (weights @ Z)
+
+    result = run_iterations(
+        evaluate, update, max_iter=max_iter, tol=tol, deadline=deadline, callback=callback
+    )
+    result.theta = theta
     return result
 
 
@@ -120,26 +166,27 @@ def classic_am(
     Parameters and return value as :func:`gradient_am` (without ``step_size``).
     """
     theta = theta.copy()
-    n_samples, n_components = Z.shape[0], theta.shape[0]
-    rows = np.arange(n_samples)
-    result = SolverResult(theta=theta)
-    previous_labels: NDArray[np.intp] | None = None
-    for iteration in range(max_iter + 1):
+    n_components = theta.shape[0]
+    labels: NDArray[np.intp] | None = None
+    fitted_on: NDArray[np.intp] | None = None
+
+    def evaluate() -> Evaluation:
+        nonlocal labels
         residuals, labels = assign(Z, y, theta)
-        best = residuals[labels, rows]
-        loss = float(best @ best) / n_samples
-        result.loss_history.append(loss)
-        if iteration > 0:
-            if callback is not None:
-                callback(iteration, loss)
-            unchanged = previous_labels is not None and np.array_equal(labels, previous_labels)
-            if unchanged or _relative_change(result.loss_history[-2], loss) <= tol:
-                result.converged = True
-                break
-        if iteration == max_iter or (deadline is not None and time.monotonic() > deadline):
-            break
+        best = residuals[labels, np.arange(Z.shape[0])]
+        loss = float(best @ best) / Z.shape[0]
+        settled = fitted_on is not None and np.array_equal(labels, fitted_on)
+        return Evaluation(loss=loss, criterion=loss, settled=settled)
+
+    def update() -> None:
+        nonlocal fitted_on
+        assert labels is not None  # evaluate ran first
         fitted, counts = lstsq_by_label(Z, y, labels, n_components)
         theta[counts > 0] = fitted[counts > 0]
-        previous_labels = labels
-        result.n_iter = iteration + 1
+        fitted_on = labels
+
+    result = run_iterations(
+        evaluate, update, max_iter=max_iter, tol=tol, deadline=deadline, callback=callback
+    )
+    result.theta = theta
     return result

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ._am import SolverResult, StepCallback, _relative_change
+from ._am import Evaluation, SolverResult, StepCallback, run_iterations
 from ._loss import assign
 from ._lstsq import lstsq_weighted
 
@@ -117,25 +116,29 @@ def em(
     """
     variance_floor = _VARIANCE_FLOOR * max(float(np.var(y)), 0.0) + 1e-300
     weights, variances = initial_parameters(Z, y, theta, variance_floor)
-    theta = theta.copy()
     log_likelihoods: list[float] = []
-    result = EMResult(theta=theta, log_likelihood_history=log_likelihoods)
-    for iteration in range(max_iter + 1):
+    responsibilities = np.empty(0)
+
+    def evaluate() -> Evaluation:
+        nonlocal responsibilities
         responsibilities, log_likelihood, residuals = e_step(Z, y, theta, weights, variances)
         log_likelihoods.append(log_likelihood)
         loss = float(np.mean(np.min(residuals * residuals, axis=0)))
-        result.loss_history.append(loss)
-        if iteration > 0:
-            if callback is not None:
-                callback(iteration, loss)
-            if _relative_change(log_likelihoods[-2], log_likelihoods[-1]) <= tol:
-                result.converged = True
-                break
-        if iteration == max_iter or (deadline is not None and time.monotonic() > deadline):
-            break
+        return Evaluation(loss=loss, criterion=log_likelihood)
+
+    def update() -> None:
+        nonlocal theta, weights, variances
         theta, weights, variances = m_step(Z, y, responsibilities, theta, variance_floor)
-        result.n_iter = iteration + 1
-    result.theta = theta
-    result.weights = weights
-    result.variances = variances
-    return result
+
+    trace = run_iterations(
+        evaluate, update, max_iter=max_iter, tol=tol, deadline=deadline, callback=callback
+    )
+    return EMResult(
+        theta=theta,
+        loss_history=trace.loss_history,
+        n_iter=trace.n_iter,
+        converged=trace.converged,
+        weights=weights,
+        variances=variances,
+        log_likelihood_history=log_likelihoods,
+    )

@@ -61,6 +61,22 @@ def as_generator(random_state: Any) -> np.random.Generator:
     )
 
 
+# Squared errors of larger targets overflow a float64.
+MAX_ABS_Y = 1e150
+
+
+def _max_row_norm(X: FloatArray, block_rows: int = 1 << 16) -> float:
+    """Largest Euclidean norm of a row, without overflow for huge entries or a copy of X."""
+    largest = max(abs(float(X.max())), abs(float(X.min())))
+    if largest == 0.0 or not np.isfinite(largest):
+        return largest
+    squared = 0.0
+    for start in range(0, X.shape[0], block_rows):
+        block = X[start : start + block_rows] / largest
+        squared = max(squared, float(np.max(np.einsum("ij,ij->i", block, block))))
+    return largest * float(np.sqrt(squared))
+
+
 @dataclass(frozen=True)
 class _Scaling:
     """The paper's scaling: max row norm of X and max |y| both 1, so step sizes keep meaning."""
@@ -71,9 +87,13 @@ class _Scaling:
 
     @classmethod
     def of(cls, X: FloatArray, y: FloatArray, fit_intercept: bool) -> _Scaling:
-        x_scale = float(np.sqrt(np.max(np.einsum("ij,ij->i", X, X))))
         y_scale = float(np.max(np.abs(y)))
-        return cls(x_scale or 1.0, y_scale or 1.0, fit_intercept)
+        if y_scale > MAX_ABS_Y:
+            raise ValueError(
+                f"|y| reaches {y_scale:.3g}: squared errors of such values overflow a float64; "
+                f"scale y down (|y| <= {MAX_ABS_Y:.0e})"
+            )
+        return cls(_max_row_norm(X) or 1.0, y_scale or 1.0, fit_intercept)
 
     def design(self, X: FloatArray) -> FloatArray:
         """Scaled design matrix, with a column of ones when an intercept is fitted."""

@@ -7,6 +7,7 @@ values and constraint errors surface at once, but never commit: the caller's uni
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -27,9 +28,17 @@ from models_store.codecs import (
 )
 from models_store.tables import TERMINAL_JOB_STATUSES, Dataset, Job, Model
 
+_ID_PATTERN = re.compile(r"[0-9a-f]{32}")
+
 
 def _new_id() -> str:
     return uuid.uuid4().hex
+
+
+def _is_id(value: str) -> bool:
+    """True if ``value`` has the form of a generated id; others name nothing and are never
+    sent to the database (PostgreSQL refuses NUL characters in text, for one)."""
+    return _ID_PATTERN.fullmatch(value) is not None
 
 
 def _utcnow() -> datetime:
@@ -115,7 +124,7 @@ def create_dataset(
 
 def get_dataset(session: Session, *, dataset_id: str) -> Dataset | None:
     """Return the dataset with this id, or None."""
-    return session.get(Dataset, dataset_id)
+    return session.get(Dataset, dataset_id) if _is_id(dataset_id) else None
 
 
 def load_dataset_arrays(
@@ -186,7 +195,7 @@ def create_job(
 
 def get_job(session: Session, *, job_id: str) -> Job | None:
     """Return the job with this id, or None."""
-    return session.get(Job, job_id)
+    return session.get(Job, job_id) if _is_id(job_id) else None
 
 
 def get_job_by_idempotency_key(session: Session, *, key: str) -> Job | None:
@@ -508,7 +517,7 @@ def create_model(
 
 def get_model(session: Session, *, model_id: str) -> Model | None:
     """Return the model with this id, or None."""
-    return session.get(Model, model_id)
+    return session.get(Model, model_id) if _is_id(model_id) else None
 
 
 def list_models(session: Session, *, limit: int, offset: int) -> tuple[list[Model], int]:
@@ -523,6 +532,8 @@ def list_models(session: Session, *, limit: int, offset: int) -> tuple[list[Mode
 
 def delete_model(session: Session, *, model_id: str) -> bool:
     """Delete a model; False if there was none. Jobs keep their (now dangling) model id."""
+    if not _is_id(model_id):
+        return False
     deleted = _execute_counting(session, delete(Model).where(Model.id == model_id)) == 1
     cached = session.identity_map.get(Session.identity_key(Model, model_id))
     if cached is not None:

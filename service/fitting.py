@@ -90,7 +90,10 @@ def submit_fit(
     parsed: ingest.ParsedDataset | None = None
     if request.data is not None:
         data = request.data
-        parsed = ingest.parse_arrays(data.X, data.y, data.feature_names)
+        try:
+            parsed = ingest.parse_arrays(data.X, data.y, data.feature_names)
+        except ingest.IngestError as exc:
+            raise InvalidInputError(str(exc)) from None
         n_rows, n_features = parsed.X.shape
     else:
         assert request.dataset_id is not None  # the schema requires one of the two

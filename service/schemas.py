@@ -36,6 +36,23 @@ def _check_matrix(rows: list[list[float]]) -> list[list[float]]:
     return rows
 
 
+def _check_lines(rows: list[list[float]]) -> list[list[float]]:
+    try:
+        ingest.matrix_from_rows(rows, name="params.init")
+    except ingest.IngestError as exc:
+        raise _invalid(str(exc)) from None
+    return rows
+
+
+def _check_text(value: str) -> str:
+    try:
+        ingest.check_text(value)
+    except ingest.IngestError as exc:
+        # Not an "invalid_input" error: the problem detail prefixes the field's location.
+        raise PydanticCustomError("invalid_text", str(exc)) from None
+    return value
+
+
 def _check_vector(values: list[float]) -> list[float]:
     try:
         ingest.vector_from_values(values)
@@ -56,6 +73,10 @@ Vector = Annotated[
     list[AnyFloat], AfterValidator(_check_vector), Field(description="one target value per row")
 ]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+# Names and ids are stored as text: no NUL characters or unpaired surrogates.
+Text = Annotated[str, AfterValidator(_check_text)]
+# JSON integers only: `true` or `2.0` is not a count.
+Count = Annotated[int, Field(strict=True)]
 
 
 class _Strict(BaseModel):
@@ -67,7 +88,7 @@ class DataIn(_Strict):
 
     X: Matrix
     y: Vector
-    feature_names: list[str] | None = Field(
+    feature_names: list[Text] | None = Field(
         default=None, description="one name per column of X; default x0, x1, ..."
     )
 
@@ -85,7 +106,7 @@ class DataIn(_Strict):
 class DatasetIn(DataIn):
     """A dataset uploaded as JSON."""
 
-    name: str | None = None
+    name: Text | None = None
 
 
 class DatasetOut(BaseModel):
@@ -105,7 +126,7 @@ class DatasetOut(BaseModel):
 
 Lines = Annotated[
     list[list[AnyFloat]],
-    AfterValidator(_check_matrix),
+    AfterValidator(_check_lines),
     Field(
         description="starting lines, one row per component: d coefficients, then the intercept "
         "when fit_intercept is true"
@@ -114,13 +135,19 @@ Lines = Annotated[
 StepSize = Annotated[
     float, Field(gt=0, allow_inf_nan=False, description="gradient step size (the paper's gamma)")
 ]
-MaxIter = Annotated[int, Field(ge=1, description="maximum number of iterations")]
+MaxIter = Annotated[Count, Field(ge=1, description="maximum number of iterations")]
 Tol = Annotated[
     float, Field(ge=0, allow_inf_nan=False, description="stop when the loss improves less")
 ]
-NInit = Annotated[int, Field(ge=1, description="random restarts; the best fit is kept")]
-SubsampleSize = Annotated[int, Field(ge=1, description="size of the sub-sample A")]
-NPartitions = Annotated[int, Field(ge=1, description="random partitions of A to try")]
+NInit = Annotated[Count, Field(ge=1, description="random restarts; the best fit is kept")]
+# Every batch of candidate partitions holds one label per sub-sample row: the cap bounds the
+# memory of a fit, which is only allocated in the worker.
+MAX_SUBSAMPLE_SIZE = 100_000
+SubsampleSize = Annotated[
+    Count,
+    Field(ge=1, le=MAX_SUBSAMPLE_SIZE, description="size of the sub-sample A"),
+]
+NPartitions = Annotated[Count, Field(ge=1, description="random partitions of A to try")]
 Base = Annotated[
     Literal["ls", "ransac"], Field(description="line fit per part: least squares or RANSAC")
 ]
@@ -226,9 +253,9 @@ PARAMS_MODELS: dict[str, type[AlgorithmParams]] = {
 
 
 class _FitBase(_Strict):
-    dataset_id: str | None = Field(default=None, description="a stored dataset to fit")
+    dataset_id: Text | None = Field(default=None, description="a stored dataset to fit")
     data: DataIn | None = Field(default=None, description="inline data, stored as a dataset")
-    n_components: int = Field(
+    n_components: Count = Field(
         ge=1,
         validation_alias=AliasChoices("n_components", "k"),
         description="k, the number of lines (the alias `k` is accepted)",
@@ -237,13 +264,13 @@ class _FitBase(_Strict):
     holdout_fraction: FiniteFloat = Field(
         default=0.2, ge=0, le=0.9, description="share of rows held out to score the model"
     )
-    seed: int = Field(
+    seed: Count = Field(
         default=0, ge=0, le=2**63 - 1, description="seeds the holdout split and the algorithm"
     )
     time_budget_s: FiniteFloat | None = Field(
         default=None, gt=0, description="stop the search after this many seconds"
     )
-    name: str | None = None
+    name: Text | None = None
 
     @model_validator(mode="after")
     def _one_data_source(self) -> _FitBase:
@@ -447,7 +474,7 @@ class ModelPredictRequest(_PredictBody):
 class PredictRequest(_PredictBody):
     """Rows to predict with the model ``model_id``."""
 
-    model_id: str
+    model_id: Text
 
 
 class PredictResponse(BaseModel):
@@ -462,6 +489,10 @@ class PredictResponse(BaseModel):
 # --- shared ---
 
 Item = TypeVar("Item", bound=BaseModel)
+
+
+# The databases store a page's offset as a signed 64-bit integer.
+MAX_OFFSET = 2**63 - 1
 
 
 class Page(BaseModel, Generic[Item]):

@@ -143,33 +143,64 @@ def fit_mixture(
 ) -> FittedMixture:
     """Split off the holdout, fit the mixture and the baseline on the training rows, score both.
 
-    Raises ``ValueError`` with a user-facing message when ``mixreg`` rejects the arguments.
+    Raises ``ValueError`` with a user-facing message when ``mixreg`` rejects the arguments or
+    the data are too extreme for float64 arithmetic.
     """
     train, holdout = holdout_split(X.shape[0], spec.holdout_fraction, spec.seed)
     X_train, y_train, X_holdout, y_holdout = X[train], y[train], X[holdout], y[holdout]
     estimator = spec.estimator()
-    started = time.perf_counter()
-    estimator.fit(X_train, y_train, progress=progress)
-    fit_seconds = time.perf_counter() - started
-    coef = np.asarray(estimator.coef_, dtype=np.float64)
-    intercept = np.asarray(estimator.intercept_, dtype=np.float64)
-    return FittedMixture(
-        coef=coef,
-        intercept=intercept,
-        shares=np.asarray(estimator.shares_, dtype=np.float64),
-        train_min_loss=_line_min_loss(X_train, y_train, coef, intercept),
-        holdout_min_loss=(
-            _line_min_loss(X_holdout, y_holdout, coef, intercept) if len(holdout) else None
-        ),
-        baseline=least_squares_baseline(
-            X_train, y_train, X_holdout, y_holdout, fit_intercept=spec.fit_intercept
-        ),
-        n_train=len(train),
-        n_holdout=len(holdout),
-        loss_history=[float(value) for value in np.asarray(estimator.loss_history_).ravel()],
-        n_iter=int(estimator.n_iter_),
-        fit_seconds=fit_seconds,
-    )
+    # Overflow is reported below as a precise error instead of as RuntimeWarnings.
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        started = time.perf_counter()
+        try:
+            estimator.fit(X_train, y_train, progress=progress)
+        except OverflowError:
+            raise ValueError(f"the fit overflows a float64; {RESCALE_HINT}") from None
+        fit_seconds = time.perf_counter() - started
+        coef = np.asarray(estimator.coef_, dtype=np.float64)
+        intercept = np.asarray(estimator.intercept_, dtype=np.float64)
+        fitted = FittedMixture(
+            coef=coef,
+            intercept=intercept,
+            shares=np.asarray(estimator.shares_, dtype=np.float64),
+            train_min_loss=_line_min_loss(X_train, y_train, coef, intercept),
+            holdout_min_loss=(
+                _line_min_loss(X_holdout, y_holdout, coef, intercept) if len(holdout) else None
+            ),
+            baseline=least_squares_baseline(
+                X_train, y_train, X_holdout, y_holdout, fit_intercept=spec.fit_intercept
+            ),
+            n_train=len(train),
+            n_holdout=len(holdout),
+            loss_history=[float(value) for value in np.asarray(estimator.loss_history_).ravel()],
+            n_iter=int(estimator.n_iter_),
+            fit_seconds=fit_seconds,
+        )
+    check_finite_result(fitted)
+    return fitted
+
+
+RESCALE_HINT = "scale X and y to moderate magnitudes (say between 1e-100 and 1e100)"
+
+
+def check_finite_result(fitted: FittedMixture) -> None:
+    """Raise ``ValueError`` naming the first result that is NaN or infinite (JSON has neither)."""
+    baseline = fitted.baseline
+    results: list[tuple[str, Any]] = [
+        ("coefficients", fitted.coef),
+        ("intercepts", fitted.intercept),
+        ("shares", fitted.shares),
+        ("training min-loss", fitted.train_min_loss),
+        ("holdout min-loss", fitted.holdout_min_loss),
+        ("loss history", fitted.loss_history),
+        ("baseline coefficients", baseline["coef"]),
+        ("baseline intercept", baseline["intercept"]),
+        ("baseline training min-loss", baseline["train_min_loss"]),
+        ("baseline holdout min-loss", baseline["holdout_min_loss"]),
+    ]
+    for what, values in results:
+        if values is not None and not np.all(np.isfinite(np.asarray(values, dtype=np.float64))):
+            raise ValueError(f"the fit produced non-finite numbers ({what}); {RESCALE_HINT}")
 
 
 class FitCancelledError(Exception):

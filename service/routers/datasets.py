@@ -10,7 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from models_store import repository
 from service.datasets import read_upload, store_dataset
 from service.deps import SessionDep, SessionFactoryDep, ValidDataset
-from service.schemas import DatasetIn, DatasetOut, Page
+from service.schemas import MAX_OFFSET, DatasetIn, DatasetOut, Page
 from service.views import dataset_out
 
 router = APIRouter(prefix="/datasets", tags=["datasets"])
@@ -75,7 +75,7 @@ async def create(
 def list_(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> Page[DatasetOut]:
     """Stored datasets, newest first."""
     datasets, total = repository.list_datasets(session, limit=limit, offset=offset)

@@ -9,7 +9,7 @@ from fastapi import APIRouter, BackgroundTasks, Query
 from models_store import repository
 from service.deps import SessionDep, ValidJob, WorkerDep
 from service.errors import ConflictError
-from service.schemas import JobOut, JobStatus, Page
+from service.schemas import MAX_OFFSET, JobOut, JobStatus, Page
 from service.views import job_out
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -22,7 +22,7 @@ def list_(
     session: SessionDep,
     status: Annotated[JobStatus | None, Query(description="only jobs in this state")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> Page[JobOut]:
     """Jobs, newest first."""
     jobs, total = repository.list_jobs(session, status=status, limit=limit, offset=offset)

@@ -9,7 +9,14 @@ from fastapi import APIRouter, Path, Query, Response
 from models_store import repository
 from service import prediction
 from service.deps import ModelCacheDep, SessionDep, SessionFactoryDep, ValidModel
-from service.schemas import ModelOut, ModelPredictRequest, ModelSummary, Page, PredictResponse
+from service.schemas import (
+    MAX_OFFSET,
+    ModelOut,
+    ModelPredictRequest,
+    ModelSummary,
+    Page,
+    PredictResponse,
+)
 from service.views import model_out, model_summary
 
 router = APIRouter(prefix="/models", tags=["models"])
@@ -21,7 +28,7 @@ ModelId = Annotated[str, Path(description="id of a fitted model")]
 def list_(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> Page[ModelSummary]:
     """Fitted models, newest first."""
     models, total = repository.list_models(session, limit=limit, offset=offset)

@@ -365,3 +365,23 @@ def test_best_component_is_the_closest_line(data, fitted):
     best = fitted.best_component(X, y)
     np.testing.assert_array_equal(best, np.argmin(np.abs(fitted.predict(X) - y[:, None]), axis=1))
     np.testing.assert_allclose(np.bincount(best, minlength=2) / len(y), fitted.shares_)
+
+
+@pytest.mark.parametrize("x_scale", [1e-200, 1e200])
+def test_extreme_feature_scales_give_the_same_lines(x_scale):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 2))
+    on_first = rng.integers(0, 2, size=200).astype(bool)
+    y = np.where(on_first, X @ [1.0, 2.0] + 1.0, X @ [-2.0, 1.0] - 1.0)
+    plain = MixtureOfLinearRegressions(2, algorithm="am-classic", random_state=0).fit(X, y)
+    scaled = MixtureOfLinearRegressions(2, algorithm="am-classic", random_state=0)
+    scaled.fit(X * x_scale, y)
+    np.testing.assert_allclose(scaled.coef_ * x_scale, plain.coef_, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(scaled.intercept_, plain.intercept_, rtol=1e-9, atol=1e-9)
+
+
+def test_targets_whose_squares_overflow_are_refused():
+    X = np.arange(20.0).reshape(10, 2)
+    y = np.full(10, 1e200)
+    with pytest.raises(ValueError, match=r"\|y\| reaches 1e\+200: squared errors .* scale y down"):
+        MixtureOfLinearRegressions(2).fit(X, y)

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import io
 import json
+import zipfile
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from models_store import repository
+from models_store.session import session_scope
 from service.config import Settings
 from service.main import create_app
 
@@ -312,3 +316,259 @@ def test_bad_query_parameters(client):
         422,
         "limit: Input should be greater than or equal to 1",
     )
+
+
+NO_ROWS = {"datasets": 0, "jobs": 0, "models": 0}
+
+
+@pytest.mark.parametrize("path", ["/jobs", "/models", "/datasets"])
+def test_an_offset_beyond_64_bits_is_422_and_the_largest_is_an_empty_page(client, path):
+    assert_problem(
+        client.get(path, params={"offset": 2**63}),
+        422,
+        "offset: Input should be less than or equal to 9223372036854775807",
+    )
+    response = client.get(path, params={"offset": 2**63 - 1})
+    assert response.status_code == 200, response.text
+    assert response.json()["items"] == []
+
+
+@pytest.mark.parametrize(
+    ("content", "detail"),
+    [
+        (
+            b"a,y\n1," + b"1" * 200_000 + b"\n",
+            "CSV line 2 cannot be read: field larger than field limit (131072)",
+        ),
+        (b"a,y\n1,2\r5\n", "CSV line 3 has 1 field, expected 2"),
+        (
+            b"a\x00,y\n1,2\n",
+            "CSV header column 1 contains a NUL character (\\u0000), which cannot be stored",
+        ),
+    ],
+    ids=["field-over-the-csv-limit", "carriage-return-inside-a-row", "nul-in-a-column-name"],
+)
+def test_unreadable_csv_is_422_and_writes_nothing(client, count_rows, content, detail):
+    response = client.post(
+        "/datasets", params={"target": "y"}, content=content, headers={"content-type": "text/csv"}
+    )
+    assert_problem(response, 422, detail)
+    response = client.post(
+        "/datasets", files={"file": ("d.csv", content, "text/csv")}, data={"target": "y"}
+    )
+    assert_problem(response, 422, detail)
+    assert count_rows() == NO_ROWS
+
+
+def test_csv_with_carriage_return_line_ends_is_read(client):
+    response = client.post(
+        "/datasets",
+        params={"target": "y"},
+        content=b'a,y\r1,2\r"3",4\r',
+        headers={"content-type": "text/csv"},
+    )
+    assert response.status_code == 201, response.text
+    assert (response.json()["n_rows"], response.json()["feature_names"]) == (2, ["a"])
+
+
+def npz_upload(client, content: bytes):
+    return client.post("/datasets", files={"file": ("d.npz", content, "application/octet-stream")})
+
+
+def npz_header(shape: tuple[int, ...]) -> bytes:
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f8", "fortran_order": False, "shape": shape}
+    )
+    return header.getvalue()
+
+
+def zip_of(**members: bytes) -> bytes:
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as zipped:
+        for name, content in members.items():
+            zipped.writestr(name, content)
+    return archive.getvalue()
+
+
+def good_npz(*, compressed: bool = False) -> bytearray:
+    archive = io.BytesIO()
+    save = np.savez_compressed if compressed else np.savez
+    save(archive, X=np.arange(6.0).reshape(3, 2), y=np.arange(3.0))
+    return bytearray(archive.getvalue())
+
+
+def corrupted(content: bytearray, offset: int) -> bytes:
+    content[offset] ^= 0xFF
+    return bytes(content)
+
+
+@pytest.mark.parametrize(
+    ("content", "detail"),
+    [
+        (b"hello", "file is not a readable NPZ archive: it is not a zip file"),
+        (
+            zip_of(**{"X.npy": b"garbage", "y.npy": b"garbage"}),
+            "NPZ member 'X.npy' is not a .npy array",
+        ),
+        (
+            zip_of(**{"X.npy": npz_header((10**6, 10**6)), "y.npy": npz_header((10**6,))}),
+            "NPZ array 'X' declares shape (1000000, 1000000) of float64 (8,000,000,000,000 "
+            "bytes); an array may hold at most 1,073,741,824 bytes",
+        ),
+        (
+            zip_of(**{"X.npy": npz_header((1000, 2)) + b"\0" * 64, "y.npy": b""}),
+            "NPZ array 'X' declares shape (1000, 2) of float64 (16,000 bytes) but holds only "
+            "64 bytes",
+        ),
+        # Byte 55 starts the first member's data (after its 55-byte local header).
+        (corrupted(good_npz(), 100), "NPZ array 'X' cannot be read: Bad CRC-32 for file 'X.npy'"),
+        (
+            corrupted(good_npz(compressed=True), 55),
+            "NPZ array 'X' cannot be read: Error -3 while decompressing data: "
+            "invalid code lengths set",
+        ),
+    ],
+    ids=[
+        "not-a-zip",
+        "members-that-are-not-npy",
+        "header-declaring-terabytes",
+        "header-declaring-more-than-the-member-holds",
+        "bad-crc",
+        "corrupt-deflate-stream",
+    ],
+)
+def test_broken_npz_archives_are_422_and_write_nothing(client, count_rows, content, detail):
+    assert_problem(npz_upload(client, content), 422, detail)
+    assert count_rows() == NO_ROWS
+
+
+@pytest.mark.parametrize(
+    ("raw", "detail"),
+    [
+        (
+            b'{"X": [[1.0]], "y": [1.0], "name": "a\\u0000b"}',
+            "name: contains a NUL character (\\u0000), which cannot be stored",
+        ),
+    ],
+    ids=["nul-in-name"],
+)
+def test_text_that_cannot_be_stored_is_422(client, count_rows, raw, detail):
+    response = client.post("/datasets", content=raw, headers={"content-type": "application/json"})
+    assert_problem(response, 422, detail)
+    assert count_rows() == NO_ROWS
+
+
+BAD_FITS_FOUND_BY_FUZZING = [
+    pytest.param(
+        fit_body(params={"init": [[float("nan"), 1.0, 1.0], [1.0, 1.0, 1.0]]}),
+        "params.init[0][0] is NaN; all values must be finite numbers",
+        id="nan-in-init",
+    ),
+    pytest.param(
+        fit_body(params={"init": []}),
+        "params.init is empty; at least one row is required",
+        id="empty-init",
+    ),
+    pytest.param(
+        fit_body(algorithm="subsample", params={"subsample_size": 10**9}),
+        "params.subsample_size: Input should be less than or equal to 100000",
+        id="subsample-size-huge",
+    ),
+    pytest.param(fit_body(k=True), "k: Input should be a valid integer", id="k-true"),
+    pytest.param(
+        fit_body(params={"max_iter": 10.0}),
+        "params.max_iter: Input should be a valid integer",
+        id="max-iter-float",
+    ),
+    pytest.param(
+        fit_body(data={"X": GOOD_X, "y": [1.0, 2.0, 1e200, 3.0, 4.0]}),
+        "y[2] = 1e+200 is too large: squared errors overflow a float64 beyond |y| = 1e+150; "
+        "scale y down",
+        id="y-squared-overflows",
+    ),
+    pytest.param(
+        fit_body(data={"X": [*GOOD_X[:4], [1e154, 1e154]], "y": GOOD_Y}),
+        "X row 4 is too large: the sum of its squared values overflows a float64; scale X down",
+        id="row-norm-overflows",
+    ),
+    pytest.param(
+        fit_body(data={"X": [[1.0], [2.0]], "y": [1.0, 2.0], "feature_names": ["\ud800"]}),
+        "data.feature_names[0]: contains the unpaired surrogate \\ud800, which is not a character",
+        id="lone-surrogate-in-a-feature-name",
+    ),
+    pytest.param(
+        fit_body(name="job\u0000"),
+        "name: contains a NUL character (\\u0000), which cannot be stored",
+        id="nul-in-name",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "detail"), BAD_FITS_FOUND_BY_FUZZING)
+def test_fits_checkable_at_submit_are_422_and_write_nothing(client, count_rows, body, detail):
+    assert_problem(post_json(client, "/fit", body), 422, detail)
+    assert count_rows() == NO_ROWS
+
+
+def test_huge_n_partitions_is_accepted_without_allocating(client):
+    body = fit_body(algorithm="subsample", params={"n_partitions": 10**12})
+    response = post_json(client, "/fit", body)
+    assert response.status_code == 202, response.text
+    job = client.get(response.json()["url"]).json()
+    assert job["params"]["n_partitions"] == 10**12
+
+
+def test_a_stored_dataset_too_large_to_square_fails_its_job_with_a_clear_error(
+    client, app_sessionmaker, run_queued_jobs
+):
+    # Stored directly: uploads of such data are refused, but older datasets may hold it.
+    X = np.arange(20.0).reshape(10, 2)
+    with session_scope(app_sessionmaker) as session:
+        dataset_id = repository.create_dataset(
+            session,
+            X=X,
+            y=np.full(10, 1e200),
+            feature_names=["a", "b"],
+            target_name=None,
+            name=None,
+        ).id
+    response = client.post("/fit", json={"dataset_id": dataset_id, "k": 2, "algorithm": "am"})
+    assert response.status_code == 202, response.text
+    assert run_queued_jobs() == ["failed"]
+    job = client.get(response.json()["url"]).json()
+    assert job["error"] == (
+        "|y| reaches 1e+200: squared errors of such values overflow a float64; "
+        "scale y down (|y| <= 1e+150)"
+    )
+
+
+def test_subnormal_data_fails_its_job_with_a_clear_error(client, count_rows, run_queued_jobs):
+    X = (np.arange(40.0).reshape(20, 2) % 7 + 1) * 1e-310
+    y = np.arange(20.0) % 3
+    response = client.post(
+        "/fit",
+        json={"data": {"X": X.tolist(), "y": y.tolist()}, "k": 2, "algorithm": "am"},
+    )
+    assert response.status_code == 202, response.text
+    assert run_queued_jobs() == ["failed"]
+    job = client.get(response.json()["url"]).json()
+    assert job["error"].startswith("the fit produced non-finite numbers (")
+    assert job["error"].endswith(
+        "); scale X and y to moderate magnitudes (say between 1e-100 and 1e100)"
+    )
+    assert count_rows()["models"] == 0
+
+
+@pytest.mark.parametrize("bad_id", ["zz", "%00", "A" * 32, "0" * 31 + "g"])
+def test_ids_that_are_not_hex_are_404(client, bad_id):
+    shown = "\x00" if bad_id == "%00" else bad_id
+    assert_problem(client.get(f"/jobs/{bad_id}"), 404, f"job {shown} does not exist")
+    assert_problem(client.delete(f"/models/{bad_id}"), 404, f"model {shown} does not exist")
+    response = client.post("/predict", json={"model_id": shown, "X": [[1.0]]})
+    if shown == "\x00":
+        assert_problem(
+            response, 422, "model_id: contains a NUL character (\\u0000), which cannot be stored"
+        )
+    else:
+        assert_problem(response, 404, f"model {shown} does not exist")

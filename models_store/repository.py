@@ -331,6 +331,19 @@ def finish_job(
     return _update_job(session, job_id, *_owned_by(worker_id), **values)
 
 
+# A job handed back to the queue: no owner, no run in progress.
+_BACK_IN_QUEUE: dict[str, Any] = {
+    "status": "queued",
+    "worker_id": None,
+    "heartbeat_at": None,
+    "started_at": None,
+    "progress_fraction": 0.0,
+    "progress_iteration": None,
+    "progress_candidates": None,
+    "progress_best_loss": None,
+}
+
+
 def requeue_stale_jobs(
     session: Session, *, stale_before: datetime, now: datetime
 ) -> tuple[list[str], list[str]]:
@@ -359,14 +372,7 @@ def requeue_stale_jobs(
                 session,
                 job_id,
                 *still_stale,
-                status="queued",
-                worker_id=None,
-                heartbeat_at=None,
-                started_at=None,
-                progress_fraction=0.0,
-                progress_iteration=None,
-                progress_candidates=None,
-                progress_best_loss=None,
+                **_BACK_IN_QUEUE,
             ):
                 requeued.append(job_id)
         elif _update_job(
@@ -405,15 +411,8 @@ def release_jobs(session: Session, *, worker_id: str, now: datetime) -> list[str
             session,
             job_id,
             *_owned_by(worker_id),
-            status="queued",
             attempts=Job.attempts - 1,
-            worker_id=None,
-            heartbeat_at=None,
-            started_at=None,
-            progress_fraction=0.0,
-            progress_iteration=None,
-            progress_candidates=None,
-            progress_best_loss=None,
+            **_BACK_IN_QUEUE,
         ):
             requeued.append(job_id)
     return requeued

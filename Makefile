@@ -28,6 +28,12 @@ test: install ## run the whole test suite
 .PHONY: bench
 bench: install ## run the benchmarks and write bench/RESULTS.md
 	$(BIN)/python -m bench.algorithms
+	$(MAKE) --no-print-directory bench-peers
+
+.PHONY: bench-peers
+bench-peers: install ## mixreg beside R's flexmix and mixtools (installs R if missing)
+	sh bench/peers_r/install_r.sh
+	$(BIN)/python -m bench.peers
 
 .PHONY: lint
 lint: install ## ruff check and format check

@@ -3,11 +3,22 @@
 Implements the algorithms of Ghosh, Mazumdar, Pal and Sen, "On Learning Mixture of Linear
 Regressions in the Non-Realizable Setting": gradient alternating minimization (Algorithm 1),
 the sub-sample algorithms (Algorithms 2 and 3, with least-squares or RANSAC fits) and their
-combination, plus classical AM and EM for a Gaussian mixture of regressions.
+combination, plus classical AM and EM for a Gaussian mixture of regressions, and the default
+``"auto"``, which polishes candidates from all of them by classical AM and keeps the best;
+``select_n_components`` chooses k by BIC.
 """
 
 from ._estimator import MAX_ABS_Y, MAX_EXHAUSTIVE_PARTITIONS, MixtureOfLinearRegressions
 from ._loss import min_loss, predict_lines
+from ._selection import (
+    ComponentsFit,
+    MixtureScore,
+    NComponentsSelection,
+    check_n_components_list,
+    mixture_score,
+    preferred_n_components,
+    select_n_components,
+)
 from ._validation import ALGORITHM_PARAMETERS, ALGORITHMS
 
 __all__ = [
@@ -15,7 +26,14 @@ __all__ = [
     "ALGORITHM_PARAMETERS",
     "MAX_ABS_Y",
     "MAX_EXHAUSTIVE_PARTITIONS",
+    "ComponentsFit",
     "MixtureOfLinearRegressions",
+    "MixtureScore",
+    "NComponentsSelection",
+    "check_n_components_list",
     "min_loss",
+    "mixture_score",
     "predict_lines",
+    "preferred_n_components",
+    "select_n_components",
 ]

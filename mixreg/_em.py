@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ._am import Evaluation, SolverResult, StepCallback, run_iterations
+from ._am import SolverResult, StepCallback
 from ._loss import assign
 from ._lstsq import lstsq_weighted
 
@@ -32,24 +33,36 @@ class EMResult(SolverResult):
 
 def e_step(
     Z: FloatArray, y: FloatArray, theta: FloatArray, weights: FloatArray, variances: FloatArray
-) -> tuple[FloatArray, float, FloatArray]:
-    """Responsibilities of every line for every row.
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Responsibilities of every line for every row, for many starts at once.
+
+    Parameters
+    ----------
+    theta : ndarray of shape (n_starts, n_components, n_params)
+    weights, variances : ndarray of shape (n_starts, n_components)
 
     Returns
     -------
-    responsibilities : ndarray of shape (n_components, n_samples)
-    log_likelihood : float
+    responsibilities : ndarray of shape (n_starts, n_components, n_samples)
+    log_likelihood : ndarray of shape (n_starts,)
         Mean log-likelihood per row.
-    residuals : ndarray of shape (n_components, n_samples)
+    residuals : ndarray of shape (n_starts, n_components, n_samples)
     """
-    residuals = y - theta @ Z.T
+    n_starts, n_components, n_params = theta.shape
+    residuals = (theta.reshape(-1, n_params) @ Z.T).reshape(n_starts, n_components, -1)
+    np.subtract(y, residuals, out=residuals)
     log_prob = (np.log(weights) - 0.5 * np.log(2.0 * np.pi * variances))[
-        :, None
-    ] - residuals * residuals / (2.0 * variances)[:, None]
-    top = log_prob.max(axis=0)
-    log_norm = top + np.log(np.exp(log_prob - top).sum(axis=0))
-    responsibilities = np.exp(log_prob - log_norm)
-    return responsibilities, float(log_norm.mean()), residuals
+        :, :, None
+    ] - residuals * residuals / (2.0 * variances)[:, :, None]
+    top = log_prob[:, 0].copy()
+    for component in range(1, n_components):
+        np.maximum(top, log_prob[:, component], out=top)
+    log_prob -= top[:, None, :]
+    np.exp(log_prob, out=log_prob)
+    total = log_prob.sum(axis=1)
+    log_prob /= total[:, None, :]
+    log_norm = top + np.log(total)
+    return log_prob, log_norm.mean(axis=1), residuals
 
 
 def m_step(
@@ -59,28 +72,36 @@ def m_step(
     previous_theta: FloatArray,
     variance_floor: float,
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Weighted least squares per line, then the weights and noise variances.
+    """Weighted least squares per line, then the weights and noise variances (many starts).
 
     A line with (numerically) no responsibility mass keeps its previous value rather than
     collapsing to the zero line.
     """
-    mass = responsibilities.sum(axis=1)
-    theta = np.where(
-        (mass > _EMPTY_MASS)[:, None], lstsq_weighted(Z, y, responsibilities), previous_theta
+    n_starts, n_components, n_samples = responsibilities.shape
+    n_params = Z.shape[1]
+    mass = responsibilities.sum(axis=2)
+    fitted = lstsq_weighted(Z, y, responsibilities.reshape(-1, n_samples)).reshape(
+        n_starts, n_components, n_params
     )
-    residuals = y - theta @ Z.T
-    variances = np.einsum("kn,kn->k", responsibilities, residuals * residuals) / np.maximum(
+    theta = np.where((mass > _EMPTY_MASS)[:, :, None], fitted, previous_theta)
+    residuals = (theta.reshape(-1, n_params) @ Z.T).reshape(n_starts, n_components, -1)
+    np.subtract(y, residuals, out=residuals)
+    np.square(residuals, out=residuals)
+    variances = np.einsum("skn,skn->sk", responsibilities, residuals) / np.maximum(
         mass, np.finfo(np.float64).tiny
     )
     variances = np.maximum(variances, variance_floor)
-    weights = np.maximum(mass / Z.shape[0], _WEIGHT_FLOOR)
-    return theta, weights / weights.sum(), variances
+    weights = np.maximum(mass / n_samples, _WEIGHT_FLOOR)
+    return theta, weights / weights.sum(axis=1, keepdims=True), variances
 
 
 def initial_parameters(
     Z: FloatArray, y: FloatArray, theta: FloatArray, variance_floor: float
 ) -> tuple[FloatArray, FloatArray]:
-    """Weights and variances that go with given lines: from the hard partition they induce."""
+    """Weights and variances that go with given lines: from the hard partition they induce.
+
+    ``theta`` has shape (n_components, n_params); the results have shape (n_components,).
+    """
     residuals, labels = assign(Z, y, theta)
     n_components = theta.shape[0]
     best = residuals[labels, np.arange(Z.shape[0])]
@@ -91,6 +112,92 @@ def initial_parameters(
     variances = np.maximum(variances, variance_floor)
     weights = np.maximum(counts / counts.sum(), _WEIGHT_FLOOR)
     return weights / weights.sum(), variances
+
+
+@dataclass
+class EMBatchResult:
+    """EM's lines, weights and variances for many starts, each run to its own stop."""
+
+    thetas: FloatArray
+    weights: FloatArray
+    variances: FloatArray
+    loss_histories: list[list[float]]
+    log_likelihood_histories: list[list[float]]
+    n_iter: NDArray[np.intp]
+    converged: NDArray[np.bool_]
+
+
+def em_batch(
+    Z: FloatArray,
+    y: FloatArray,
+    thetas: FloatArray,
+    *,
+    max_iter: int,
+    tol: float,
+    deadline: float | None = None,
+    callback: StepCallback | None = None,
+) -> EMBatchResult:
+    """EM from many starts at once; each stops when its log-likelihood settles.
+
+    Every iteration of all the starts still running is one E-step and one M-step over
+    stacked arrays; a start leaves the batch when the relative change of its mean
+    log-likelihood is at most ``tol``.
+
+    Parameters
+    ----------
+    thetas : ndarray of shape (n_starts, n_components, n_params)
+    callback : callable, optional
+        Called after every iteration with (iteration, smallest min-loss of the running starts).
+    """
+    thetas = np.array(thetas, dtype=np.float64)
+    n_starts, n_components, _ = thetas.shape
+    variance_floor = _VARIANCE_FLOOR * max(float(np.var(y)), 0.0) + 1e-300
+    weights = np.empty((n_starts, n_components))
+    variances = np.empty((n_starts, n_components))
+    for start in range(n_starts):
+        weights[start], variances[start] = initial_parameters(Z, y, thetas[start], variance_floor)
+    losses: list[list[float]] = [[] for _ in range(n_starts)]
+    likelihoods: list[list[float]] = [[] for _ in range(n_starts)]
+    n_iter = np.zeros(n_starts, dtype=np.intp)
+    converged = np.zeros(n_starts, dtype=bool)
+    active = np.arange(n_starts)
+    for iteration in range(max_iter + 1):
+        responsibilities, log_likelihood, residuals = e_step(
+            Z, y, thetas[active], weights[active], variances[active]
+        )
+        np.square(residuals, out=residuals)
+        loss = residuals.min(axis=1).mean(axis=1)
+        settled = np.zeros(active.size, dtype=bool)
+        for position, start in enumerate(active.tolist()):
+            if iteration > 0:
+                previous = likelihoods[start][-1]
+                change = abs(previous - log_likelihood[position]) / max(
+                    abs(previous), np.finfo(np.float64).tiny
+                )
+                settled[position] = change <= tol
+            likelihoods[start].append(float(log_likelihood[position]))
+            losses[start].append(float(loss[position]))
+        if iteration > 0 and callback is not None:
+            callback(iteration, float(loss.min()))
+        converged[active[settled]] = True
+        keep = ~settled
+        active, responsibilities = active[keep], responsibilities[keep]
+        out_of_time = deadline is not None and time.monotonic() > deadline
+        if active.size == 0 or iteration == max_iter or out_of_time:
+            break
+        thetas[active], weights[active], variances[active] = m_step(
+            Z, y, responsibilities, thetas[active], variance_floor
+        )
+        n_iter[active] += 1
+    return EMBatchResult(
+        thetas=thetas,
+        weights=weights,
+        variances=variances,
+        loss_histories=losses,
+        log_likelihood_histories=likelihoods,
+        n_iter=n_iter,
+        converged=converged,
+    )
 
 
 def em(
@@ -114,31 +221,15 @@ def em(
     EMResult
         ``loss_history`` holds the min-loss of the lines after each iteration.
     """
-    variance_floor = _VARIANCE_FLOOR * max(float(np.var(y)), 0.0) + 1e-300
-    weights, variances = initial_parameters(Z, y, theta, variance_floor)
-    log_likelihoods: list[float] = []
-    responsibilities = np.empty(0)
-
-    def evaluate() -> Evaluation:
-        nonlocal responsibilities
-        responsibilities, log_likelihood, residuals = e_step(Z, y, theta, weights, variances)
-        log_likelihoods.append(log_likelihood)
-        loss = float(np.mean(np.min(residuals * residuals, axis=0)))
-        return Evaluation(loss=loss, criterion=log_likelihood)
-
-    def update() -> None:
-        nonlocal theta, weights, variances
-        theta, weights, variances = m_step(Z, y, responsibilities, theta, variance_floor)
-
-    trace = run_iterations(
-        evaluate, update, max_iter=max_iter, tol=tol, deadline=deadline, callback=callback
+    batch = em_batch(
+        Z, y, theta[None], max_iter=max_iter, tol=tol, deadline=deadline, callback=callback
     )
     return EMResult(
-        theta=theta,
-        loss_history=trace.loss_history,
-        n_iter=trace.n_iter,
-        converged=trace.converged,
-        weights=weights,
-        variances=variances,
-        log_likelihood_history=log_likelihoods,
+        theta=batch.thetas[0],
+        loss_history=batch.loss_histories[0],
+        n_iter=int(batch.n_iter[0]),
+        converged=bool(batch.converged[0]),
+        weights=batch.weights[0],
+        variances=batch.variances[0],
+        log_likelihood_history=batch.log_likelihood_histories[0],
     )

@@ -4,27 +4,22 @@ from __future__ import annotations
 
 import numbers
 import time
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from sklearn.base import BaseEstimator
-from sklearn.exceptions import NotFittedError
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
-from ._am import SolverResult, classic_am, gradient_am
-from ._em import EMResult, em
+from ._am import SolverResult
+from ._auto import AutoResult, default_n_init, fit_auto
+from ._em import EMResult
 from ._loss import assign, predict_lines, row_min_losses, single_threaded_blas
-from ._lstsq import lstsq_by_label
-from ._subsample import (
-    exhaustive_partition_batches,
-    largest_enumerable_size,
-    random_partition_batches,
-    stirling2,
-    subsample_search,
-)
+from ._solvers import SOLVERS, FitContext
+from ._subsample import largest_enumerable_size, stirling2
 from ._validation import (
     PARAMETER_NAMES,
     check_algorithm,
@@ -38,8 +33,8 @@ ProgressCallback = Callable[[float, dict[str, Any]], None]
 
 # Algorithm 2 refuses to enumerate more partitions than this.
 MAX_EXHAUSTIVE_PARTITIONS = 100_000
-# Share of the progress fraction given to the sub-sample phase of "subsample+am".
-_SUBSAMPLE_PHASE = 0.8
+
+_SOLVERS: dict[str, Callable[[FitContext], SolverResult]] = {**SOLVERS, "auto": fit_auto}
 
 
 def as_generator(random_state: Any) -> np.random.Generator:
@@ -99,7 +94,8 @@ class _Scaling:
         """Scaled design matrix, with a column of ones when an intercept is fitted."""
         n_samples, n_features = X.shape
         Z = np.empty((n_samples, n_features + self.fit_intercept))
-        np.multiply(X, 1.0 / self.x_scale, out=Z[:, :n_features])
+        # Divide rather than multiply by the reciprocal, which overflows for subnormal scales.
+        np.divide(X, self.x_scale, out=Z[:, :n_features])
         if self.fit_intercept:
             Z[:, n_features] = 1.0
         return Z
@@ -121,198 +117,39 @@ class _Scaling:
         return coef, intercept
 
 
-@dataclass
-class _FitContext:
-    """What every solver of a fit needs: scaled data, parameters, randomness, clock, progress."""
-
-    Z: FloatArray
-    y: FloatArray
-    n_components: int
-    n_features: int
-    params: dict[str, Any]
-    rng: np.random.Generator
-    deadline: float | None
-    started: float
-    loss_scale: float
-    progress: ProgressCallback | None
-
-    def report(
-        self,
-        fraction: float,
-        *,
-        iteration: int | None = None,
-        candidates: int | None = None,
-        loss: float | None = None,
-    ) -> None:
-        if self.progress is None:
-            return
-        budget = self.params.get("time_budget")
-        if budget is not None:
-            fraction = max(fraction, (time.monotonic() - self.started) / budget)
-        self.progress(
-            min(max(fraction, 0.0), 1.0),
-            {
-                "iteration": iteration,
-                "candidates_tried": candidates,
-                "best_loss": None if loss is None else loss * self.loss_scale,
-            },
-        )
-
-    @property
-    def fit_intercept(self) -> bool:
-        return bool(self.Z.shape[1] > self.n_features)
-
-    @property
-    def min_samples(self) -> int:
-        # RANSACRegressor's default: one more row than there are features.
-        return self.n_features + 1
-
-
-def _random_lines(ctx: _FitContext) -> FloatArray:
-    """Gaussian lines in the scaled space (the paper's random initialization of Algorithm 1)."""
-    lines: FloatArray = ctx.rng.standard_normal((ctx.n_components, ctx.Z.shape[1]))
-    return lines
-
-
-def _random_partition_lines(ctx: _FitContext) -> FloatArray:
-    """Least-squares lines of a random partition of the rows (flexmix's default start)."""
-    labels = np.asarray(ctx.rng.integers(0, ctx.n_components, size=ctx.Z.shape[0]), dtype=np.intp)
-    theta, _ = lstsq_by_label(ctx.Z, ctx.y, labels, ctx.n_components)
-    return theta
-
-
-def _restarts(
-    ctx: _FitContext,
-    solve: Callable[..., SolverResult],
-    random_start: Callable[[_FitContext], FloatArray],
-) -> SolverResult:
-    """Run ``n_init`` starts (or the given ``init``) and keep the lowest training min-loss."""
-    n_init, max_iter = ctx.params["n_init"], ctx.params["max_iter"]
-    results: list[SolverResult] = []
-    for start in range(n_init):
-        theta0 = ctx.params["init"] if ctx.params["init"] is not None else random_start(ctx)
-        best_so_far = min((result.loss for result in results), default=np.inf)
-
-        def on_step(
-            iteration: int, loss: float, start: int = start, floor: float = best_so_far
-        ) -> None:
-            ctx.report(
-                (start + iteration / max_iter) / n_init, iteration=iteration, loss=min(loss, floor)
-            )
-
-        results.append(solve(theta0, callback=on_step))
-        if ctx.deadline is not None and time.monotonic() > ctx.deadline:
-            break
-    return min(results, key=lambda result: result.loss)
-
-
-def _iterative(
-    solver: Callable[..., SolverResult],
-    random_start: Callable[[_FitContext], FloatArray],
-    *extra_params: str,
-) -> Callable[[_FitContext], SolverResult]:
-    """An iterative algorithm (AM, classical AM, EM) run from ``n_init`` starts."""
-
-    def fit(ctx: _FitContext) -> SolverResult:
-        p = ctx.params
-        solve = partial(
-            solver,
-            ctx.Z,
-            ctx.y,
-            max_iter=p["max_iter"],
-            tol=p["tol"],
-            deadline=ctx.deadline,
-            **{name: p[name] for name in extra_params},
-        )
-        return _restarts(ctx, solve, random_start)
-
-    return fit
-
-
-def _subsample(ctx: _FitContext, size: int) -> NDArray[np.intp]:
-    """The sub-sample A: ``size`` rows drawn uniformly with replacement."""
-    rows: NDArray[np.intp] = ctx.rng.integers(0, ctx.Z.shape[0], size=size)
-    return rows
-
-
-def _search(
-    ctx: _FitContext,
-    batches: Iterator[NDArray[np.intp]],
-    *,
-    size: int,
-    total: int,
-    phase: float = 1.0,
-    deadline: float | None = None,
-) -> SolverResult:
-    """Algorithms 2 and 3 on a fresh sub-sample of ``size`` rows, reporting progress."""
-    return subsample_search(
-        ctx.Z,
-        ctx.y,
-        batches,
-        subsample=_subsample(ctx, size),
-        n_components=ctx.n_components,
-        base=ctx.params["base"],
-        rng=ctx.rng,
-        min_samples=ctx.min_samples,
-        fit_intercept=ctx.fit_intercept,
-        deadline=deadline if deadline is not None else ctx.deadline,
-        callback=lambda tried, loss: ctx.report(phase * tried / total, candidates=tried, loss=loss),
+def _warn_if_unconverged(
+    algorithm: str, result: SolverResult, params: dict[str, Any], deadline: float | None
+) -> None:
+    """Warn, saying what to change, when ``max_iter`` (not the time budget) stopped the fit."""
+    max_iter = params.get("max_iter")
+    if result.converged or max_iter is None or result.n_iter < max_iter:
+        return
+    if params["tol"] == 0:
+        # tol=0 asks for exactly max_iter iterations (the paper's fixed T).
+        return
+    if deadline is not None and time.monotonic() > deadline:
+        return
+    history, quantity = result.loss_history, "min-loss"
+    if isinstance(result, EMResult) and result.log_likelihood_history:
+        history, quantity = result.log_likelihood_history, "log-likelihood"
+    change = abs(history[-2] - history[-1]) / max(abs(history[-2]), np.finfo(float).tiny)
+    what = {
+        "auto": "the polish of the best candidate by classical AM",
+        "em": "EM",
+        "am-classic": "classical AM",
+    }.get(algorithm, "gradient AM")
+    advice = f"raise max_iter (now {max_iter})"
+    if algorithm in ("am", "subsample+am") and params.get("step_size") != "auto":
+        advice += ", or use step_size='auto'"
+    elif algorithm == "em":
+        advice += f" or tol (now {params['tol']:g})"
+    warnings.warn(
+        f"{what} stopped at max_iter={max_iter} before converging: the {quantity} still changed "
+        f"by {change:.2g} (relative) in the last iteration, above tol={params['tol']:g}; "
+        f"{advice}",
+        ConvergenceWarning,
+        stacklevel=3,
     )
-
-
-def _fit_subsample(
-    ctx: _FitContext, *, phase: float = 1.0, deadline: float | None = None
-) -> SolverResult:
-    """Algorithm 3: random partitions of the sub-sample."""
-    size, total = ctx.params["subsample_size"], ctx.params["n_partitions"]
-    # The sub-sample is drawn before the partitions (the generator is consumed lazily).
-    batches = random_partition_batches(ctx.rng, total, size, ctx.n_components)
-    return _search(ctx, batches, size=size, total=total, phase=phase, deadline=deadline)
-
-
-def _fit_subsample_exhaustive(ctx: _FitContext) -> SolverResult:
-    """Algorithm 2: every partition of the sub-sample."""
-    size = ctx.params["subsample_size"]
-    batches = exhaustive_partition_batches(size, ctx.n_components)
-    return _search(ctx, batches, size=size, total=stirling2(size, ctx.n_components))
-
-
-def _fit_subsample_am(ctx: _FitContext) -> SolverResult:
-    """The paper's A3: Algorithm 3, then Algorithm 1 started from its lines."""
-    p = ctx.params
-    search_deadline = None
-    if ctx.deadline is not None:
-        # The budget covers the whole fit: most of it for the anytime search, the rest for AM.
-        search_deadline = ctx.started + _SUBSAMPLE_PHASE * (ctx.deadline - ctx.started)
-    initial = _fit_subsample(ctx, phase=_SUBSAMPLE_PHASE, deadline=search_deadline)
-    refined = gradient_am(
-        ctx.Z,
-        ctx.y,
-        initial.theta,
-        step_size=p["step_size"],
-        max_iter=p["max_iter"],
-        tol=p["tol"],
-        deadline=ctx.deadline,
-        callback=lambda iteration, loss: ctx.report(
-            _SUBSAMPLE_PHASE + (1 - _SUBSAMPLE_PHASE) * iteration / p["max_iter"],
-            iteration=iteration,
-            candidates=initial.n_candidates,
-            loss=loss,
-        ),
-    )
-    refined.loss_history = initial.loss_history + refined.loss_history[1:]
-    refined.n_candidates = initial.n_candidates
-    return refined
-
-
-_SOLVERS: dict[str, Callable[[_FitContext], SolverResult]] = {
-    "am": _iterative(gradient_am, _random_lines, "step_size"),
-    "am-classic": _iterative(classic_am, _random_partition_lines),
-    "subsample": _fit_subsample,
-    "subsample-exhaustive": _fit_subsample_exhaustive,
-    "subsample+am": _fit_subsample_am,
-    "em": _iterative(em, _random_partition_lines),
-}
 
 
 class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
@@ -330,29 +167,48 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
     ----------
     n_components : int, default=2
         The number of lines k.
-    algorithm : {"subsample+am", "am", "am-classic", "subsample", "subsample-exhaustive", "em"}
+    algorithm : {"auto", "subsample+am", "am", "am-classic", "subsample", \
+"subsample-exhaustive", "em"}, default="auto"
+        - ``"auto"`` (default): the best of many. Candidate line sets come from ``n_init``
+          random starts (least-squares lines of random partitions and of random small sets of
+          rows), the paper's A3, EM restarts and Algorithm 3 with RANSAC; each candidate is
+          polished by classical AM to a fixed point (which never increases its min-loss); then
+          rounds of copies of the best with one line replaced by a fresh one are polished too,
+          while they improve it; the lowest training min-loss wins. On more than 20,000 rows
+          the candidates are found and polished on a sample of 20,000 rows, and the best three
+          polished again on all rows. ``candidates_`` records them all. With one line, least
+          squares on all rows is the exact answer and the only candidate.
         - ``"am"``: Algorithm 1, gradient AM from Gaussian random lines (or ``init``).
         - ``"am-classic"``: AM with an exact least-squares refit per part, started from the lines
-          of a random partition of the rows.
+          of a random partition of the rows (``n_init`` starts run as one batch).
         - ``"subsample"``: Algorithm 3, ``n_partitions`` random partitions of a sub-sample of
           ``subsample_size`` rows, a least-squares or RANSAC line per part, the best candidate on
           all rows, refitted on the rows each line wins.
         - ``"subsample-exhaustive"``: Algorithm 2, every partition of the sub-sample.
-        - ``"subsample+am"`` (default): the paper's A3, Algorithm 3 then Algorithm 1 from its lines.
+        - ``"subsample+am"``: the paper's A3, Algorithm 3 then Algorithm 1 from its lines.
         - ``"em"``: EM for a Gaussian mixture of regressions (per-line weight and noise variance),
           started like flexmix from a random partition of the rows.
     fit_intercept : bool, default=True
     random_state : None, int, numpy.random.Generator or RandomState
         The single source of randomness of a fit.
-    step_size : float, default=0.1
-        The paper's gamma (``am``, ``subsample+am``).
+    step_size : float or "auto", default="auto"
+        The paper's gamma (``am``, ``subsample+am``). ``"auto"`` moves each line within the
+        span of its gradient in whitened coordinates (the features' inverse Gram matrix times
+        the gradient) and its previous step, to the point that minimizes its objective on its
+        current rows, so the min-loss never increases and Algorithm 1 converges in about the
+        paper's T = 50 steps whatever the units of the features; a number keeps the paper's
+        exact update
+        ``theta_j -= (gamma / n) sum_{i in S_j} grad F_i(theta_j)``.
     max_iter : int, default=100 (200 for ``em``)
-        The paper's T (``am``, ``am-classic``, ``subsample+am``, ``em``).
+        The paper's T (``am``, ``am-classic``, ``subsample+am``, ``em``); for ``auto``, the
+        classical AM iterations of each candidate's polish.
     tol : float, default=1e-6
         Stop when the relative change of the min-loss (of the log-likelihood for ``em``)
         between iterations is at most ``tol``.
-    n_init : int, default=1
+    n_init : int, default=1 (size-aware for ``auto``)
         Random starts (``am``, ``am-classic``, ``em``); the lowest training min-loss is kept.
+        For ``auto``, the number of random starts, from 100 on small data down to 4 on large
+        data (``n_init // 4`` EM restarts, at most 10, run beside them).
     init : array-like of shape (n_components, n_features + fit_intercept), optional
         Starting lines: coefficients then intercept, in the caller's units
         (``am``, ``am-classic``, ``em``).
@@ -366,7 +222,9 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         ``sklearn.linear_model.RANSACRegressor``'s default semantics.
     time_budget : float, optional
         Seconds. The sub-sample search is anytime and returns the best candidate found so far;
-        iterative algorithms return their current lines. At least one batch or step runs.
+        iterative algorithms return their current lines; ``auto`` skips the sources it has
+        no time left for and stops polishing where it is. At least one batch, step or source
+        runs. A fit with a time budget depends on the machine's speed, not only on the seed.
 
     Attributes
     ----------
@@ -390,6 +248,18 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
     weights_, noise_variance_ : ndarray of shape (n_components,)
         Only for ``em``: the mixture weights and per-line noise variances (caller's units).
     n_features_in_ : int
+    candidates_ : list of dict
+        Only for ``auto``: every candidate tried, in order, with its ``source``, its training
+        min-loss before and after polishing (``min_loss_before``, ``min_loss_after``, caller's
+        units, on the ``n_rows`` it was polished on), ``seconds``, ``n_iter`` and
+        ``converged``.
+
+    Warns
+    -----
+    ConvergenceWarning
+        When an iterative algorithm (or the polish of ``auto``'s chosen candidate) stops at
+        ``max_iter`` before converging, with what to change; not when ``tol=0``, which asks
+        for exactly ``max_iter`` iterations, nor when the time budget stopped it.
 
     Notes
     -----
@@ -401,10 +271,10 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
     def __init__(
         self,
         n_components: int = 2,
-        algorithm: str = "subsample+am",
+        algorithm: str = "auto",
         fit_intercept: bool = True,
         random_state: Any = None,
-        step_size: float | None = None,
+        step_size: float | str | None = None,
         max_iter: int | None = None,
         tol: float | None = None,
         n_init: int | None = None,
@@ -454,6 +324,10 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             n_samples=n_samples,
             n_params=n_features + bool(self.fit_intercept),
         )
+        if algorithm == "auto" and params["n_init"] is None:
+            params["n_init"] = default_n_init(
+                n_samples, n_features + bool(self.fit_intercept), int(self.n_components)
+            )
         if algorithm == "subsample-exhaustive":
             k = int(self.n_components)
             if params["subsample_size"] is None:
@@ -496,7 +370,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         if params.get("init") is not None:
             params["init"] = scaling.to_scaled(params["init"])
         budget = params.get("time_budget")
-        ctx = _FitContext(
+        ctx = FitContext(
             Z=scaling.design(X_arr),
             y=y_arr / scaling.y_scale,
             n_components=int(self.n_components),
@@ -530,6 +404,11 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             assert result.weights is not None and result.variances is not None
             self.weights_ = result.weights[order]
             self.noise_variance_ = result.variances[order] * ctx.loss_scale
+        if isinstance(result, AutoResult):
+            self.candidates_ = [
+                candidate.to_dict(ctx.loss_scale) for candidate in result.candidates
+            ]
+        _warn_if_unconverged(self.algorithm, result, params, ctx.deadline)
         ctx.report(
             1.0,
             iteration=result.n_iter,

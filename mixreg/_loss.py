@@ -111,15 +111,29 @@ def assign(Z: FloatArray, y: FloatArray, thetas: FloatArray) -> tuple[FloatArray
     """
     residuals = thetas @ Z.T
     np.subtract(y, residuals, out=residuals)
+    return residuals, labels_of(residuals)
+
+
+def labels_of(residuals: FloatArray) -> NDArray[np.intp]:
+    """Index of each row's smallest absolute residual, ties to the lowest index.
+
+    Parameters
+    ----------
+    residuals : ndarray of shape (n_components, n_samples)
+
+    Returns
+    -------
+    labels : ndarray of shape (n_samples,)
+    """
     magnitude = np.abs(residuals)
-    labels = np.zeros(Z.shape[0], dtype=np.intp)
+    labels = np.zeros(residuals.shape[1], dtype=np.intp)
     smallest = magnitude[0]
     # A loop over the k lines beats argmin along the short axis by about 2x.
-    for component in range(1, thetas.shape[0]):
+    for component in range(1, residuals.shape[0]):
         closer = magnitude[component] < smallest
         labels[closer] = component
         np.minimum(smallest, magnitude[component], out=smallest)
-    return residuals, labels
+    return labels
 
 
 def score_candidates(Z: FloatArray, y: FloatArray, candidates: FloatArray) -> FloatArray:

@@ -10,13 +10,29 @@ from numpy.typing import ArrayLike, NDArray
 
 FloatArray = NDArray[np.float64]
 
-ALGORITHMS = ("am", "am-classic", "subsample", "subsample-exhaustive", "subsample+am", "em")
+ALGORITHMS = (
+    "auto",
+    "am",
+    "am-classic",
+    "subsample",
+    "subsample-exhaustive",
+    "subsample+am",
+    "em",
+)
 
 # Each algorithm's parameters and their defaults (the paper's where it gives one).
 # A parameter that is not listed for the chosen algorithm is an error.
 ALGORITHM_PARAMETERS: dict[str, dict[str, Any]] = {
+    "auto": {
+        "n_init": None,
+        "max_iter": 100,
+        "tol": 1e-6,
+        "subsample_size": 150,
+        "n_partitions": 1000,
+        "time_budget": None,
+    },
     "am": {
-        "step_size": 0.1,
+        "step_size": "auto",
         "max_iter": 100,
         "tol": 1e-6,
         "n_init": 1,
@@ -35,7 +51,7 @@ ALGORITHM_PARAMETERS: dict[str, dict[str, Any]] = {
         "subsample_size": 150,
         "n_partitions": 1000,
         "base": "ls",
-        "step_size": 0.1,
+        "step_size": "auto",
         "max_iter": 100,
         "tol": 1e-6,
         "time_budget": None,
@@ -116,13 +132,14 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
-def _check_positive(name: str, value: Any, *, allow_zero: bool = False) -> float:
+def _check_positive(name: str, value: Any, *, allow_zero: bool = False, also: str = "") -> float:
     if (
         isinstance(value, bool)
         or not isinstance(value, numbers.Real)
         or not np.isfinite(float(value))
     ):
-        raise ValueError(f"{name} must be a finite number; got {value!r}")
+        alternative = f" {also}" if also else ""
+        raise ValueError(f"{name} must be a finite number{alternative}; got {value!r}")
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name} must be {bound}; got {value}")
@@ -174,13 +191,13 @@ def resolve_parameters(
         name: given[name] if given.get(name) is not None else default
         for name, default in defaults.items()
     }
-    if "step_size" in params:
-        params["step_size"] = _check_positive("step_size", params["step_size"])
+    if "step_size" in params and params["step_size"] != "auto":
+        params["step_size"] = _check_positive("step_size", params["step_size"], also='or "auto"')
     if "max_iter" in params:
         params["max_iter"] = _check_int("max_iter", params["max_iter"], 1)
     if "tol" in params:
         params["tol"] = _check_positive("tol", params["tol"], allow_zero=True)
-    if "n_init" in params:
+    if params.get("n_init") is not None:
         params["n_init"] = _check_int("n_init", params["n_init"], 1)
     if "n_partitions" in params:
         params["n_partitions"] = _check_int("n_partitions", params["n_partitions"], 1)
@@ -201,7 +218,7 @@ def resolve_parameters(
                 f"got shape {init.shape}"
             )
         _check_finite(init, "init")
-        if params["n_init"] != 1:
+        if params["n_init"] not in (1, None):
             raise ValueError("init fixes the starting lines: n_init must be 1 when init is given")
         params["init"] = init
     return params

@@ -164,8 +164,13 @@ def create_job(
     name: str | None = None,
     idempotency_key: str | None = None,
     request_hash: str | None = None,
+    k_values: Sequence[int] | None = None,
 ) -> Job:
-    """Queue a fit of ``dataset_id``; ``params`` are the validated algorithm parameters."""
+    """Queue a fit of ``dataset_id``; ``params`` are the validated algorithm parameters.
+
+    ``k_values`` makes the job a k sweep (one model per k); ``n_components`` is then the
+    largest of them.
+    """
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
     job = Job(
@@ -175,6 +180,7 @@ def create_job(
         name=name,
         algorithm=algorithm,
         n_components=n_components,
+        k_values=None if k_values is None else [int(k) for k in k_values],
         params=to_json_value(dict(params)),
         fit_intercept=fit_intercept,
         holdout_fraction=holdout_fraction,
@@ -187,6 +193,7 @@ def create_job(
         cancel_requested=False,
         progress_fraction=0.0,
         created_at=_utcnow(),
+        warnings=[],
     )
     session.add(job)
     session.flush()
@@ -217,11 +224,29 @@ def list_jobs(
     return list(page), _count(session, query)
 
 
+def claim_job(session: Session, *, job_id: str, worker_id: str, now: datetime) -> bool:
+    """Move ``job_id`` from ``queued`` to ``running`` for ``worker_id``; False if it was not
+    queued (already claimed, finished or cancelled), in which case no row changes.
+
+    The claim is a conditional UPDATE on ``status = 'queued'`` checked by its row count, so of
+    several processes racing for one job exactly one wins, whatever locks they hold.
+    """
+    return _update_job(
+        session,
+        job_id,
+        Job.status == "queued",
+        status="running",
+        worker_id=worker_id,
+        attempts=Job.attempts + 1,
+        started_at=now,
+        heartbeat_at=now,
+    )
+
+
 def claim_next_job(session: Session, *, worker_id: str, now: datetime) -> Job | None:
     """Atomically move the oldest queued job to ``running`` for ``worker_id``; None if none.
 
-    The claim is a conditional UPDATE on ``status = 'queued'`` checked by its row count, so of
-    several processes racing for one job exactly one wins; the others try the next candidate.
+    Each candidate is taken with :func:`claim_job`; a racer that loses it tries the next one.
     On PostgreSQL the candidate is also locked with ``FOR UPDATE SKIP LOCKED`` so racers pick
     different rows instead of queueing behind each other (on SQLite it compiles to nothing,
     and ``BEGIN IMMEDIATE`` already serializes the transactions).
@@ -237,16 +262,7 @@ def claim_next_job(session: Session, *, worker_id: str, now: datetime) -> Job | 
         job_id = session.scalars(candidate).first()
         if job_id is None:
             return None
-        if _update_job(
-            session,
-            job_id,
-            Job.status == "queued",
-            status="running",
-            worker_id=worker_id,
-            attempts=Job.attempts + 1,
-            started_at=now,
-            heartbeat_at=now,
-        ):
+        if claim_job(session, job_id=job_id, worker_id=worker_id, now=now):
             return session.get(Job, job_id)
         lost.append(job_id)
 
@@ -270,8 +286,12 @@ def update_progress(
     candidates: int | None,
     best_loss: float | None,
     now: datetime,
+    n_components: int | None = None,
 ) -> bool:
-    """Record progress (which also counts as a heartbeat); False if the job is not owned."""
+    """Record progress (which also counts as a heartbeat); False if the job is not owned.
+
+    ``n_components`` is the k being fitted (of a k sweep).
+    """
     return _update_job(
         session,
         job_id,
@@ -280,6 +300,7 @@ def update_progress(
         progress_iteration=iteration,
         progress_candidates=candidates,
         progress_best_loss=best_loss,
+        progress_n_components=n_components,
         heartbeat_at=now,
     )
 
@@ -312,11 +333,14 @@ def finish_job(
     now: datetime,
     error: str | None = None,
     model_id: str | None = None,
+    sweep: Mapping[str, Any] | None = None,
+    warnings: Sequence[str] = (),
 ) -> bool:
     """Move a running job owned by ``worker_id`` to a terminal ``status``.
 
-    Returns False if the job was taken away meanwhile (requeued by the reaper, or claimed by
-    another worker), in which case nothing is written.
+    ``sweep`` is the result of a k sweep, ``warnings`` what the fit found poor. Returns False
+    if the job was taken away meanwhile (requeued by the reaper, or claimed by another
+    worker), in which case nothing is written.
     """
     if status not in TERMINAL_JOB_STATUSES:
         raise ValueError(f"status must be one of {TERMINAL_JOB_STATUSES}, got {status!r}")
@@ -324,6 +348,8 @@ def finish_job(
         "status": status,
         "error": error,
         "model_id": model_id,
+        "sweep": None if sweep is None else to_json_value(dict(sweep)),
+        "warnings": [str(warning) for warning in warnings],
         "finished_at": now,
     }
     if status == "succeeded":
@@ -341,6 +367,7 @@ _BACK_IN_QUEUE: dict[str, Any] = {
     "progress_iteration": None,
     "progress_candidates": None,
     "progress_best_loss": None,
+    "progress_n_components": None,
 }
 
 
@@ -466,11 +493,18 @@ def create_model(
     loss_history: npt.ArrayLike,
     n_iter: int,
     fit_seconds: float,
+    converged: bool | None = None,
+    log_likelihood: float | None = None,
+    bic: float | None = None,
+    n_parameters: int | None = None,
+    candidates: Sequence[Mapping[str, Any]] | None = None,
+    warnings: Sequence[str] = (),
 ) -> Model:
     """Store a fitted model; arrays are kept as JSON lists of exactly the same float64 values.
 
     ``coef`` has shape (n_components, n_features); ``intercept`` and ``shares`` have shape
-    (n_components,).
+    (n_components,). ``log_likelihood``, ``bic`` and ``n_parameters`` score the lines as a
+    Gaussian mixture on the training rows; ``candidates`` is the search record of ``auto``.
     """
     coef_array = np.asarray(coef, dtype=np.float64)
     intercept_array = np.asarray(intercept, dtype=np.float64)
@@ -508,6 +542,14 @@ def create_model(
         n_iter=n_iter,
         fit_seconds=float(fit_seconds),
         created_at=_utcnow(),
+        converged=converged,
+        log_likelihood=None if log_likelihood is None else float(log_likelihood),
+        bic=None if bic is None else float(bic),
+        n_parameters=n_parameters,
+        candidates=(
+            None if candidates is None else to_json_value([dict(item) for item in candidates])
+        ),
+        warnings=[str(warning) for warning in warnings],
     )
     session.add(model)
     session.flush()

@@ -58,7 +58,9 @@ class Job(Base):
     dataset_id: Mapped[str] = mapped_column(String(ID_LENGTH), ForeignKey("datasets.id"))
     name: Mapped[str | None] = mapped_column(String)
     algorithm: Mapped[str] = mapped_column(String(64))
+    # For a k sweep, the largest k; ``k_values`` lists every k (None for a single k).
     n_components: Mapped[int]
+    k_values: Mapped[list[int] | None] = mapped_column(JSON)
     params: Mapped[dict[str, Any]] = mapped_column(JSON)
     fit_intercept: Mapped[bool]
     holdout_fraction: Mapped[float] = mapped_column(Double)
@@ -73,6 +75,7 @@ class Job(Base):
     progress_iteration: Mapped[int | None]
     progress_candidates: Mapped[int | None]
     progress_best_loss: Mapped[float | None] = mapped_column(Double)
+    progress_n_components: Mapped[int | None]
     error: Mapped[str | None] = mapped_column(Text)
     worker_id: Mapped[str | None] = mapped_column(String)
     heartbeat_at: Mapped[datetime | None]
@@ -81,6 +84,9 @@ class Job(Base):
     finished_at: Mapped[datetime | None]
     # No foreign key: a model may be deleted while its job record stays.
     model_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    # A k sweep's result: the preferred k and, per k, its model and scores.
+    sweep: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    warnings: Mapped[list[str]] = mapped_column(JSON, default=list)
 
 
 class Model(Base):
@@ -113,3 +119,10 @@ class Model(Base):
     n_iter: Mapped[int]
     fit_seconds: Mapped[float] = mapped_column(Double)
     created_at: Mapped[datetime]
+    # Added in revision 0002: None for models stored before (their warnings are empty).
+    converged: Mapped[bool | None]
+    log_likelihood: Mapped[float | None] = mapped_column(Double)
+    bic: Mapped[float | None] = mapped_column(Double)
+    n_parameters: Mapped[int | None]
+    candidates: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
+    warnings: Mapped[list[str]] = mapped_column(JSON, default=list)

@@ -5,6 +5,9 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+MAX_K_SWEEP_LIMIT = 1000
+"""The most k values a sweep may ever list; ``MIXREG_MAX_K_SWEEP`` is at most this."""
+
 
 class Settings(BaseSettings):
     """Settings read from ``MIXREG_*`` environment variables (see the README's table)."""
@@ -24,3 +27,4 @@ class Settings(BaseSettings):
     progress_interval_s: float = Field(default=0.5, ge=0)
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1)
     model_cache_size: int = Field(default=128, ge=1)
+    max_k_sweep: int = Field(default=20, ge=1, le=MAX_K_SWEEP_LIMIT)

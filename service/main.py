@@ -15,13 +15,13 @@ from mixreg import ALGORITHMS
 from models_store import migrate, repository
 from models_store.session import make_engine, make_sessionmaker, session_scope
 from models_store.tables import JOB_STATUSES
+from service.api.errors import install_problem_handlers
+from service.api.metrics import ServiceMetrics
+from service.api.middleware import BodySizeLimitMiddleware, MetricsMiddleware
+from service.api.routers import datasets, fit, health, jobs, models, predict
 from service.config import Settings
-from service.errors import install_problem_handlers
-from service.metrics import ServiceMetrics
-from service.middleware import BodySizeLimitMiddleware, MetricsMiddleware
-from service.prediction import ModelCache
-from service.queue import EmbeddedWorker
-from service.routers import datasets, fit, health, jobs, models, predict
+from service.jobs.queue import EmbeddedWorker
+from service.serving.prediction import ModelCache
 
 logger = logging.getLogger(__name__)
 

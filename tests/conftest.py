@@ -1,8 +1,8 @@
 """Shared database fixtures: a fresh SQLite file or a freshly reset PostgreSQL schema per test.
 
 PostgreSQL is named by MIXREG_TEST_POSTGRES_URL. When it cannot be reached the PostgreSQL
-variant of a test is skipped on a developer machine, but fails in CI (CI=true), where the
-server is part of the environment.
+variant of a test is skipped on a developer machine, but fails in CI (CI set to 1, true, yes
+or on, see tests/ci.py), where the server is part of the environment.
 """
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ from sqlalchemy.pool import NullPool
 
 from models_store.migrate import upgrade
 from models_store.session import make_engine, make_sessionmaker
+from tests.ci import service_unavailable
+
+# Runs pytest inside a test, to check what the fixtures below do to the tests that use them.
+pytest_plugins = ["pytester"]
 
 DEFAULT_TEST_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -40,10 +44,7 @@ def postgres_url() -> str:
             connection = engine.connect()
         except OperationalError as exc:
             where = make_url(url).render_as_string(hide_password=True)
-            message = f"PostgreSQL not reachable at {where}: {exc.orig or exc}"
-            if os.environ.get("CI") == "true":
-                pytest.fail(message)
-            pytest.skip(message)
+            service_unavailable(f"PostgreSQL not reachable at {where}: {exc.orig or exc}")
         with connection, connection.begin():
             # Fail fast rather than hang if a leaked connection still holds a lock.
             connection.execute(text("SET LOCAL lock_timeout = '10s'"))

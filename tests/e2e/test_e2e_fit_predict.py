@@ -20,7 +20,7 @@ def direct_fit(X: np.ndarray, y: np.ndarray, **params) -> MixtureOfLinearRegress
     n_holdout = round(HOLDOUT * len(y))
     train = np.sort(np.random.default_rng(SEED).permutation(len(y))[n_holdout:])
     estimator = MixtureOfLinearRegressions(
-        n_components=2, algorithm="subsample+am", random_state=SEED, **params
+        n_components=2, algorithm="auto", random_state=SEED, **params
     )
     return estimator.fit(X[train], y[train])
 

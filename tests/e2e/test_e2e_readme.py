@@ -73,3 +73,5 @@ def test_the_readme_walk_through_runs_as_written(make_serve, tmp_path):
     assert ": succeeded" in result.stdout
     assert '"predictions":[[' in result.stdout
     assert '"best_component":[' in result.stdout
+    assert "beats baseline True warnings []" in result.stdout
+    assert "best k 2" in result.stdout

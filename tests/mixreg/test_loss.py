@@ -175,6 +175,37 @@ def test_candidate_scorer_finds_the_exact_best_among_near_ties():
     assert_scorer_finds_the_exact_best(Z, y, candidates)
 
 
+def test_candidate_scorer_rescores_what_float32_orders_wrongly():
+    # Two lines at a level (700, 1000) where float32's spacing is 2**-14. Every target sits
+    # 0.49 of a spacing above the lines, so float32 rounds it down onto them. Candidate
+    # `on_grid` is the lines themselves; `shifted` moves both intercepts up by 0.9 of a
+    # spacing, which float32 rounds to one whole spacing. Exactly, `shifted` is closer to
+    # every row (0.41 against 0.49 spacings); in float32, `on_grid` fits exactly and
+    # `shifted` misses by a spacing. Every float32 value involved is exact, so the wrong
+    # order does not depend on the BLAS kernel.
+    spacing = float(np.spacing(np.float32(1000.0)))
+    assert spacing == float(np.spacing(np.float32(700.0))) == 2.0**-14
+    x = np.arange(-16, 17) / 8.0
+    Z = np.column_stack([x, np.ones_like(x)])
+    lines = np.array([[0.5, 1000.0], [-0.25, 700.0]])
+    labels = np.arange(len(x)) % 2
+    y = np.einsum("ij,ij->i", Z, lines[labels]) + 0.49 * spacing
+    on_grid = lines
+    shifted = lines + np.array([0.0, 0.9 * spacing])
+    worse = lines + np.array([0.0, 1.0])
+    candidates = np.stack([worse, on_grid, shifted, worse[::-1]])
+    exact = score_candidates(Z, y, candidates)
+    approx = CandidateScorer(Z, y).screen(candidates)
+    assert exact[2] < exact[1] < exact[0]
+    assert approx[1] < approx[2] < approx[0]  # float32 alone would pick on_grid
+
+    index, loss = CandidateScorer(Z, y).best(candidates)
+
+    assert index == 2
+    assert loss == pytest.approx(exact[2], rel=1e-13)
+    assert loss == pytest.approx((0.41 * spacing) ** 2, rel=1e-6)
+
+
 def test_candidate_scorer_on_many_rows_split_across_threads():
     rng = np.random.default_rng(6)
     Z = np.column_stack([rng.uniform(-0.5, 0.5, size=(20_000, 2)), np.ones(20_000)])

@@ -26,4 +26,6 @@ def test_the_readme_python_example_runs(capsys):
     assert predictions.shape == (len(X_test), 2)
     assert np.all(np.diff(model.shares_) <= 0)
     printed = [float(value) for value in capsys.readouterr().out.split()]
-    assert len(printed) == 2 and printed[0] == printed[1]
+    assert len(printed) == 3 and printed[0] == printed[1]
+    assert printed[2] == 2 == namespace["selection"].best_n_components
+    assert {candidate["source"] for candidate in model.candidates_} >= {"em", "subsample+am"}

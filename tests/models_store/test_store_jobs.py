@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
+import numpy as np
 import pytest
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from models_store import repository
 from models_store.session import session_scope
+from models_store.tables import Job
 
 T0 = datetime(2030, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -154,6 +157,86 @@ def test_claim_takes_the_oldest_queued_job_first(db_sessionmaker, make_job):
     with session_scope(db_sessionmaker) as session:
         claimed = [repository.claim_next_job(session, worker_id="w", now=at(0)) for _ in range(4)]
     assert [job.id if job else None for job in claimed] == [*created, None]
+
+
+def job_rows(session):
+    return session.execute(select(Job.__table__).order_by(Job.id)).all()
+
+
+def test_claim_job_takes_a_queued_job(db_sessionmaker, make_job):
+    with session_scope(db_sessionmaker) as session:
+        job_id = make_job(session).id
+    with session_scope(db_sessionmaker) as session:
+        assert repository.claim_job(session, job_id=job_id, worker_id="w1", now=at(0))
+    with session_scope(db_sessionmaker) as session:
+        job = repository.get_job(session, job_id=job_id)
+        assert job is not None
+        assert (job.status, job.worker_id, job.attempts) == ("running", "w1", 1)
+        assert (job.started_at, job.heartbeat_at) == (at(0), at(0))
+
+
+def test_a_second_claim_of_a_running_job_changes_no_row(db_sessionmaker, make_job):
+    with session_scope(db_sessionmaker) as session:
+        job_id = make_job(session).id
+        make_job(session)  # a queued bystander, which must not be touched either
+    with session_scope(db_sessionmaker) as first:
+        assert repository.claim_job(first, job_id=job_id, worker_id="w1", now=at(0))
+    with session_scope(db_sessionmaker) as session:
+        before = job_rows(session)
+
+    with session_scope(db_sessionmaker) as second:
+        assert not repository.claim_job(second, job_id=job_id, worker_id="w2", now=at(5))
+
+    with session_scope(db_sessionmaker) as session:
+        assert job_rows(session) == before
+        job = repository.get_job(session, job_id=job_id)
+        assert job is not None
+        assert (job.status, job.worker_id, job.attempts, job.started_at) == (
+            "running",
+            "w1",
+            1,
+            at(0),
+        )
+
+
+@pytest.mark.parametrize("finish", ["cancel", "succeed"])
+def test_claim_job_refuses_a_finished_job(db_sessionmaker, make_job, finish):
+    with session_scope(db_sessionmaker) as session:
+        job_id = make_job(session).id
+        if finish == "cancel":
+            repository.request_cancel(session, job_id=job_id, now=at(0))
+        else:
+            assert repository.claim_job(session, job_id=job_id, worker_id="w1", now=at(0))
+            assert repository.finish_job(
+                session, job_id=job_id, worker_id="w1", status="succeeded", now=at(1)
+            )
+    with session_scope(db_sessionmaker) as session:
+        before = job_rows(session)
+    with session_scope(db_sessionmaker) as session:
+        assert not repository.claim_job(session, job_id=job_id, worker_id="w2", now=at(2))
+    with session_scope(db_sessionmaker) as session:
+        assert job_rows(session) == before
+
+
+# Only PostgreSQL lets two writing transactions overlap (SQLite's BEGIN IMMEDIATE serializes
+# them), so only there can a claim act on a read that another worker's claim made stale.
+@pytest.mark.parametrize(
+    "database_url", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
+)
+def test_a_claim_acting_on_a_stale_read_changes_no_row(db_sessionmaker, make_job):
+    with session_scope(db_sessionmaker) as session:
+        job_id = make_job(session).id
+    with session_scope(db_sessionmaker) as late:
+        # Read without a lock, as a worker deciding what to claim might.
+        seen = repository.get_job(late, job_id=job_id)
+        assert seen is not None and seen.status == "queued"
+        with session_scope(db_sessionmaker) as early:
+            assert repository.claim_job(early, job_id=job_id, worker_id="w1", now=at(0))
+        with session_scope(db_sessionmaker) as session:
+            before = job_rows(session)
+        assert not repository.claim_job(late, job_id=job_id, worker_id="w2", now=at(5))
+    with session_scope(db_sessionmaker) as session:
+        assert job_rows(session) == before
 
 
 def test_datetimes_are_stored_as_instants_and_read_back_in_utc(db_sessionmaker, make_job):
@@ -362,3 +445,64 @@ def test_jobs_are_counted_by_status(db_sessionmaker, make_job):
             "queued": 2,
             "cancelled": 1,
         }
+
+
+def test_a_k_sweep_job_records_its_k_values_progress_result_and_warnings(db_sessionmaker, make_job):
+    with session_scope(db_sessionmaker) as session:
+        job = make_job(session, n_components=3, k_values=[1, 2, 3])
+        job_id = job.id
+        assert (job.k_values, job.sweep, job.warnings) == ([1, 2, 3], None, [])
+        repository.claim_next_job(session, worker_id="w1", now=at(0))
+        assert repository.update_progress(
+            session,
+            job_id=job_id,
+            worker_id="w1",
+            fraction=0.4,
+            iteration=None,
+            candidates=None,
+            best_loss=None,
+            n_components=2,
+            now=at(1),
+        )
+    with session_scope(db_sessionmaker) as session:
+        job = repository.get_job(session, job_id=job_id)
+        assert job is not None and job.progress_n_components == 2
+        sweep = {"best_n_components": 2, "models": [{"n_components": 1, "bic": np.float64(0.5)}]}
+        assert repository.finish_job(
+            session,
+            job_id=job_id,
+            worker_id="w1",
+            status="succeeded",
+            model_id="m" * 32,
+            sweep=sweep,
+            warnings=["k=3: stopped at max_iter"],
+            now=at(2),
+        )
+    with session_scope(db_sessionmaker) as session:
+        job = repository.get_job(session, job_id=job_id)
+        assert job is not None
+        assert job.sweep == {"best_n_components": 2, "models": [{"n_components": 1, "bic": 0.5}]}
+        assert job.warnings == ["k=3: stopped at max_iter"]
+
+
+def test_a_requeued_job_forgets_which_k_it_was_fitting(db_sessionmaker, make_job):
+    with session_scope(db_sessionmaker) as session:
+        job_id = make_job(session, n_components=2, k_values=[1, 2]).id
+        repository.claim_next_job(session, worker_id="w1", now=at(0))
+        repository.update_progress(
+            session,
+            job_id=job_id,
+            worker_id="w1",
+            fraction=0.6,
+            iteration=None,
+            candidates=None,
+            best_loss=None,
+            n_components=2,
+            now=at(1),
+        )
+    with session_scope(db_sessionmaker) as session:
+        assert repository.release_jobs(session, worker_id="w1", now=at(2)) == [job_id]
+    with session_scope(db_sessionmaker) as session:
+        job = repository.get_job(session, job_id=job_id)
+        assert job is not None
+        assert (job.status, job.progress_fraction, job.progress_n_components) == ("queued", 0, None)

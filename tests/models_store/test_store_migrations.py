@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from importlib import resources
+from typing import Any
 
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from models_store import Base, migrate
 from models_store.session import make_engine
@@ -83,3 +85,80 @@ def test_env_falls_back_to_the_mixreg_database_url_variable(sqlite_url, monkeypa
     config.set_main_option("script_location", str(resources.files("migrations")))
     command.upgrade(config, "head")
     assert migrate.current_revision(sqlite_url) == migrate.head_revision()
+
+
+def _json(value: Any) -> Any:
+    # SQLite hands JSON back as text through a plain SELECT; psycopg parses it.
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def test_rows_stored_before_revision_0002_survive_its_upgrade_and_downgrade(database_url):
+    migrate.upgrade(database_url, "0001")
+    engine = make_engine(database_url)
+    at = "2030-01-01T12:00:00+00:00"
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO datasets (id, n_rows, n_features, feature_names, x_data, "
+                    "y_data, created_at) VALUES ('d1', 1, 1, '[\"x0\"]', :x, :y, :at)"
+                ),
+                {"x": b"\0" * 8, "y": b"\0" * 8, "at": at},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO jobs (id, status, dataset_id, algorithm, n_components, params, "
+                    "fit_intercept, holdout_fraction, attempts, max_attempts, cancel_requested, "
+                    "progress_fraction, created_at, model_id) VALUES ('j1', 'succeeded', 'd1', "
+                    "'am', 2, '{\"step_size\": 0.1}', :true, 0.2, 1, 3, :false, 1.0, :at, 'm1')"
+                ),
+                {"true": True, "false": False, "at": at},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO models (id, job_id, dataset_id, algorithm, n_components, "
+                    "n_features, feature_names, fit_intercept, params, coef, intercept, shares, "
+                    "train_min_loss, baseline, n_train, n_holdout, loss_history, n_iter, "
+                    "fit_seconds, created_at) VALUES ('m1', 'j1', 'd1', 'am', 1, 1, '[\"x0\"]', "
+                    ":true, '{}', '[[2.5]]', '[0.5]', '[1.0]', 0.25, '{}', 1, 0, '[0.25]', 1, "
+                    "0.01, :at)"
+                ),
+                {"true": True, "at": at},
+            )
+
+        migrate.upgrade(database_url)
+        with engine.connect() as connection:
+            job = connection.execute(
+                text(
+                    "SELECT params, model_id, k_values, sweep, warnings, progress_n_components "
+                    "FROM jobs"
+                )
+            ).one()
+            model = connection.execute(
+                text(
+                    "SELECT coef, train_min_loss, converged, log_likelihood, bic, n_parameters, "
+                    "candidates, warnings FROM models"
+                )
+            ).one()
+        assert (_json(job.params), job.model_id) == ({"step_size": 0.1}, "m1")
+        assert (job.k_values, job.sweep, _json(job.warnings), job.progress_n_components) == (
+            None,
+            None,
+            [],
+            None,
+        )
+        assert (_json(model.coef), model.train_min_loss) == ([[2.5]], 0.25)
+        assert (model.converged, model.log_likelihood, model.bic, model.n_parameters) == (
+            None,
+            None,
+            None,
+            None,
+        )
+        assert (model.candidates, _json(model.warnings)) == (None, [])
+
+        migrate.downgrade(database_url, "0001")
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT id, model_id FROM jobs")).one() == ("j1", "m1")
+            assert connection.execute(text("SELECT id, job_id FROM models")).one() == ("m1", "j1")
+    finally:
+        engine.dispose()

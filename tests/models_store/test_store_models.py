@@ -155,3 +155,58 @@ def test_deleting_a_job_nulls_the_model_job_reference(db_sessionmaker, dataset_i
     with session_scope(db_sessionmaker) as session:
         model = repository.get_model(session, model_id=model_id)
         assert model is not None and model.job_id is None
+
+
+def test_a_models_diagnostics_round_trip(db_sessionmaker, dataset_id):
+    candidates = [
+        {
+            "source": "random",
+            "min_loss_before": np.float64(2.5),
+            "min_loss_after": 0.5,
+            "seconds": 0.01,
+            "n_iter": np.int64(4),
+            "converged": True,
+            "n_rows": 80,
+        },
+    ]
+    with session_scope(db_sessionmaker) as session:
+        plain_id = create_model(session, dataset_id).id
+        model_id = create_model(
+            session,
+            dataset_id,
+            converged=False,
+            log_likelihood=-12.5,
+            bic=np.float64(40.25),
+            n_parameters=9,
+            candidates=candidates,
+            warnings=["stopped at max_iter=2 before converging"],
+        ).id
+    with session_scope(db_sessionmaker) as session:
+        model = repository.get_model(session, model_id=model_id)
+        assert model is not None
+        assert (model.converged, model.log_likelihood, model.bic, model.n_parameters) == (
+            False,
+            -12.5,
+            40.25,
+            9,
+        )
+        assert model.candidates == [
+            {
+                "source": "random",
+                "min_loss_before": 2.5,
+                "min_loss_after": 0.5,
+                "seconds": 0.01,
+                "n_iter": 4,
+                "converged": True,
+                "n_rows": 80,
+            }
+        ]
+        assert model.warnings == ["stopped at max_iter=2 before converging"]
+        plain = repository.get_model(session, model_id=plain_id)
+        assert plain is not None
+        assert (plain.converged, plain.bic, plain.candidates, plain.warnings) == (
+            None,
+            None,
+            None,
+            [],
+        )

@@ -15,8 +15,8 @@ from models_store import repository
 from models_store.session import session_scope
 from models_store.tables import Dataset, Job, Model
 from service.config import Settings
+from service.jobs.training import run_job
 from service.main import create_app
-from service.training import run_job
 
 RowCounter = Callable[[], dict[str, int]]
 
@@ -63,6 +63,20 @@ def data() -> tuple[np.ndarray, np.ndarray]:
     labels = rng.integers(0, 2, size=20)
     y = np.where(labels, X @ [1.0, -1.0] + 0.5, X @ [-2.0, 1.0] - 0.5)
     return X, y
+
+
+@pytest.fixture
+def noisy_data() -> tuple[np.ndarray, np.ndarray]:
+    """A hundred rows from two lines in two features, with noise of standard deviation 0.5.
+
+    Unlike ``data``, no line fits any row exactly, so a model's min-loss on one set of rows
+    differs measurably from its min-loss on another.
+    """
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((100, 2))
+    labels = rng.integers(0, 2, size=100)
+    y = np.where(labels, X @ [1.0, -1.0] + 0.5, X @ [-2.0, 1.0] - 0.5)
+    return X, y + 0.5 * rng.standard_normal(100)
 
 
 @pytest.fixture

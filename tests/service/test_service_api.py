@@ -7,7 +7,7 @@ import io
 import numpy as np
 import pytest
 
-from mixreg import predict_lines
+from mixreg import MixtureOfLinearRegressions, predict_lines
 from models_store import migrate
 
 
@@ -74,15 +74,20 @@ def test_fit_a_stored_dataset_queues_a_job(client, data, count_rows):
     assert response.headers["location"] == accepted["url"] == f"/jobs/{accepted['job_id']}"
     job = client.get(accepted["url"]).json()
     assert job["dataset_id"] == dataset["id"]
-    assert job["algorithm"] == "subsample+am" and job["n_components"] == 2
+    assert job["algorithm"] == "auto" and job["n_components"] == 2
     assert job["params"]["n_partitions"] == 1000
+    # The size-aware default of n_init is resolved for the 16 training rows.
+    n_init = MixtureOfLinearRegressions(2, random_state=4).resolved_parameters(16, 2)["n_init"]
+    assert job["params"]["n_init"] == n_init >= 1
     assert (job["attempts"], job["max_attempts"], job["seed"]) == (0, 3, 4)
     assert job["progress"] == {
         "fraction": 0.0,
         "iteration": None,
         "candidates_tried": None,
         "best_min_loss": None,
+        "n_components": None,
     }
+    assert (job["k_values"], job["sweep"], job["warnings"]) == (None, None, [])
     assert count_rows() == {"datasets": 1, "jobs": 1, "models": 0}
 
 
@@ -103,7 +108,7 @@ def test_idempotent_retry_returns_the_same_job(client, data, count_rows):
     headers = {"Idempotency-Key": "abc"}
     first = client.post("/fit", json=body, headers=headers)
     # The same request with its defaults spelled out.
-    explicit = {"data": body["data"], "n_components": 2, "algorithm": "subsample+am", "seed": 0}
+    explicit = {"data": body["data"], "n_components": 2, "algorithm": "auto", "seed": 0}
     retry = client.post("/fit", json=explicit, headers=headers)
     assert first.status_code == retry.status_code == 202
     assert retry.json()["job_id"] == first.json()["job_id"]

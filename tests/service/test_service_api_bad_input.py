@@ -75,7 +75,7 @@ BAD_FITS = [
     ),
     pytest.param(
         fit_body(algorithm="kmeans"),
-        "algorithm 'kmeans' is unknown; choose one of am, am-classic, subsample, "
+        "algorithm 'kmeans' is unknown; choose one of auto, am, am-classic, subsample, "
         "subsample-exhaustive, subsample+am, em",
         id="unknown-algorithm",
     ),
@@ -475,7 +475,9 @@ BAD_FITS_FOUND_BY_FUZZING = [
         "params.subsample_size: Input should be less than or equal to 100000",
         id="subsample-size-huge",
     ),
-    pytest.param(fit_body(k=True), "k: Input should be a valid integer", id="k-true"),
+    pytest.param(
+        fit_body(k=True), "k: Input should be an integer or a list of integers", id="k-true"
+    ),
     pytest.param(
         fit_body(params={"max_iter": 10.0}),
         "params.max_iter: Input should be a valid integer",

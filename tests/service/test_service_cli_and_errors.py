@@ -50,7 +50,7 @@ def test_an_unexpected_error_is_a_500_problem_without_internals(sqlite_url, capl
 
     with (
         TestClient(app, raise_server_exceptions=False) as client,
-        caplog.at_level(logging.ERROR, logger="service.errors"),
+        caplog.at_level(logging.ERROR, logger="service.api.errors"),
     ):
         response = client.get("/explode")
     assert response.status_code == 500

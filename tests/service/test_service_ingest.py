@@ -7,8 +7,8 @@ import io
 import numpy as np
 import pytest
 
-from service import ingest
-from service.ingest import IngestError
+from service.data import ingest
+from service.data.ingest import IngestError
 
 
 def npz_bytes(**arrays) -> bytes:

@@ -7,8 +7,8 @@ import pytest
 
 from models_store import repository
 from models_store.session import session_scope
-from service.errors import InvalidInputError, NotFoundError
-from service.prediction import ModelCache, StoredLines, delete_model, load_lines, predict
+from service.api.errors import InvalidInputError, NotFoundError
+from service.serving.prediction import ModelCache, StoredLines, delete_model, load_lines, predict
 
 
 def lines(model_id: str = "m", coef=((1.0, 2.0), (-1.0, 0.5)), intercept=(0.0, 1.0)):

@@ -6,10 +6,10 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from mixreg import ALGORITHM_PARAMETERS, ALGORITHMS
+from service.api.schemas import PARAMS_MODELS, FitRequest
 from service.config import Settings
-from service.fitting import request_hash
+from service.jobs.submit import request_hash
 from service.main import create_app
-from service.schemas import PARAMS_MODELS, FitRequest
 
 fit_request = TypeAdapter(FitRequest)
 
@@ -29,16 +29,77 @@ def test_params_defaults_are_mixregs(algorithm):
     assert PARAMS_MODELS[algorithm]().model_dump() == expected
 
 
-def test_algorithm_defaults_to_subsample_plus_am_with_its_params():
+def test_algorithm_defaults_to_auto_with_its_params():
     request = fit_request.validate_python({"dataset_id": "d", "k": 3})
-    assert request.algorithm == "subsample+am"
+    assert request.algorithm == "auto"
     assert request.n_components == 3
     assert request.params_dict == {
-        name: value
-        for name, value in ALGORITHM_PARAMETERS["subsample+am"].items()
-        if name != "time_budget"
+        name: value for name, value in ALGORITHM_PARAMETERS["auto"].items() if name != "time_budget"
     }
+    # n_init None: the size-aware default, resolved when the fit is submitted.
+    assert request.params_dict["n_init"] is None
     assert (request.fit_intercept, request.holdout_fraction, request.seed) == (True, 0.2, 0)
+
+
+@pytest.mark.parametrize("algorithm", ["am", "subsample+am"])
+def test_step_size_is_auto_or_a_positive_number(algorithm):
+    def step_size(value):
+        body = {"dataset_id": "d", "k": 2, "algorithm": algorithm}
+        if value is not None:
+            body["params"] = {"step_size": value}
+        return fit_request.validate_python(body).params_dict["step_size"]
+
+    assert step_size(None) == "auto"
+    assert step_size("auto") == "auto"
+    assert step_size(0.25) == 0.25
+    assert step_size(2) == 2.0
+    for bad, message in [
+        (0, "Input should be greater than 0"),
+        (-1.0, "Input should be greater than 0"),
+        ("fast", 'Input should be a positive number or "auto"'),
+        (True, 'Input should be a positive number or "auto"'),
+        (float("inf"), "Input should be a finite number"),
+    ]:
+        with pytest.raises(ValidationError) as error:
+            step_size(bad)
+        [problem] = error.value.errors()
+        assert problem["loc"] == (algorithm, "params", "step_size")
+        assert problem["msg"] == message
+
+
+def test_a_list_of_k_is_a_sweep_in_increasing_order():
+    request = fit_request.validate_python({"dataset_id": "d", "k": [3, 1, 2]})
+    assert request.n_components == [1, 2, 3]
+    same = fit_request.validate_python({"dataset_id": "d", "n_components": [1, 2, 3]})
+    assert request_hash(request) == request_hash(same)
+
+
+@pytest.mark.parametrize(
+    ("k", "message"),
+    [
+        ([], "n_components is an empty list; give at least one number of lines"),
+        ([1, 2, 2], "n_components lists k=2 twice; give each k once"),
+        ([0, 1], "n_components[0] must be an integer >= 1; got 0"),
+        ([1, 2.0], "n_components[1] must be an integer >= 1; got 2.0"),
+        ([1, "2"], "n_components[1] must be an integer >= 1; got '2'"),
+        ([1, True], "n_components[1] must be an integer >= 1; got True"),
+        (
+            list(range(1, 1002)),
+            "k lists 1001 values; a sweep fits at most MIXREG_MAX_K_SWEEP values "
+            "(never more than 1000)",
+        ),
+        (0, "Input should be greater than or equal to 1"),
+        (2.0, "Input should be an integer or a list of integers"),
+        ("2", "Input should be an integer or a list of integers"),
+        ({"k": 2}, "Input should be an integer or a list of integers"),
+    ],
+)
+def test_bad_k_is_rejected_naming_the_problem(k, message):
+    with pytest.raises(ValidationError) as error:
+        fit_request.validate_python({"dataset_id": "d", "k": k})
+    [problem] = error.value.errors()
+    assert problem["loc"] == ("auto", "k")
+    assert problem["msg"] == message
 
 
 def test_n_components_and_k_are_the_same_field():
@@ -111,9 +172,12 @@ def test_openapi_documents_each_algorithms_parameters():
         assert set(documented["properties"]) == set(model.model_fields), algorithm
         assert documented["additionalProperties"] is False
     assert schemas["SubsampleParams"]["properties"]["n_partitions"]["default"] == 1000
+    assert "size-aware" in schemas["AutoParams"]["properties"]["n_init"]["description"]
+    assert schemas["AmParams"]["properties"]["step_size"]["default"] == "auto"
     body = spec["paths"]["/fit"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     variants = {ref["$ref"].rsplit("/", 1)[1] for ref in body["oneOf"]}
     assert variants == {
+        "AutoFit",
         "AmFit",
         "AmClassicFit",
         "SubsampleFit",

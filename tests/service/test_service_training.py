@@ -11,10 +11,10 @@ from pydantic import TypeAdapter
 from mixreg import MixtureOfLinearRegressions, min_loss
 from models_store import repository
 from models_store.session import session_scope
-from service.errors import ConflictError, InvalidInputError, NotFoundError
-from service.fitting import submit_fit
-from service.schemas import FitRequest
-from service.training import FitSpec, fit_mixture, holdout_split, run_job
+from service.api.errors import ConflictError, InvalidInputError, NotFoundError
+from service.api.schemas import FitRequest
+from service.jobs.submit import submit_fit
+from service.jobs.training import FitSpec, fit_mixture, holdout_split, run_job
 
 fit_request = TypeAdapter(FitRequest)
 
@@ -88,6 +88,7 @@ def test_submit_fit_stores_inline_data_and_a_queued_job(db_sessionmaker, data):
             request=request(data={"X": X.tolist(), "y": y.tolist()}, k=2, algorithm="am"),
             idempotency_key=None,
             max_attempts=5,
+            max_k_sweep=20,
         )
         job_id = submission.job.id
     assert submission.created
@@ -95,7 +96,7 @@ def test_submit_fit_stores_inline_data_and_a_queued_job(db_sessionmaker, data):
         job = repository.get_job(session, job_id=job_id)
         dataset = repository.get_dataset(session, dataset_id=job.dataset_id)
         stored_X, stored_y = repository.load_dataset_arrays(dataset)
-        assert (job.status, job.max_attempts, job.params["step_size"]) == ("queued", 5, 0.1)
+        assert (job.status, job.max_attempts, job.params["step_size"]) == ("queued", 5, "auto")
     np.testing.assert_array_equal(stored_X, X)
     np.testing.assert_array_equal(stored_y, y)
 
@@ -104,14 +105,22 @@ def test_submit_fit_replays_and_conflicts_on_idempotency_keys(db_sessionmaker, d
     X, y = data
     body = {"data": {"X": X.tolist(), "y": y.tolist()}, "k": 2}
     with session_scope(db_sessionmaker) as session:
-        first = submit_fit(session, request=request(**body), idempotency_key="k1", max_attempts=3)
+        first = submit_fit(
+            session, request=request(**body), idempotency_key="k1", max_attempts=3, max_k_sweep=20
+        )
         first_id = first.job.id
     with session_scope(db_sessionmaker) as session:
-        again = submit_fit(session, request=request(**body), idempotency_key="k1", max_attempts=3)
+        again = submit_fit(
+            session, request=request(**body), idempotency_key="k1", max_attempts=3, max_k_sweep=20
+        )
         assert (again.job.id, again.created) == (first_id, False)
         with pytest.raises(ConflictError, match=r"Idempotency-Key 'k1' was already used"):
             submit_fit(
-                session, request=request(**body, seed=2), idempotency_key="k1", max_attempts=3
+                session,
+                request=request(**body, seed=2),
+                idempotency_key="k1",
+                max_attempts=3,
+                max_k_sweep=20,
             )
         assert repository.list_jobs(session, status=None, limit=10, offset=0)[1] == 1
 
@@ -128,6 +137,7 @@ def test_submit_fit_checks_what_mixreg_would_reject(db_sessionmaker, data):
                 request=request(dataset_id=dataset.id, k=17),
                 idempotency_key=None,
                 max_attempts=3,
+                max_k_sweep=20,
             )
         with pytest.raises(NotFoundError, match=r"^dataset nope does not exist$"):
             submit_fit(
@@ -135,10 +145,13 @@ def test_submit_fit_checks_what_mixreg_would_reject(db_sessionmaker, data):
                 request=request(dataset_id="nope", k=1),
                 idempotency_key=None,
                 max_attempts=3,
+                max_k_sweep=20,
             )
         one_row = request(data={"X": [[1.0]], "y": [1.0]}, k=1, holdout_fraction=0.9)
         with pytest.raises(InvalidInputError, match=r"holdout_fraction=0\.9 holds out all 1 rows"):
-            submit_fit(session, request=one_row, idempotency_key=None, max_attempts=3)
+            submit_fit(
+                session, request=one_row, idempotency_key=None, max_attempts=3, max_k_sweep=20
+            )
         assert repository.list_jobs(session, status=None, limit=1, offset=0)[1] == 0
 
 
@@ -175,7 +188,14 @@ def test_run_job_stores_the_model_and_finishes_the_job(
         assert (job.status, job.error, job.progress_fraction) == ("succeeded", None, 1.0)
         assert job.finished_at is not None
         assert (model.job_id, model.name, model.feature_names) == (job_id, "named", ["p", "q"])
-        assert model.params == {}  # as the job stored them
+        # The job named no parameters: the model records the defaults the fit ran with.
+        assert model.params == {
+            "step_size": "auto",
+            "max_iter": 100,
+            "tol": 1e-6,
+            "n_init": 1,
+            "init": None,
+        }
 
 
 def test_run_job_fails_the_job_with_mixregs_message(db_sessionmaker, migrated_database_url, data):
@@ -204,3 +224,39 @@ def test_run_job_leaves_a_job_of_another_worker_alone(db_sessionmaker, migrated_
     with session_scope(db_sessionmaker) as session:
         job = repository.get_job(session, job_id=job_id)
         assert (job.status, job.worker_id) == ("running", "w1")
+
+
+def min_loss_on_rows(X, y, rows, coef, intercept):
+    """Mean over ``rows`` of the smallest squared error of any line, written out in numpy."""
+    predictions = X[rows] @ np.asarray(coef).T + np.asarray(intercept)
+    return float(np.mean(np.min((predictions - y[rows, None]) ** 2, axis=1)))
+
+
+def test_the_stored_holdout_loss_is_scored_on_exactly_the_holdout_rows(
+    db_sessionmaker, migrated_database_url, noisy_data
+):
+    X, y = noisy_data
+    job_id = queue_and_claim(
+        db_sessionmaker, noisy_data, algorithm="em", holdout_fraction=0.3, seed=1
+    )
+    assert run_job(job_id, migrated_database_url, worker_id="w1") == "succeeded"
+    with session_scope(db_sessionmaker) as session:
+        job = repository.get_job(session, job_id=job_id)
+        model = repository.get_model(session, model_id=job.model_id)
+
+    train, holdout = holdout_split(len(y), 0.3, seed=1)
+    assert (model.n_train, model.n_holdout) == (len(train), len(holdout)) == (70, 30)
+    train_loss = min_loss_on_rows(X, y, train, model.coef, model.intercept)
+    holdout_loss = min_loss_on_rows(X, y, holdout, model.coef, model.intercept)
+    # The two splits score measurably apart, so a loss taken on the wrong rows shows.
+    assert abs(holdout_loss - train_loss) > 0.1 * train_loss
+    assert model.train_min_loss == pytest.approx(train_loss, rel=1e-12)
+    assert model.holdout_min_loss == pytest.approx(holdout_loss, rel=1e-12)
+
+    baseline = model.baseline
+    line_coef, line_intercept = [baseline["coef"]], [baseline["intercept"]]
+    baseline_train = min_loss_on_rows(X, y, train, line_coef, line_intercept)
+    baseline_holdout = min_loss_on_rows(X, y, holdout, line_coef, line_intercept)
+    assert abs(baseline_holdout - baseline_train) > 0.1 * baseline_train
+    assert baseline["train_min_loss"] == pytest.approx(baseline_train, rel=1e-12)
+    assert baseline["holdout_min_loss"] == pytest.approx(baseline_holdout, rel=1e-12)

@@ -2,7 +2,7 @@
 
 The ``jobs`` table is the queue. The worker claims jobs with a conditional update (so several
 API processes on one PostgreSQL database never run a job twice), starts one child process per
-job (at most ``worker_concurrency`` at once) that calls :func:`service.training.run_job`, and
+job (at most ``worker_concurrency`` at once) that calls :func:`service.jobs.training.run_job`, and
 watches its children: it stops a child whose job's cancellation was requested, kills one that
 exceeds the job time limit, and fails the job of a child that died. A reaper requeues jobs
 whose heartbeat went stale, so the jobs of a killed server are retried after a restart.
@@ -28,9 +28,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from models_store import repository
 from models_store.session import session_scope
+from service.api.metrics import ServiceMetrics
 from service.config import Settings
-from service.metrics import ServiceMetrics
-from service.training import EXIT_PARENT_LOST, run_job
+from service.jobs.training import EXIT_PARENT_LOST, run_job
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class EmbeddedWorker:
         # instead of re-importing scikit-learn, and no process is forked from this threaded one.
         # A child also re-runs the server's main script (`mixreg` or `uvicorn`), whose imports
         # service.cli covers.
-        self._context.set_forkserver_preload(["service.training", "service.cli"])
+        self._context.set_forkserver_preload(["service.jobs.training", "service.cli"])
         self._running: dict[str, _RunningFit] = {}
         self._wake = threading.Event()
         self._stopping = threading.Event()

@@ -10,9 +10,9 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from models_store.migrate import head_revision
-from service.deps import SessionFactoryDep
-from service.errors import problem_response
-from service.metrics import ServiceMetrics
+from service.api.deps import SessionFactoryDep
+from service.api.errors import problem_response
+from service.api.metrics import ServiceMetrics
 
 router = APIRouter(tags=["health"])
 

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from models_store.tables import Dataset, Job, Model
-from service.schemas import (
+from service.api.schemas import (
     Baseline,
+    Candidate,
     Component,
     DatasetOut,
     JobOut,
     ModelOut,
     ModelSummary,
     Progress,
+    Sweep,
+    SweepModel,
 )
+from service.jobs.training import beats_baseline
 
 
 def dataset_url(dataset_id: str) -> str:
@@ -52,6 +58,7 @@ def job_out(job: Job) -> JobOut:
         dataset_id=job.dataset_id,
         algorithm=job.algorithm,
         n_components=job.n_components,
+        k_values=None if job.k_values is None else list(job.k_values),
         params=dict(job.params),
         fit_intercept=job.fit_intercept,
         holdout_fraction=job.holdout_fraction,
@@ -62,6 +69,7 @@ def job_out(job: Job) -> JobOut:
             iteration=job.progress_iteration,
             candidates_tried=job.progress_candidates,
             best_min_loss=job.progress_best_loss,
+            n_components=job.progress_n_components,
         ),
         attempts=job.attempts,
         max_attempts=job.max_attempts,
@@ -72,7 +80,19 @@ def job_out(job: Job) -> JobOut:
         finished_at=job.finished_at,
         model_id=job.model_id,
         model_url=model_url(job.model_id) if job.model_id else None,
+        sweep=None if job.sweep is None else sweep_out(job.sweep),
+        warnings=list(job.warnings),
         url=job_url(job.id),
+    )
+
+
+def sweep_out(sweep: dict[str, Any]) -> Sweep:
+    """The public view of a k sweep's stored result."""
+    return Sweep(
+        best_n_components=sweep["best_n_components"],
+        models=[
+            SweepModel(**entry, model_url=model_url(entry["model_id"])) for entry in sweep["models"]
+        ],
     )
 
 
@@ -86,6 +106,16 @@ def model_summary(model: Model) -> ModelSummary:
         n_features=model.n_features,
         train_min_loss=model.train_min_loss,
         holdout_min_loss=model.holdout_min_loss,
+        beats_baseline=beats_baseline(
+            train_min_loss=model.train_min_loss,
+            holdout_min_loss=model.holdout_min_loss,
+            baseline=model.baseline,
+        ),
+        converged=model.converged,
+        log_likelihood=model.log_likelihood,
+        bic=model.bic,
+        n_parameters=model.n_parameters,
+        warnings=list(model.warnings),
         dataset_id=model.dataset_id,
         job_id=model.job_id,
         created_at=model.created_at,
@@ -112,4 +142,9 @@ def model_out(model: Model) -> ModelOut:
         loss_history=list(model.loss_history),
         n_iter=model.n_iter,
         fit_seconds=model.fit_seconds,
+        candidates=(
+            None
+            if model.candidates is None
+            else [Candidate.model_validate(item) for item in model.candidates]
+        ),
     )

@@ -14,10 +14,10 @@ from starlette.datastructures import UploadFile
 
 from models_store import repository
 from models_store.session import session_scope
-from service import ingest
-from service.errors import InvalidInputError, UnsupportedMediaTypeError
-from service.schemas import DataIn, DatasetIn, DatasetOut
-from service.views import dataset_out
+from service.api.errors import InvalidInputError, UnsupportedMediaTypeError
+from service.api.schemas import DataIn, DatasetIn, DatasetOut
+from service.api.views import dataset_out
+from service.data import ingest
 
 _READERS: dict[str, Callable[[bytes, str | None], ingest.ParsedDataset]] = {
     "csv": lambda data, target: ingest.parse_csv(data, target=target),

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service import prediction
-from service.deps import ModelCacheDep, SessionFactoryDep
-from service.schemas import PredictRequest, PredictResponse
+from service.api.deps import ModelCacheDep, SessionFactoryDep
+from service.api.schemas import PredictRequest, PredictResponse
+from service.serving import prediction
 
 router = APIRouter(prefix="/predict", tags=["predict"])
 

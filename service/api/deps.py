@@ -11,10 +11,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from models_store import repository
 from models_store.session import session_scope
 from models_store.tables import Dataset, Job, Model
+from service.api.errors import NotFoundError
 from service.config import Settings
-from service.errors import NotFoundError
-from service.prediction import ModelCache
-from service.queue import EmbeddedWorker
+from service.jobs.queue import EmbeddedWorker
+from service.serving.prediction import ModelCache
 
 
 def get_settings(request: Request) -> Settings:

@@ -8,8 +8,8 @@ from starlette.exceptions import HTTPException
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import problem_response
-from service.metrics import ServiceMetrics
+from service.api.errors import problem_response
+from service.api.metrics import ServiceMetrics
 
 
 def _too_large(limit: int) -> str:

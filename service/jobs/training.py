@@ -4,6 +4,11 @@ It runs in a child process of whichever worker claimed the job. The child heartb
 throttled progress, and stops when the job's cancellation is requested or the job is taken
 away from it. Fitting and the one-line least-squares baseline share the holdout split, which
 is derived from the job's seed alone, so a model can be reproduced from its record.
+
+A k sweep fits every k on that same split with the same seed, one after the other, and stores
+all its models together when the last one is done: a sweep that is cancelled or fails stores
+none. Warnings of the fit (``ConvergenceWarning`` and ``mixreg``'s own) and a holdout min-loss
+above the baseline's are recorded on the model and the job, which still succeeds.
 """
 
 from __future__ import annotations
@@ -13,19 +18,30 @@ import math
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LinearRegression
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from mixreg import MixtureOfLinearRegressions, min_loss, predict_lines
+import mixreg
+from mixreg import (
+    MixtureOfLinearRegressions,
+    MixtureScore,
+    min_loss,
+    mixture_score,
+    predict_lines,
+    preferred_n_components,
+)
 from models_store import repository
 from models_store.session import make_engine, make_sessionmaker, session_scope
 from models_store.tables import Job
@@ -60,7 +76,10 @@ def holdout_split(n_rows: int, holdout_fraction: float, seed: int) -> tuple[Inde
 
 @dataclass(frozen=True)
 class FitSpec:
-    """Everything a fit needs besides the data; mirrors a job's columns."""
+    """Everything a fit needs besides the data; mirrors a job's columns.
+
+    ``k_values`` makes it a k sweep (one fit per k); ``n_components`` is then the largest k.
+    """
 
     algorithm: str
     n_components: int
@@ -69,6 +88,12 @@ class FitSpec:
     holdout_fraction: float
     seed: int
     time_budget_s: float | None
+    k_values: tuple[int, ...] | None = None
+
+    @property
+    def all_n_components(self) -> tuple[int, ...]:
+        """Every k to fit, in increasing order."""
+        return self.k_values or (self.n_components,)
 
     @classmethod
     def of_job(cls, job: Job) -> FitSpec:
@@ -81,12 +106,13 @@ class FitSpec:
             holdout_fraction=job.holdout_fraction,
             seed=job.seed if job.seed is not None else 0,
             time_budget_s=job.time_budget_s,
+            k_values=None if job.k_values is None else tuple(job.k_values),
         )
 
-    def estimator(self) -> MixtureOfLinearRegressions:
-        """The unfitted estimator this spec describes."""
+    def estimator(self, n_components: int | None = None) -> MixtureOfLinearRegressions:
+        """The unfitted estimator this spec describes (for ``n_components`` lines if given)."""
         return MixtureOfLinearRegressions(
-            n_components=self.n_components,
+            n_components=self.n_components if n_components is None else n_components,
             algorithm=self.algorithm,
             fit_intercept=self.fit_intercept,
             random_state=self.seed,
@@ -99,6 +125,9 @@ class FitSpec:
 class FittedMixture:
     """A fitted mixture with its scores and the baseline, ready to be stored."""
 
+    n_components: int
+    params: dict[str, Any]
+    """The parameters the fit ran with, size-aware defaults resolved."""
     coef: FloatArray
     intercept: FloatArray
     shares: FloatArray
@@ -110,6 +139,132 @@ class FittedMixture:
     loss_history: list[float]
     n_iter: int
     fit_seconds: float
+    converged: bool
+    score: MixtureScore
+    """The lines as a Gaussian mixture on the training rows (log-likelihood, BIC)."""
+    candidates: list[dict[str, Any]] | None
+    """``auto``'s record of every candidate it tried; None for other algorithms."""
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def beats_baseline(self) -> bool:
+        """Whether its min-loss is below the one-line baseline's (see ``beats_baseline``)."""
+        return beats_baseline(
+            train_min_loss=self.train_min_loss,
+            holdout_min_loss=self.holdout_min_loss,
+            baseline=self.baseline,
+        )
+
+
+@dataclass(frozen=True)
+class FittedSweep:
+    """The fit of every k of a job (one for a single k), and the k that BIC prefers."""
+
+    fits: list[FittedMixture]
+    best_n_components: int
+
+    @property
+    def best(self) -> FittedMixture:
+        """The fit of the preferred k."""
+        return next(fit for fit in self.fits if fit.n_components == self.best_n_components)
+
+
+# Min-losses this close (relative) tie: a single line fitted two ways (k = 1) neither beats the
+# least-squares baseline nor trails it.
+BASELINE_TIE_RTOL = 1e-9
+
+
+def baseline_comparison(
+    *, train_min_loss: float, holdout_min_loss: float | None, baseline: Mapping[str, Any]
+) -> tuple[str, float, float]:
+    """The rows a model is judged on against the baseline, its min-loss and the baseline's:
+    the holdout rows, or the training rows when nothing is held out."""
+    baseline_holdout = baseline.get("holdout_min_loss")
+    if holdout_min_loss is not None and baseline_holdout is not None:
+        return "holdout", holdout_min_loss, float(baseline_holdout)
+    return "training", train_min_loss, float(baseline["train_min_loss"])
+
+
+def beats_baseline(
+    *, train_min_loss: float, holdout_min_loss: float | None, baseline: Mapping[str, Any]
+) -> bool:
+    """True if the model's holdout min-loss (training min-loss without a holdout) is below the
+    one-line least-squares baseline's by more than a rounding difference."""
+    _, loss, reference = baseline_comparison(
+        train_min_loss=train_min_loss, holdout_min_loss=holdout_min_loss, baseline=baseline
+    )
+    return loss < reference - BASELINE_TIE_RTOL * abs(reference)
+
+
+def _poor_fit_warning(
+    spec: FitSpec,
+    n_components: int,
+    n_train: int,
+    *,
+    train_min_loss: float,
+    holdout_min_loss: float | None,
+    baseline: Mapping[str, Any],
+) -> str | None:
+    """A warning if the mixture does worse than the single least-squares line."""
+    split, loss, reference = baseline_comparison(
+        train_min_loss=train_min_loss, holdout_min_loss=holdout_min_loss, baseline=baseline
+    )
+    if loss <= reference + BASELINE_TIE_RTOL * abs(reference):
+        return None
+    rows = "predict the held-out rows" if split == "holdout" else "fit the training rows"
+    if spec.algorithm == "auto":
+        advice = (
+            f"with {n_train} training rows for {n_components} lines they may fit noise; "
+            f"try fewer components or more rows"
+        )
+    else:
+        advice = (
+            f"{spec.algorithm} may have stopped too early or in a poor local optimum; try "
+            f"algorithm 'auto' (the best of many starts, each polished by classical AM) or "
+            f"fewer components"
+        )
+    return (
+        f"{split} min-loss {loss:.6g} is above the one-line least-squares baseline's "
+        f"{reference:.6g}: the {n_components} lines {rows} worse than a single line; {advice}"
+    )
+
+
+_MIXREG_DIR = Path(mixreg.__file__).resolve().parent
+
+
+def _is_fit_warning(warning: warnings.WarningMessage) -> bool:
+    """A warning about the fit itself, worth keeping on its record."""
+    if issubclass(warning.category, ConvergenceWarning):
+        return True
+    return Path(warning.filename).resolve().is_relative_to(_MIXREG_DIR)
+
+
+def _fit_recording_warnings(
+    estimator: MixtureOfLinearRegressions,
+    X: FloatArray,
+    y: FloatArray,
+    progress: ProgressCallback | None,
+) -> list[str]:
+    """Fit ``estimator`` and return the messages of the warnings it gave about the fit.
+
+    Other warnings are issued again, as if nothing had caught them.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        estimator.fit(X, y, progress=progress)
+    kept: list[str] = []
+    for warning in caught:
+        if not _is_fit_warning(warning):
+            warnings.warn_explicit(
+                warning.message,
+                warning.category,
+                warning.filename,
+                warning.lineno,
+                source=warning.source,
+            )
+        elif str(warning.message) not in kept:
+            kept.append(str(warning.message))
+    return kept
 
 
 def _line_min_loss(X: FloatArray, y: FloatArray, coef: FloatArray, intercept: FloatArray) -> float:
@@ -146,38 +301,120 @@ def fit_mixture(
     Raises ``ValueError`` with a user-facing message when ``mixreg`` rejects the arguments or
     the data are too extreme for float64 arithmetic.
     """
+    return fit_sweep(X, y, replace(spec, k_values=None), progress=progress).best
+
+
+def fit_sweep(
+    X: FloatArray, y: FloatArray, spec: FitSpec, *, progress: ProgressCallback | None = None
+) -> FittedSweep:
+    """Fit every k of ``spec`` on the same training rows with the same seed; prefer by BIC.
+
+    ``progress`` sees the fraction of the whole sweep, and the k being fitted as
+    ``info["n_components"]``. Each k gets the whole time budget. Ties in BIC go to the smaller
+    k. Raises ``ValueError`` like :func:`fit_mixture`.
+    """
     train, holdout = holdout_split(X.shape[0], spec.holdout_fraction, spec.seed)
     X_train, y_train, X_holdout, y_holdout = X[train], y[train], X[holdout], y[holdout]
-    estimator = spec.estimator()
-    # Overflow is reported below as a precise error instead of as RuntimeWarnings.
+    all_k = spec.all_n_components
+    # Overflow is reported by check_finite_result as a precise error instead of as
+    # RuntimeWarnings.
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        started = time.perf_counter()
-        try:
-            estimator.fit(X_train, y_train, progress=progress)
-        except OverflowError:
-            raise ValueError(f"the fit overflows a float64; {RESCALE_HINT}") from None
-        fit_seconds = time.perf_counter() - started
-        coef = np.asarray(estimator.coef_, dtype=np.float64)
-        intercept = np.asarray(estimator.intercept_, dtype=np.float64)
-        fitted = FittedMixture(
-            coef=coef,
-            intercept=intercept,
-            shares=np.asarray(estimator.shares_, dtype=np.float64),
-            train_min_loss=_line_min_loss(X_train, y_train, coef, intercept),
-            holdout_min_loss=(
-                _line_min_loss(X_holdout, y_holdout, coef, intercept) if len(holdout) else None
-            ),
-            baseline=least_squares_baseline(
-                X_train, y_train, X_holdout, y_holdout, fit_intercept=spec.fit_intercept
-            ),
-            n_train=len(train),
-            n_holdout=len(holdout),
-            loss_history=[float(value) for value in np.asarray(estimator.loss_history_).ravel()],
-            n_iter=int(estimator.n_iter_),
-            fit_seconds=fit_seconds,
+        baseline = least_squares_baseline(
+            X_train, y_train, X_holdout, y_holdout, fit_intercept=spec.fit_intercept
         )
+        fits = [
+            _fit_one(
+                spec,
+                k,
+                X_train,
+                y_train,
+                X_holdout,
+                y_holdout,
+                baseline,
+                _sweep_progress(progress, position, len(all_k), k),
+            )
+            for position, k in enumerate(all_k)
+        ]
+    best = preferred_n_components([(fit.n_components, fit.score.bic) for fit in fits])
+    return FittedSweep(fits=fits, best_n_components=best)
+
+
+def _sweep_progress(
+    progress: ProgressCallback | None, position: int, count: int, n_components: int
+) -> ProgressCallback | None:
+    if progress is None:
+        return None
+
+    def report(fraction: float, info: dict[str, Any]) -> None:
+        progress((position + fraction) / count, {**info, "n_components": n_components})
+
+    return report
+
+
+def _fit_one(
+    spec: FitSpec,
+    n_components: int,
+    X_train: FloatArray,
+    y_train: FloatArray,
+    X_holdout: FloatArray,
+    y_holdout: FloatArray,
+    baseline: dict[str, Any],
+    progress: ProgressCallback | None,
+) -> FittedMixture:
+    estimator = spec.estimator(n_components)
+    params = estimator.resolved_parameters(*X_train.shape)
+    # The time budget is the job's own field, not an algorithm parameter.
+    params.pop("time_budget", None)
+    started = time.perf_counter()
+    try:
+        fit_warnings = _fit_recording_warnings(estimator, X_train, y_train, progress)
+    except OverflowError:
+        raise ValueError(f"the fit overflows a float64; {RESCALE_HINT}") from None
+    fit_seconds = time.perf_counter() - started
+    coef = np.asarray(estimator.coef_, dtype=np.float64)
+    intercept = np.asarray(estimator.intercept_, dtype=np.float64)
+    train_min_loss = _line_min_loss(X_train, y_train, coef, intercept)
+    holdout_min_loss = (
+        _line_min_loss(X_holdout, y_holdout, coef, intercept) if len(y_holdout) else None
+    )
+    poor = _poor_fit_warning(
+        spec,
+        n_components,
+        len(y_train),
+        train_min_loss=train_min_loss,
+        holdout_min_loss=holdout_min_loss,
+        baseline=baseline,
+    )
+    candidates = getattr(estimator, "candidates_", None)
+    fitted = FittedMixture(
+        n_components=n_components,
+        params=params,
+        coef=coef,
+        intercept=intercept,
+        shares=np.asarray(estimator.shares_, dtype=np.float64),
+        train_min_loss=train_min_loss,
+        holdout_min_loss=holdout_min_loss,
+        baseline=baseline,
+        n_train=len(y_train),
+        n_holdout=len(y_holdout),
+        loss_history=[float(value) for value in np.asarray(estimator.loss_history_).ravel()],
+        n_iter=int(estimator.n_iter_),
+        fit_seconds=fit_seconds,
+        converged=bool(estimator.converged_),
+        score=mixture_score(X_train, y_train, coef, intercept, fit_intercept=spec.fit_intercept),
+        candidates=None if candidates is None else [_candidate(item) for item in candidates],
+        warnings=[*fit_warnings, *([poor] if poor else [])],
+    )
     check_finite_result(fitted)
     return fitted
+
+
+def _candidate(record: Mapping[str, Any]) -> dict[str, Any]:
+    # A candidate that diverged before its polish may score as infinite; JSON has no infinity.
+    return {
+        key: _finite_or_none(value) if isinstance(value, float) else value
+        for key, value in record.items()
+    }
 
 
 RESCALE_HINT = "scale X and y to moderate magnitudes (say between 1e-100 and 1e100)"
@@ -197,6 +434,8 @@ def check_finite_result(fitted: FittedMixture) -> None:
         ("baseline intercept", baseline["intercept"]),
         ("baseline training min-loss", baseline["train_min_loss"]),
         ("baseline holdout min-loss", baseline["holdout_min_loss"]),
+        ("log-likelihood", fitted.score.log_likelihood),
+        ("BIC", fitted.score.bic),
     ]
     for what, values in results:
         if values is not None and not np.all(np.isfinite(np.asarray(values, dtype=np.float64))):
@@ -254,6 +493,7 @@ class JobProgress:
                 iteration=info.get("iteration"),
                 candidates=info.get("candidates_tried"),
                 best_loss=_finite_or_none(info.get("best_loss")),
+                n_components=info.get("n_components"),
                 now=_now(),
             )
             job = repository.get_job(session, job_id=self._job_id)
@@ -323,7 +563,8 @@ def run_job(
     worker_id: str | None = None,
     worker_alive: Connection | None = None,
 ) -> str:
-    """Fit the running job ``job_id`` and store its model, finishing the job in one unit of work.
+    """Fit the running job ``job_id`` and store its model (a k sweep: one per k), finishing the
+    job in the same unit of work.
 
     ``worker_id`` is the worker that claimed the job (default: whichever the job names); a job
     that meanwhile went to another worker is left alone. ``worker_alive`` is the read end of a
@@ -408,7 +649,7 @@ def _run_job(
     error: str | None = None
     with heartbeat:
         try:
-            fitted = fit_mixture(claimed.X, claimed.y, claimed.spec, progress=progress)
+            fitted = fit_sweep(claimed.X, claimed.y, claimed.spec, progress=progress)
         except JobLostError:
             return "lost"
         except FitCancelledError:
@@ -420,7 +661,7 @@ def _run_job(
             status, error = "failed", f"{type(exc).__name__}: {exc}"
         else:
             try:
-                _store_model(session_factory, job_id, claimed, fitted)
+                _store_models(session_factory, job_id, claimed, fitted)
             except JobLostError:
                 return "lost"
             return "succeeded"
@@ -436,45 +677,85 @@ def _run_job(
         return status if finished else "lost"
 
 
-def _store_model(
+def _store_models(
     session_factory: sessionmaker[Session],
     job_id: str,
     claimed: _ClaimedJob,
-    fitted: FittedMixture,
+    fitted: FittedSweep,
 ) -> None:
-    """Store the model and finish the job together; roll both back if the job was taken away."""
+    """Store the model of every k and finish the job together; roll all back if the job was
+    taken away."""
     spec = claimed.spec
     with session_scope(session_factory) as session:
-        model = repository.create_model(
-            session,
-            job_id=job_id,
-            dataset_id=claimed.dataset_id,
-            name=claimed.name,
-            algorithm=spec.algorithm,
-            n_components=spec.n_components,
-            n_features=claimed.X.shape[1],
-            feature_names=claimed.feature_names,
-            fit_intercept=spec.fit_intercept,
-            params=spec.params,
-            seed=spec.seed,
-            coef=fitted.coef,
-            intercept=fitted.intercept,
-            shares=fitted.shares,
-            train_min_loss=fitted.train_min_loss,
-            holdout_min_loss=fitted.holdout_min_loss,
-            baseline=fitted.baseline,
-            n_train=fitted.n_train,
-            n_holdout=fitted.n_holdout,
-            loss_history=fitted.loss_history,
-            n_iter=fitted.n_iter,
-            fit_seconds=fitted.fit_seconds,
-        )
+        model_ids: dict[int, str] = {}
+        for fit in fitted.fits:
+            model_ids[fit.n_components] = repository.create_model(
+                session,
+                job_id=job_id,
+                dataset_id=claimed.dataset_id,
+                name=claimed.name,
+                algorithm=spec.algorithm,
+                n_components=fit.n_components,
+                n_features=claimed.X.shape[1],
+                feature_names=claimed.feature_names,
+                fit_intercept=spec.fit_intercept,
+                params=fit.params,
+                seed=spec.seed,
+                coef=fit.coef,
+                intercept=fit.intercept,
+                shares=fit.shares,
+                train_min_loss=fit.train_min_loss,
+                holdout_min_loss=fit.holdout_min_loss,
+                baseline=fit.baseline,
+                n_train=fit.n_train,
+                n_holdout=fit.n_holdout,
+                loss_history=fit.loss_history,
+                n_iter=fit.n_iter,
+                fit_seconds=fit.fit_seconds,
+                converged=fit.converged,
+                log_likelihood=fit.score.log_likelihood,
+                bic=fit.score.bic,
+                n_parameters=fit.score.n_parameters,
+                candidates=fit.candidates,
+                warnings=fit.warnings,
+            ).id
+        if spec.k_values is None:
+            sweep, job_warnings = None, fitted.best.warnings
+        else:
+            sweep = sweep_record(fitted, model_ids)
+            job_warnings = [
+                f"k={fit.n_components}: {warning}"
+                for fit in fitted.fits
+                for warning in fit.warnings
+            ]
         if not repository.finish_job(
             session,
             job_id=job_id,
             worker_id=claimed.worker_id,
             status="succeeded",
-            model_id=model.id,
+            model_id=model_ids[fitted.best_n_components],
+            sweep=sweep,
+            warnings=job_warnings,
             now=_now(),
         ):
             raise JobLostError(job_id)
+
+
+def sweep_record(fitted: FittedSweep, model_ids: Mapping[int, str]) -> dict[str, Any]:
+    """What a k sweep's job records: the preferred k, and per k its model and scores."""
+    return {
+        "best_n_components": fitted.best_n_components,
+        "models": [
+            {
+                "n_components": fit.n_components,
+                "model_id": model_ids[fit.n_components],
+                "train_min_loss": fit.train_min_loss,
+                "holdout_min_loss": fit.holdout_min_loss,
+                "log_likelihood": fit.score.log_likelihood,
+                "bic": fit.score.bic,
+                "n_parameters": fit.score.n_parameters,
+                "beats_baseline": fit.beats_baseline,
+            }
+            for fit in fitted.fits
+        ],
+    }

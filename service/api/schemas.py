@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
@@ -13,15 +14,17 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PlainValidator,
     Tag,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, PydanticKnownError
 
-from mixreg import ALGORITHMS
-from service import ingest
+from mixreg import ALGORITHMS, check_n_components_list
+from service.config import MAX_K_SWEEP_LIMIT
+from service.data import ingest
 
-DEFAULT_ALGORITHM = "subsample+am"
+DEFAULT_ALGORITHM = "auto"
 
 
 def _invalid(message: str) -> PydanticCustomError:
@@ -132,8 +135,32 @@ Lines = Annotated[
         "when fit_intercept is true"
     ),
 ]
+
+
+def _check_step_size(value: Any) -> float | Literal["auto"]:
+    # One validator for both forms, so an error names step_size itself, not a union member.
+    if value == "auto" and isinstance(value, str):
+        return "auto"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PydanticCustomError("step_size_type", 'Input should be a positive number or "auto"')
+    if not math.isfinite(value):
+        raise PydanticKnownError("finite_number")
+    if value <= 0:
+        raise PydanticKnownError("greater_than", {"gt": 0})
+    return float(value)
+
+
 StepSize = Annotated[
-    float, Field(gt=0, allow_inf_nan=False, description="gradient step size (the paper's gamma)")
+    float | Literal["auto"],
+    PlainValidator(
+        _check_step_size,
+        json_schema_input_type=Annotated[float, Field(gt=0)] | Literal["auto"],
+    ),
+    Field(
+        description='gradient step size: a positive number is the paper\'s gamma; "auto" moves '
+        "each line to the point of the span of its whitened gradient and its previous step that "
+        "minimizes its objective on its rows"
+    ),
 ]
 MaxIter = Annotated[Count, Field(ge=1, description="maximum number of iterations")]
 Tol = Annotated[
@@ -174,11 +201,29 @@ class AlgorithmParams(_Strict):
         return data
 
 
+class AutoParams(AlgorithmParams):
+    """The best of many: candidates from random starts, the paper's A3, EM restarts and RANSAC,
+    each polished by classical AM; the lowest training min-loss is kept."""
+
+    algorithm: ClassVar[str] = "auto"
+    n_init: NInit | None = Field(
+        default=None,
+        description="random starts; default (null): size-aware, from 100 on small data down to "
+        "4 on large data",
+    )
+    max_iter: MaxIter = Field(
+        default=100, description="classical AM iterations of each candidate's polish"
+    )
+    tol: Tol = 1e-6
+    subsample_size: SubsampleSize = 150
+    n_partitions: NPartitions = 1000
+
+
 class AmParams(AlgorithmParams):
     """Gradient alternating minimization (the paper's Algorithm 1)."""
 
     algorithm: ClassVar[str] = "am"
-    step_size: StepSize = 0.1
+    step_size: StepSize = "auto"
     max_iter: MaxIter = 100
     tol: Tol = 1e-6
     n_init: NInit = 1
@@ -221,7 +266,7 @@ class SubsampleAmParams(AlgorithmParams):
     subsample_size: SubsampleSize = 150
     n_partitions: NPartitions = 1000
     base: Base = "ls"
-    step_size: StepSize = 0.1
+    step_size: StepSize = "auto"
     max_iter: MaxIter = 100
     tol: Tol = 1e-6
 
@@ -239,6 +284,7 @@ class EmParams(AlgorithmParams):
 PARAMS_MODELS: dict[str, type[AlgorithmParams]] = {
     model.algorithm: model
     for model in (
+        AutoParams,
         AmParams,
         AmClassicParams,
         SubsampleParams,
@@ -252,13 +298,46 @@ PARAMS_MODELS: dict[str, type[AlgorithmParams]] = {
 # --- POST /fit: `algorithm` selects the params schema (a tagged union of whole requests) ---
 
 
+def _check_n_components(value: Any) -> int | list[int]:
+    # One validator for both forms, so an error names k itself, not a union member.
+    if isinstance(value, list):
+        if len(value) > MAX_K_SWEEP_LIMIT:
+            # Checked first: the checks below take time quadratic in the length.
+            raise _invalid(
+                f"k lists {len(value)} values; a sweep fits at most MIXREG_MAX_K_SWEEP values "
+                f"(never more than {MAX_K_SWEEP_LIMIT})"
+            )
+        try:
+            return check_n_components_list(value)
+        except ValueError as exc:
+            raise _invalid(str(exc)) from None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PydanticCustomError(
+            "int_or_list_type", "Input should be an integer or a list of integers"
+        )
+    if value < 1:
+        raise PydanticKnownError("greater_than_equal", {"ge": 1})
+    return value
+
+
+PositiveCount = Annotated[int, Field(ge=1)]
+NComponents = Annotated[
+    int | list[int],
+    PlainValidator(
+        _check_n_components,
+        json_schema_input_type=PositiveCount
+        | Annotated[list[PositiveCount], Field(min_length=1, max_length=MAX_K_SWEEP_LIMIT)],
+    ),
+]
+
+
 class _FitBase(_Strict):
     dataset_id: Text | None = Field(default=None, description="a stored dataset to fit")
     data: DataIn | None = Field(default=None, description="inline data, stored as a dataset")
-    n_components: Count = Field(
-        ge=1,
+    n_components: NComponents = Field(
         validation_alias=AliasChoices("n_components", "k"),
-        description="k, the number of lines (the alias `k` is accepted)",
+        description="k, the number of lines (the alias `k` is accepted); a list of k values "
+        "fits one model per k (a k sweep) and prefers the k with the lowest BIC",
     )
     fit_intercept: bool = True
     holdout_fraction: FiniteFloat = Field(
@@ -288,6 +367,11 @@ class _FitBase(_Strict):
         return self.params.model_dump(mode="json")
 
 
+class AutoFit(_FitBase):
+    algorithm: Literal["auto"] = "auto"
+    params: AutoParams = Field(default_factory=AutoParams)
+
+
 class AmFit(_FitBase):
     algorithm: Literal["am"]
     params: AmParams = Field(default_factory=AmParams)
@@ -309,7 +393,7 @@ class SubsampleExhaustiveFit(_FitBase):
 
 
 class SubsampleAmFit(_FitBase):
-    algorithm: Literal["subsample+am"] = "subsample+am"
+    algorithm: Literal["subsample+am"]
     params: SubsampleAmParams = Field(default_factory=SubsampleAmParams)
 
 
@@ -340,7 +424,8 @@ def _check_algorithm(value: Any) -> Any:
 
 
 FitRequest = Annotated[
-    Annotated[AmFit, Tag("am")]
+    Annotated[AutoFit, Tag("auto")]
+    | Annotated[AmFit, Tag("am")]
     | Annotated[AmClassicFit, Tag("am-classic")]
     | Annotated[SubsampleFit, Tag("subsample")]
     | Annotated[SubsampleExhaustiveFit, Tag("subsample-exhaustive")]
@@ -349,7 +434,9 @@ FitRequest = Annotated[
     Discriminator(_algorithm_tag),
     BeforeValidator(_check_algorithm),
 ]
-FitVariant = AmFit | AmClassicFit | SubsampleFit | SubsampleExhaustiveFit | SubsampleAmFit | EmFit
+FitVariant = (
+    AutoFit | AmFit | AmClassicFit | SubsampleFit | SubsampleExhaustiveFit | SubsampleAmFit | EmFit
+)
 
 
 class FitAccepted(BaseModel):
@@ -372,6 +459,30 @@ class Progress(BaseModel):
     iteration: int | None
     candidates_tried: int | None
     best_min_loss: float | None
+    n_components: int | None = Field(
+        default=None, description="the k being fitted (of a k sweep: its progress is overall)"
+    )
+
+
+class SweepModel(BaseModel):
+    """The model of one k in a k sweep, with its scores."""
+
+    n_components: int
+    model_id: str
+    model_url: str
+    train_min_loss: float
+    holdout_min_loss: float | None
+    log_likelihood: float = Field(description="of the lines as a Gaussian mixture, training rows")
+    bic: float = Field(description="Bayesian information criterion; lower is better")
+    n_parameters: int
+    beats_baseline: bool
+
+
+class Sweep(BaseModel):
+    """The result of a k sweep: a model per k, and the k that BIC prefers."""
+
+    best_n_components: int = Field(description="the k with the lowest BIC (ties: the smaller)")
+    models: list[SweepModel]
 
 
 class JobOut(BaseModel):
@@ -382,8 +493,13 @@ class JobOut(BaseModel):
     name: str | None
     dataset_id: str
     algorithm: str
-    n_components: int
-    params: dict[str, Any]
+    n_components: int = Field(description="k; for a k sweep the largest k of k_values")
+    k_values: list[int] | None = Field(description="every k of a k sweep; null for a single k")
+    params: dict[str, Any] = Field(
+        description="the algorithm's parameters; for a single k the data-dependent defaults "
+        "are resolved (auto's n_init), for a k sweep they stay null and each model records its "
+        "own"
+    )
     fit_intercept: bool
     holdout_fraction: float
     seed: int | None
@@ -396,8 +512,10 @@ class JobOut(BaseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
-    model_id: str | None
+    model_id: str | None = Field(description="the model; of a k sweep, the one BIC prefers")
     model_url: str | None
+    sweep: Sweep | None = Field(description="a k sweep's models and scores; null for a single k")
+    warnings: list[str] = Field(description="what the fit found poor (the job still succeeds)")
     url: str
 
 
@@ -421,6 +539,18 @@ class Baseline(BaseModel):
     holdout_min_loss: float | None
 
 
+class Candidate(BaseModel):
+    """One candidate set of lines tried by ``auto``."""
+
+    source: str = Field(description="where it came from (random start, A3, EM, RANSAC, ...)")
+    min_loss_before: float | None = Field(description="training min-loss before the polish")
+    min_loss_after: float | None = Field(description="training min-loss after classical AM")
+    seconds: float
+    n_iter: int
+    converged: bool
+    n_rows: int = Field(description="rows it was polished on")
+
+
 class ModelSummary(BaseModel):
     """A fitted model in a list."""
 
@@ -431,6 +561,17 @@ class ModelSummary(BaseModel):
     n_features: int
     train_min_loss: float
     holdout_min_loss: float | None
+    beats_baseline: bool = Field(
+        description="its holdout min-loss (training min-loss without a holdout) is below the "
+        "one-line least-squares baseline's"
+    )
+    converged: bool | None = Field(description="null for models stored before it was recorded")
+    log_likelihood: float | None = Field(
+        description="of the lines as a Gaussian mixture on the training rows"
+    )
+    bic: float | None = Field(description="Bayesian information criterion; lower is better")
+    n_parameters: int | None
+    warnings: list[str] = Field(description="what the fit found poor")
     dataset_id: str
     job_id: str | None
     created_at: datetime
@@ -444,13 +585,16 @@ class ModelOut(ModelSummary):
     fit_intercept: bool
     components: list[Component]
     baseline: Baseline
-    params: dict[str, Any]
+    params: dict[str, Any] = Field(description="the parameters the fit ran with, resolved")
     seed: int | None
     n_train: int
     n_holdout: int
     loss_history: list[float]
     n_iter: int
     fit_seconds: float
+    candidates: list[Candidate] | None = Field(
+        description="every candidate auto tried, in order; null for other algorithms"
+    )
 
 
 # --- predict ---

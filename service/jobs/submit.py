@@ -5,16 +5,17 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from models_store import repository
 from models_store.tables import Dataset, Job
-from service import ingest
-from service.errors import ConflictError, InvalidInputError, NotFoundError
-from service.schemas import FitVariant
-from service.training import FitSpec, holdout_size
+from service.api.errors import ConflictError, InvalidInputError, NotFoundError
+from service.api.schemas import FitVariant
+from service.data import ingest
+from service.jobs.training import FitSpec, holdout_size
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,12 @@ def request_hash(request: FitVariant) -> str:
 
 
 def fit_spec(request: FitVariant) -> FitSpec:
-    """The fit a request describes."""
+    """The fit a request describes; a list of k makes it a k sweep."""
+    k = request.n_components
     return FitSpec(
         algorithm=request.algorithm,
-        n_components=request.n_components,
+        n_components=max(k) if isinstance(k, list) else k,
+        k_values=tuple(k) if isinstance(k, list) else None,
         params=request.params_dict,
         fit_intercept=request.fit_intercept,
         holdout_fraction=request.holdout_fraction,
@@ -46,18 +49,42 @@ def fit_spec(request: FitVariant) -> FitSpec:
     )
 
 
-def check_fit(spec: FitSpec, *, n_rows: int, n_features: int) -> None:
-    """Raise ``InvalidInputError`` for anything the fit of ``n_rows`` rows would fail on."""
+def check_sweep_size(spec: FitSpec, *, max_k_sweep: int) -> None:
+    """Raise ``InvalidInputError`` if the k sweep lists more k than one job may fit."""
+    if spec.k_values is not None and len(spec.k_values) > max_k_sweep:
+        raise InvalidInputError(
+            f"k lists {len(spec.k_values)} values; a sweep fits at most {max_k_sweep} "
+            f"(MIXREG_MAX_K_SWEEP); split it into several jobs"
+        )
+
+
+def check_fit(spec: FitSpec, *, n_rows: int, n_features: int) -> dict[str, Any]:
+    """Raise ``InvalidInputError`` for anything the fit of ``n_rows`` rows would fail on.
+
+    Returns the parameters to store on the job: with their size-aware defaults resolved for a
+    single k, as requested for a k sweep (where such a default differs per k).
+    """
     n_train = n_rows - holdout_size(n_rows, spec.holdout_fraction)
     if n_train < 1:
         raise InvalidInputError(
             f"holdout_fraction={spec.holdout_fraction} holds out all {n_rows} rows; "
             f"lower it so that at least one row trains"
         )
-    try:
-        spec.estimator().resolved_parameters(n_train, n_features)
-    except ValueError as exc:
-        raise InvalidInputError(str(exc)) from None
+    if spec.k_values is not None and spec.params.get("init") is not None:
+        raise InvalidInputError(
+            "params.init gives the starting lines of one k; it cannot be used with a list of k"
+        )
+    resolved: dict[str, Any] = {}
+    for k in spec.k_values or (spec.n_components,):
+        try:
+            resolved = spec.estimator(k).resolved_parameters(n_train, n_features)
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from None
+    if spec.k_values is not None:
+        return dict(spec.params)
+    # The time budget is the job's own column, not an algorithm parameter.
+    resolved.pop("time_budget", None)
+    return resolved
 
 
 def _replay(job: Job, digest: str, key: str) -> Submission:
@@ -75,18 +102,21 @@ def submit_fit(
     request: FitVariant,
     idempotency_key: str | None,
     max_attempts: int,
+    max_k_sweep: int,
 ) -> Submission:
     """Queue the fit ``request`` (storing inline data as a dataset first) in ``session``.
 
     The same ``idempotency_key`` with the same request returns the existing job; with a
     different request it is a conflict. Nothing is written if the request is rejected.
+    A k sweep may list at most ``max_k_sweep`` values of k.
     """
+    spec = fit_spec(request)
+    check_sweep_size(spec, max_k_sweep=max_k_sweep)
     digest = request_hash(request)
     if idempotency_key is not None:
         existing = repository.get_job_by_idempotency_key(session, key=idempotency_key)
         if existing is not None:
             return _replay(existing, digest, idempotency_key)
-    spec = fit_spec(request)
     parsed: ingest.ParsedDataset | None = None
     if request.data is not None:
         data = request.data
@@ -99,7 +129,7 @@ def submit_fit(
         assert request.dataset_id is not None  # the schema requires one of the two
         dataset = _existing_dataset(session, request.dataset_id)
         n_rows, n_features = dataset.n_rows, dataset.n_features
-    check_fit(spec, n_rows=n_rows, n_features=n_features)
+    params = check_fit(spec, n_rows=n_rows, n_features=n_features)
     try:
         # A savepoint: a concurrent request with the same key wins the unique constraint, and
         # this one's dataset and job are undone together.
@@ -120,7 +150,8 @@ def submit_fit(
                 dataset_id=dataset_id,
                 algorithm=spec.algorithm,
                 n_components=spec.n_components,
-                params=spec.params,
+                k_values=spec.k_values,
+                params=params,
                 fit_intercept=spec.fit_intercept,
                 holdout_fraction=spec.holdout_fraction,
                 seed=spec.seed,

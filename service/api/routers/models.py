@@ -7,9 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Response
 
 from models_store import repository
-from service import prediction
-from service.deps import ModelCacheDep, SessionDep, SessionFactoryDep, ValidModel
-from service.schemas import (
+from service.api.deps import ModelCacheDep, SessionDep, SessionFactoryDep, ValidModel
+from service.api.schemas import (
     MAX_OFFSET,
     ModelOut,
     ModelPredictRequest,
@@ -17,7 +16,8 @@ from service.schemas import (
     Page,
     PredictResponse,
 )
-from service.views import model_out, model_summary
+from service.api.views import model_out, model_summary
+from service.serving import prediction
 
 router = APIRouter(prefix="/models", tags=["models"])
 

@@ -6,10 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Body, Header, Response
 
-from service.deps import SessionDep, SettingsDep, WorkerDep
-from service.fitting import submit_fit
-from service.schemas import FitAccepted, FitRequest, FitVariant
-from service.views import job_url
+from service.api.deps import SessionDep, SettingsDep, WorkerDep
+from service.api.schemas import FitAccepted, FitRequest, FitVariant
+from service.api.views import job_url
+from service.jobs.submit import submit_fit
 
 router = APIRouter(prefix="/fit", tags=["fit"])
 
@@ -43,6 +43,7 @@ def submit(
         request=body,
         idempotency_key=idempotency_key,
         max_attempts=settings.max_attempts,
+        max_k_sweep=settings.max_k_sweep,
     )
     job = submission.job
     url = job_url(job.id)

@@ -8,10 +8,10 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from models_store import repository
-from service.datasets import read_upload, store_dataset
-from service.deps import SessionDep, SessionFactoryDep, ValidDataset
-from service.schemas import MAX_OFFSET, DatasetIn, DatasetOut, Page
-from service.views import dataset_out
+from service.api.deps import SessionDep, SessionFactoryDep, ValidDataset
+from service.api.schemas import MAX_OFFSET, DatasetIn, DatasetOut, Page
+from service.api.views import dataset_out
+from service.data.datasets import read_upload, store_dataset
 
 router = APIRouter(prefix="/datasets", tags=["datasets"])
 

@@ -1,0 +1,1 @@
+"""The HTTP interface: routers, request/response schemas, errors, middleware, metrics."""

@@ -1,0 +1,1 @@
+"""Uploaded data: parsing every accepted format and storing datasets."""

@@ -1,0 +1,1 @@
+"""Fit jobs: submitting them, the one fit path (run_job) and the embedded worker."""

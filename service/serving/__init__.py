@@ -1,0 +1,1 @@
+"""Predictions from stored models, on the request path (no database read on a hit)."""

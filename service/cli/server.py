@@ -1,10 +1,8 @@
-"""The ``mixreg`` command: ``mixreg serve`` and ``mixreg db upgrade|downgrade|current``."""
+"""``mixreg serve`` and ``mixreg db upgrade|downgrade|current``: run and migrate the server."""
 
 from __future__ import annotations
 
 import argparse
-import logging
-from collections.abc import Sequence
 
 import uvicorn
 
@@ -43,15 +41,8 @@ def _current(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``mixreg`` command."""
-    parser = argparse.ArgumentParser(
-        prog="mixreg",
-        description="Fit mixtures of k linear regressions over HTTP. Settings come from "
-        "MIXREG_* environment variables (see the README).",
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``serve`` and ``db`` to the ``mixreg`` command."""
     serve = commands.add_parser("serve", help="serve the HTTP API with the embedded worker")
     serve.add_argument("--host", help="interface to bind (default: MIXREG_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to bind (default: MIXREG_PORT or 8000)")
@@ -70,14 +61,3 @@ def build_parser() -> argparse.ArgumentParser:
     downgrade.set_defaults(handler=_downgrade)
     current = db_commands.add_parser("current", help="show the database's revision")
     current.set_defaults(handler=_current)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``mixreg`` command."""
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    result: int = args.handler(args, Settings())
-    return result

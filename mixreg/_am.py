@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from ._loss import assign, labels_of
+from ._loss import assign
 from ._lstsq import lstsq_by_labels, normal_equations_by_label, pseudo_inverse
 
 FloatArray = NDArray[np.float64]
@@ -103,53 +103,145 @@ def whitening_preconditioner(Z: FloatArray) -> FloatArray:
     return pseudo_inverse(gram[0, 0])
 
 
-def _subspace_step(
-    direction: FloatArray,
-    change: FloatArray,
-    gradient: FloatArray,
-    previous: tuple[FloatArray, FloatArray] | None,
-    labels: NDArray[np.intp],
-    residual: FloatArray,
-    n_components: int,
-) -> tuple[FloatArray, FloatArray]:
-    """Each line's exact minimizer, on its rows, within span{direction, previous step}.
+class _GradientSteps:
+    """The state of one gradient AM run: residuals kept up to date, row block by row block.
 
-    ``change`` (and ``previous[1]``) are the changes of every line's predictions on all rows
-    that the direction (the previous step) makes; ``residual`` is each row's residual on its
-    own line. Without a previous step (or when it is parallel to the direction) this is the
-    exact line search along ``direction``. Returns the step of every line and the change of
-    its predictions on all rows.
-
-    Parameters
-    ----------
-    direction, gradient : ndarray of shape (n_components, n_params)
-    change : ndarray of shape (n_components, n_samples)
-    previous : (step, change of the step) or None
-    labels, residual : ndarray of shape (n_samples,)
+    Residuals of every line on every row are kept and updated in place by each step's change
+    of predictions (one tall product fewer per iteration than recomputing them), and
+    recomputed from scratch every ``_RESIDUAL_REFRESH`` steps so rounding cannot accumulate.
+    Each pass of an iteration walks the rows in blocks whose ``(k, block)`` arrays stay in
+    cache, so the work per row (assignment, gradient, line search, update) reads the
+    residuals from memory once instead of once per operation.
     """
-    rows = np.arange(labels.size)
-    own = change[labels, rows]
-    uu = np.bincount(labels, weights=own * own, minlength=n_components)
-    # sum_{i in S_j} r_i <z_i, d_j> = <gradient_j, d_j>
-    ur = np.einsum("kp,kp->k", gradient, direction)
-    line_search = np.where(uu > 0, ur / np.where(uu > 0, uu, 1.0), 0.0)
-    if previous is None:
-        return line_search[:, None] * direction, line_search[:, None] * change
-    previous_own = previous[1][labels, rows]
-    uv = np.bincount(labels, weights=own * previous_own, minlength=n_components)
-    vv = np.bincount(labels, weights=previous_own * previous_own, minlength=n_components)
-    vr = np.bincount(labels, weights=previous_own * residual, minlength=n_components)
-    determinant = uu * vv - uv * uv
-    # Nearly parallel directions (or an empty line) fall back to the line search.
-    plane = determinant > 1e-12 * uu * vv
-    safe = np.where(plane, determinant, 1.0)
-    along = np.where(plane, (vv * ur - uv * vr) / safe, line_search)
-    again = np.where(plane, (uu * vr - uv * ur) / safe, 0.0)
-    step = along[:, None] * direction + again[:, None] * previous[0]
-    step_change = along[:, None] * change + again[:, None] * previous[1]
-    return step, step_change
+
+    def __init__(
+        self, Z: FloatArray, y: FloatArray, theta: FloatArray, step_size: float | str
+    ) -> None:
+        n_samples, n_components = Z.shape[0], theta.shape[0]
+        self.Z, self.y, self.theta = Z, y, theta
+        self.n_samples, self.n_components = n_samples, n_components
+        self.preconditioner = whitening_preconditioner(Z) if step_size == "auto" else None
+        self.fixed_scale = 0.0
+        if self.preconditioner is None:
+            self.fixed_scale = 2.0 * float(step_size) / n_samples
+        rows = max(1, _BLOCK_ELEMENTS // n_components)
+        self.blocks = [
+            slice(start, min(start + rows, n_samples)) for start in range(0, n_samples, rows)
+        ]
+        self.residuals = [np.empty((n_components, b.stop - b.start)) for b in self.blocks]
+        self.labels = [np.zeros(b.stop - b.start, dtype=np.intp) for b in self.blocks]
+        self.parts = np.arange(n_components)[:, None]
+        self.gradient = np.zeros_like(theta)
+        self.steps_since_refresh = _RESIDUAL_REFRESH
+        # "auto": this step's and the previous step's change of every line's predictions.
+        self.change: list[FloatArray] = []
+        self.previous_change: list[FloatArray] = []
+        if self.preconditioner is not None:
+            self.change = [np.empty_like(block) for block in self.residuals]
+            self.previous_change = [np.empty_like(block) for block in self.residuals]
+        self.previous_step: FloatArray | None = None
+
+    def evaluate(self) -> Evaluation:
+        """Assign the rows, and sum the min-loss and each line's gradient over its rows."""
+        refresh = self.steps_since_refresh >= _RESIDUAL_REFRESH
+        if refresh:
+            self.steps_since_refresh = 0
+        total = 0.0
+        self.gradient.fill(0.0)
+        for block, residuals, labels in zip(self.blocks, self.residuals, self.labels, strict=True):
+            Zb = self.Z[block]
+            if refresh:
+                np.matmul(self.theta, Zb.T, out=residuals)
+                np.subtract(self.y[block], residuals, out=residuals)
+            mask = self._assign(residuals, labels)
+            # -grad F_i(theta_j) / 2 = z_i r_ij, summed over the rows S_j that line j wins.
+            owned = residuals * mask
+            best = owned.sum(axis=0)
+            total += float(best @ best)
+            self.gradient += owned @ Zb
+        loss = total / self.n_samples
+        return Evaluation(loss=loss, criterion=loss)
+
+    def _assign(self, residuals: FloatArray, labels: NDArray[np.intp]) -> NDArray[np.bool_]:
+        """Each row's best line (ties to the lowest index), as labels and a one-hot mask."""
+        squared = residuals * residuals
+        smallest = squared[0]
+        labels.fill(0)
+        for component in range(1, self.n_components):
+            closer = squared[component] < smallest
+            labels[closer] = component
+            np.minimum(smallest, squared[component], out=smallest)
+        mask: NDArray[np.bool_] = labels == self.parts
+        return mask
+
+    def update(self) -> None:
+        if self.preconditioner is None:
+            step = self.fixed_scale * self.gradient
+            self.theta += step
+            for block, residuals in zip(self.blocks, self.residuals, strict=True):
+                residuals -= step @ self.Z[block].T
+        else:
+            self._subspace_step(self.gradient @ self.preconditioner)
+        self.steps_since_refresh += 1
+
+    def _subspace_step(self, direction: FloatArray) -> None:
+        """Move each line to its exact minimizer, on its rows, in span{direction, previous step}.
+
+        Without a previous step (or when it is parallel to the direction) this is the exact
+        line search along ``direction``.
+        """
+        k, previous = self.n_components, self.previous_step
+        # Per line, over its rows: <u,u>, <u,v>, <v,v>, <v,r> with u the direction's change
+        # of predictions and v the previous step's.
+        uu, uv, vv, vr = (np.zeros(k) for _ in range(4))
+        for block, residuals, labels, change, previous_change in zip(
+            self.blocks,
+            self.residuals,
+            self.labels,
+            self.change,
+            self.previous_change,
+            strict=True,
+        ):
+            np.matmul(direction, self.Z[block].T, out=change)
+            mask = labels == self.parts
+            own = change * mask
+            uu += np.einsum("kn,kn->k", own, change)
+            if previous is not None:
+                uv += np.einsum("kn,kn->k", own, previous_change)
+                previous_own = previous_change * mask
+                vv += np.einsum("kn,kn->k", previous_own, previous_change)
+                vr += np.einsum("kn,kn->k", previous_own, residuals)
+        # sum_{i in S_j} r_i <z_i, d_j> = <gradient_j, d_j>
+        ur = np.einsum("kp,kp->k", self.gradient, direction)
+        along = np.where(uu > 0, ur / np.where(uu > 0, uu, 1.0), 0.0)
+        again = np.zeros(k)
+        if previous is not None:
+            determinant = uu * vv - uv * uv
+            # Nearly parallel directions (or an empty line) fall back to the line search.
+            plane = determinant > 1e-12 * uu * vv
+            safe = np.where(plane, determinant, 1.0)
+            along = np.where(plane, (vv * ur - uv * vr) / safe, along)
+            again = np.where(plane, (uu * vr - uv * ur) / safe, 0.0)
+        step = along[:, None] * direction
+        if previous is not None:
+            step += again[:, None] * previous
+        for residuals, change, previous_change in zip(
+            self.residuals, self.change, self.previous_change, strict=True
+        ):
+            # The step's change of predictions, kept for the next step.
+            change *= along[:, None]
+            if previous is not None:
+                previous_change *= again[:, None]
+                previous_change += change
+            else:
+                previous_change[...] = change
+            residuals -= previous_change
+        self.theta += step
+        self.previous_step = step
 
 
+# Elements of a (k, block) array of one row block: 2^15 float64 values, 256 KiB, in cache.
+_BLOCK_ELEMENTS = 1 << 15
 # Residuals are updated in place after each step (one product fewer per iteration) and
 # recomputed from scratch this often, so rounding cannot accumulate.
 _RESIDUAL_REFRESH = 25
@@ -203,56 +295,16 @@ def gradient_am(
     SolverResult
         ``loss_history[t]`` is the min-loss of the lines after ``t`` steps.
     """
-    theta = theta.copy()
-    n_samples, n_components = Z.shape[0], theta.shape[0]
-    rows = np.arange(n_samples)
-    weights = np.empty((n_components, n_samples))
-    preconditioner = whitening_preconditioner(Z) if step_size == "auto" else None
-    fixed_scale = None if preconditioner is not None else 2.0 * float(step_size) / n_samples
-    residuals = np.empty((n_components, n_samples))
-    labels, best = rows, np.empty(0)
-    steps_since_refresh = _RESIDUAL_REFRESH
-
-    def evaluate() -> Evaluation:
-        nonlocal residuals, labels, best, steps_since_refresh
-        if steps_since_refresh >= _RESIDUAL_REFRESH:
-            residuals, labels = assign(Z, y, theta)
-            steps_since_refresh = 0
-        else:
-            labels = labels_of(residuals)
-        best = residuals[labels, rows]
-        loss = float(best @ best) / n_samples
-        return Evaluation(loss=loss, criterion=loss)
-
-    previous: tuple[FloatArray, FloatArray] | None = None
-
-    def update() -> None:
-        nonlocal steps_since_refresh, previous
-        # -grad F_i(theta_j) / 2 = z_i r_ij, summed over the rows S_j that line j wins.
-        weights.fill(0.0)
-        weights[labels, rows] = best
-        gradient = weights @ Z
-        if preconditioner is None:
-            direction, scale = gradient, np.full(n_components, fixed_scale)
-        else:
-            direction = gradient @ preconditioner
-        # The change of every line's predictions, on all rows: it updates the residuals.
-        change = direction @ Z.T
-        if preconditioner is None:
-            step, step_change = scale[:, None] * direction, scale[:, None] * change
-        else:
-            step, step_change = _subspace_step(
-                direction, change, gradient, previous, labels, best, n_components
-            )
-            previous = (step, step_change)
-        theta[...] += step
-        residuals[...] -= step_change
-        steps_since_refresh += 1
-
+    steps = _GradientSteps(Z, y, theta.copy(), step_size)
     result = run_iterations(
-        evaluate, update, max_iter=max_iter, tol=tol, deadline=deadline, callback=callback
+        steps.evaluate,
+        steps.update,
+        max_iter=max_iter,
+        tol=tol,
+        deadline=deadline,
+        callback=callback,
     )
-    result.theta = theta
+    result.theta = steps.theta
     return result
 
 

@@ -43,7 +43,7 @@ FINALISTS = 3
 MIN_N_INIT, MAX_N_INIT = 4, 100
 # Work (multiply-adds of the batched refit, summed over the random starts' iterations) that
 # the size-aware default of n_init aims at: a few tenths of a second on one core.
-_RANDOM_START_WORK = 4e9
+_RANDOM_START_WORK = 1e9
 _TYPICAL_POLISH_ITERATIONS = 30
 # EM restarts run beside the random starts: as R's flexmix and mixtools users do, 10 at most.
 MAX_EM_RESTARTS = 10

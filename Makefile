@@ -22,13 +22,44 @@ serve: install ## upgrade the database to the newest migration and serve on $(HO
 	$(BIN)/mixreg serve --host $(HOST) --port $(PORT)
 
 .PHONY: test
-test: install ## run the whole test suite
+test: install chromium ## run the whole test suite
 	$(BIN)/python -m pytest
+
+# The web page's test screenshots it in Debian's headless Chromium.
+.PHONY: chromium
+chromium: ## install Debian's chromium (for the web page's browser test) when it is missing
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's chromium for the web page's browser test (apt-get)"; \
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium \
+			|| echo "could not install chromium: the browser test skips (fails under CI=true)"; \
+	else \
+		echo "no apt-get: install chromium yourself, or the browser test skips (fails under CI=true)"; \
+	fi
 
 .PHONY: bench
 bench: install ## run the benchmarks and write bench/RESULTS.md
 	$(BIN)/python -m bench.algorithms
 	$(MAKE) --no-print-directory bench-peers
+	$(MAKE) --no-print-directory bench-scaleout
+	$(MAKE) --no-print-directory bench-serving
+	$(MAKE) --no-print-directory bench-load
+
+.PHONY: bench-load
+bench-load: install ## 60 s of 32 clients (predicts, fits, listings) on SQLite and PostgreSQL, with keys
+	$(BIN)/python -m bench.load --duration 60 --clients 32 --write
+
+.PHONY: bench-scaleout
+bench-scaleout: install ## fits per minute: embedded worker, 1 and 2 Procrastinate workers (PostgreSQL)
+	$(BIN)/python -m bench.scaleout
+
+.PHONY: bench-serving
+bench-serving: install ## predict throughput beside a bare endpoint, batches, big uploads (installs wrk)
+	@command -v wrk >/dev/null 2>&1 || { \
+		echo "installing Debian's wrk for the serving benchmark (apt-get)"; \
+		apt-get update -qq && apt-get install -y -qq wrk \
+			|| echo "could not install wrk: the benchmark uses an async httpx loop instead"; }
+	$(BIN)/python -m bench.serving
 
 .PHONY: bench-peers
 bench-peers: install ## mixreg beside R's flexmix and mixtools (installs R if missing)
@@ -47,7 +78,7 @@ format: install ## format the code with ruff
 
 .PHONY: typecheck
 typecheck: install ## mypy (strict) over the source packages
-	$(BIN)/mypy mixreg service models_store
+	$(BIN)/mypy mixreg service models_store mixreg_client
 
 .PHONY: clean
 clean: ## remove the virtual environment and caches

@@ -27,6 +27,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -46,7 +47,6 @@ from numpy.typing import NDArray
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LinearRegression
 
-from bench.peers import SECTION_END, SECTION_START
 from bench.reference import (
     ReferenceFit,
     reference_least_squares,
@@ -1117,13 +1117,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         log(f"wrote {output}")
 
 
+_MARKED_SECTION = re.compile(r"<!-- ([a-z0-9_-]+):start -->.*?<!-- \1:end -->", re.DOTALL)
+
+
 def keep_peers_section(document: str, previous: str) -> str:
-    """``document``, followed by the section ``bench.peers`` wrote into ``previous``, if any."""
-    start = previous.find(SECTION_START)
-    end = previous.find(SECTION_END, start + len(SECTION_START)) if start >= 0 else -1
-    if start < 0 or end < 0:
+    """``document``, followed by the sections other benchmarks wrote into ``previous``: the
+    peers section (``bench.peers``) and every other ``<!-- name:start -->`` … ``<!-- name:end
+    -->`` section (``bench.serving``, ``bench.load``, ...), in their order."""
+    sections = [match.group(0) for match in _MARKED_SECTION.finditer(previous)]
+    if not sections:
         return document.rstrip() + "\n"
-    return document.rstrip() + "\n\n" + previous[start : end + len(SECTION_END)] + "\n"
+    return document.rstrip() + "\n\n" + "\n\n".join(sections) + "\n"
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from sqlalchemy import Connection, text
 
 import models_store.tables  # noqa: F401  (registers the tables on the metadata)
 from models_store.base import Base
+from models_store.migrate import MIGRATION_LOCK_KEY, include_name
 from models_store.session import make_engine
 
 DEFAULT_DATABASE_URL = "sqlite:///./mixreg.db"
@@ -39,6 +40,7 @@ def run_migrations_offline() -> None:
     context.configure(
         url=url,
         target_metadata=Base.metadata,
+        include_name=include_name,
         literal_binds=True,
         render_as_batch=url.startswith("sqlite"),
     )
@@ -56,10 +58,17 @@ def _run_on_connection(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=Base.metadata,
+        include_name=include_name,
         render_as_batch=is_sqlite,
         transactional_ddl=True,
     )
     with context.begin_transaction():
+        if connection.dialect.name == "postgresql":
+            # Processes upgrading at once take turns; each later one finds the schema at head.
+            # (On SQLite, BEGIN IMMEDIATE already serializes them.)
+            connection.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY}
+            )
         context.run_migrations()
         if is_sqlite:
             violations = connection.execute(text("PRAGMA foreign_key_check")).all()

@@ -107,14 +107,34 @@ class _Scaling:
         return theta
 
     def to_caller(self, theta: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """Scaled-space parameters to (coef, intercept) in the caller's units."""
+        """Scaled-space parameters to (coef, intercept) in the caller's units.
+
+        Raises ValueError when a slope is beyond a float64's range (features tiny next to the
+        targets): such lines cannot be written down.
+        """
         n_features = theta.shape[1] - self.fit_intercept
-        coef = theta[:, :n_features] * (self.y_scale / self.x_scale)
+        # Multiply, then divide: y_scale / x_scale alone may overflow, and 0 * inf is NaN.
+        with np.errstate(over="ignore"):
+            coef = theta[:, :n_features] * self.y_scale / self.x_scale
+        if not np.isfinite(coef).all():
+            raise ValueError(
+                f"the fitted slopes overflow a float64: the largest row of X has norm "
+                f"{self.x_scale:.3g} while |y| reaches {self.y_scale:.3g}; scale X up or y down"
+            )
         if self.fit_intercept:
             intercept = theta[:, n_features] * self.y_scale
         else:
             intercept = np.zeros(theta.shape[0])
         return coef, intercept
+
+
+def _in_caller_units(losses: ArrayLike, loss_scale: float) -> FloatArray:
+    """Scaled losses (or variances) in the caller's units. One beyond a float64's range (a
+    terrible candidate on targets near ``MAX_ABS_Y``) is kept as the largest float64, a
+    finite stand-in that still compares as worst."""
+    with np.errstate(over="ignore"):
+        values = np.asarray(losses, dtype=np.float64) * loss_scale
+    return np.minimum(values, np.finfo(np.float64).max)
 
 
 def _warn_if_unconverged(
@@ -386,13 +406,13 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             result = _SOLVERS[self.algorithm](ctx)
 
         coef, intercept = scaling.to_caller(result.theta)
-        _, labels = assign(ctx.Z, ctx.y, result.theta)
+        residuals, labels = assign(ctx.Z, ctx.y, result.theta)
         shares = np.bincount(labels, minlength=ctx.n_components) / n_samples
         order = np.lexsort((*coef.T[::-1], intercept, -shares))
         self.coef_ = coef[order]
         self.intercept_ = intercept[order]
         self.shares_ = shares[order]
-        self.loss_history_ = np.asarray(result.loss_history) * ctx.loss_scale
+        self.loss_history_ = _in_caller_units(result.loss_history, ctx.loss_scale)
         self.train_loss_ = float(
             row_min_losses(y_arr, predict_lines(X_arr, self.coef_, self.intercept_)).mean()
         )
@@ -403,7 +423,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         if isinstance(result, EMResult):
             assert result.weights is not None and result.variances is not None
             self.weights_ = result.weights[order]
-            self.noise_variance_ = result.variances[order] * ctx.loss_scale
+            self.noise_variance_ = _in_caller_units(result.variances[order], ctx.loss_scale)
         if isinstance(result, AutoResult):
             self.candidates_ = [
                 candidate.to_dict(ctx.loss_scale) for candidate in result.candidates
@@ -413,7 +433,8 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             1.0,
             iteration=result.n_iter,
             candidates=result.n_candidates or None,
-            loss=self.train_loss_ / ctx.loss_scale,
+            # In scaled units: train_loss_ / loss_scale is 0 / 0 when y_scale**2 underflows.
+            loss=float(np.mean(np.take_along_axis(residuals, labels[None, :], axis=0) ** 2)),
         )
         return self
 

@@ -239,12 +239,15 @@ def _r2_on_inliers(
     ``residuals`` and ``inliers`` have shape (parts, rows, trials); the result (parts, trials).
     """
     weights = inliers.astype(np.float64)
-    ss_res = (np.square(residuals) * weights).sum(axis=1)
+    # Only inliers' residuals (at most the threshold) are squared: an outlier's residual under
+    # a line through a near-degenerate minimal subset may overflow when squared.
+    ss_res = np.square(np.where(inliers, residuals, 0.0)).sum(axis=1)
     sum_y = (yp[:, None, :] @ weights)[:, 0, :]
     sum_y2 = ((yp * yp)[:, None, :] @ weights)[:, 0, :]
     n = np.maximum(counts, 1)
     ss_tot = np.maximum(sum_y2 - sum_y * sum_y / n, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    # Over a tiny total sum of squares the ratio may overflow: R^2 is then -inf, the worst.
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         r2 = 1.0 - ss_res / ss_tot
     scores: FloatArray = np.where(ss_tot > 0, r2, np.where(ss_res > 0, 0.0, 1.0))
     return scores

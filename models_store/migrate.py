@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import resources
 
 from alembic import command
@@ -10,6 +11,21 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from models_store.session import make_engine
+
+# Tables created by migrations as foreign SQL (Procrastinate's queue, revision 0003) rather than
+# described by our models; autogenerate must not propose to drop them.
+FOREIGN_TABLE_PREFIXES = ("procrastinate_",)
+
+# Key of the PostgreSQL advisory lock that serializes concurrent upgrades (several API
+# processes starting at once, or an API beside the one-shot migration).
+MIGRATION_LOCK_KEY = 0x6D69787265670001
+
+
+def include_name(name: str | None, type_: str, parent_names: Mapping[str, str | None]) -> bool:
+    """Alembic's autogenerate filter: compare our tables, never the foreign ones."""
+    if type_ == "table" and name is not None:
+        return not name.startswith(FOREIGN_TABLE_PREFIXES)
+    return True
 
 
 def _config(url: str | None = None) -> Config:

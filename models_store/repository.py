@@ -9,14 +9,25 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import ColumnElement, CursorResult, Select, delete, func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import (
+    ColumnElement,
+    CursorResult,
+    Select,
+    delete,
+    func,
+    insert,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.orm import Session, object_session
 from sqlalchemy.sql.dml import Delete, Update
 
 from models_store.codecs import (
@@ -26,7 +37,7 @@ from models_store.codecs import (
     encode_vector,
     to_json_value,
 )
-from models_store.tables import TERMINAL_JOB_STATUSES, Dataset, Job, Model
+from models_store.tables import TERMINAL_JOB_STATUSES, Dataset, DatasetChunk, Job, Model
 
 _ID_PATTERN = re.compile(r"[0-9a-f]{32}")
 
@@ -79,6 +90,28 @@ def _count(session: Session, query: Select[Any]) -> int:
 # Datasets ---------------------------------------------------------------------------------------
 
 
+DATASET_CHUNK_BYTES = 8 * 1024 * 1024
+"""About this many bytes of features per stored chunk (docs/adr/0009)."""
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def dataset_chunk_rows(n_features: int) -> int:
+    """Rows per stored chunk of a dataset with ``n_features`` features (at least one)."""
+    return max(1, DATASET_CHUNK_BYTES // (8 * max(1, n_features)))
+
+
+def _check_block(X: FloatArray, y: FloatArray, n_features: int) -> None:
+    if X.ndim != 2:
+        raise ValueError(f"X must be a 2-D matrix, got shape {X.shape}")
+    if X.shape[1] != n_features:
+        raise ValueError(f"X must have {n_features} columns, got shape {X.shape}")
+    if y.shape != (X.shape[0],):
+        raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
+    if not (np.isfinite(X).all() and np.isfinite(y).all()):
+        raise ValueError("X and y must contain only finite numbers")
+
+
 def create_dataset(
     session: Session,
     *,
@@ -96,11 +129,36 @@ def create_dataset(
     y_array = np.asarray(y, dtype=np.float64)
     if X_array.ndim != 2:
         raise ValueError(f"X must be a 2-D matrix, got shape {X_array.shape}")
-    if y_array.shape != (X_array.shape[0],):
-        raise ValueError(f"y must have shape ({X_array.shape[0]},), got {y_array.shape}")
-    if not (np.isfinite(X_array).all() and np.isfinite(y_array).all()):
-        raise ValueError("X and y must contain only finite numbers")
-    n_rows, n_features = X_array.shape
+    n_features = X_array.shape[1]
+    _check_block(X_array, y_array, n_features)
+    step = dataset_chunk_rows(n_features)
+    blocks = (
+        (X_array[start : start + step], y_array[start : start + step])
+        for start in range(0, len(X_array), step)
+    )
+    return create_dataset_from_blocks(
+        session,
+        blocks=blocks,
+        n_features=n_features,
+        feature_names=feature_names,
+        target_name=target_name,
+        name=name,
+    )
+
+
+def create_dataset_from_blocks(
+    session: Session,
+    *,
+    blocks: Iterable[tuple[FloatArray, FloatArray]],
+    n_features: int,
+    feature_names: Sequence[str] | None,
+    target_name: str | None,
+    name: str | None,
+) -> Dataset:
+    """Store a dataset given as consecutive blocks of rows ``(X_block, y_block)``.
+
+    Each block becomes one chunk, written as it comes, so only one block needs to be in memory.
+    """
     names = list(feature_names) if feature_names is not None else None
     if names is None:
         names = [f"x{j}" for j in range(n_features)]
@@ -109,15 +167,37 @@ def create_dataset(
     dataset = Dataset(
         id=_new_id(),
         name=name,
-        n_rows=n_rows,
+        n_rows=0,
         n_features=n_features,
         feature_names=names,
         target_name=target_name,
-        x_data=encode_matrix(X_array),
-        y_data=encode_vector(y_array),
         created_at=_utcnow(),
     )
     session.add(dataset)
+    session.flush()
+    n_rows = 0
+    position = 0
+    for X_block, y_block in blocks:
+        X_array = np.asarray(X_block, dtype=np.float64)
+        y_array = np.asarray(y_block, dtype=np.float64)
+        _check_block(X_array, y_array, n_features)
+        if len(y_array) == 0:
+            continue
+        # A Core insert: the chunk's bytes are not kept in the session's identity map.
+        session.execute(
+            insert(DatasetChunk).values(
+                dataset_id=dataset.id,
+                position=position,
+                n_rows=len(y_array),
+                x_data=encode_matrix(X_array),
+                y_data=encode_vector(y_array),
+            )
+        )
+        n_rows += len(y_array)
+        position += 1
+    if n_rows == 0:
+        raise ValueError("a dataset needs at least one row")
+    dataset.n_rows = n_rows
     session.flush()
     return dataset
 
@@ -127,13 +207,62 @@ def get_dataset(session: Session, *, dataset_id: str) -> Dataset | None:
     return session.get(Dataset, dataset_id) if _is_id(dataset_id) else None
 
 
-def load_dataset_arrays(
-    dataset: Dataset,
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """Decode the stored ``(X, y)`` arrays of ``dataset``."""
-    X = decode_matrix(bytes(dataset.x_data), dataset.n_rows, dataset.n_features)
-    y = decode_vector(bytes(dataset.y_data), dataset.n_rows)
+def iter_dataset_blocks(
+    session: Session, *, dataset: Dataset
+) -> Iterator[tuple[FloatArray, FloatArray]]:
+    """The stored rows of ``dataset`` as consecutive blocks ``(X_block, y_block)``, in order.
+
+    The chunks are fetched one at a time (a server-side cursor on PostgreSQL), so memory holds
+    one block. Raises ``ValueError`` if the chunks do not add up to the dataset's shape.
+    """
+    rows = session.execute(
+        select(DatasetChunk.n_rows, DatasetChunk.x_data, DatasetChunk.y_data)
+        .where(DatasetChunk.dataset_id == dataset.id)
+        .order_by(DatasetChunk.position),
+        execution_options={"yield_per": 1},
+    )
+    n_seen = 0
+    for n_rows, x_data, y_data in rows:
+        yield (
+            decode_matrix(bytes(x_data), n_rows, dataset.n_features),
+            decode_vector(bytes(y_data), n_rows),
+        )
+        n_seen += n_rows
+    if n_seen != dataset.n_rows:
+        raise ValueError(
+            f"dataset {dataset.id} has {dataset.n_rows} rows but its chunks hold {n_seen}"
+        )
+
+
+def load_dataset_arrays(dataset: Dataset) -> tuple[FloatArray, FloatArray]:
+    """Decode the stored ``(X, y)`` arrays of ``dataset``, read through its session."""
+    session = object_session(dataset)
+    if session is None:
+        raise ValueError(f"dataset {dataset.id} is not attached to a session")
+    X = np.empty((dataset.n_rows, dataset.n_features), dtype=np.float64)
+    y = np.empty(dataset.n_rows, dtype=np.float64)
+    start = 0
+    for X_block, y_block in iter_dataset_blocks(session, dataset=dataset):
+        stop = min(start + len(y_block), dataset.n_rows)
+        X[start:stop] = X_block[: stop - start]
+        y[start:stop] = y_block[: stop - start]
+        start += len(y_block)
     return X, y
+
+
+def get_dataset_by_idempotency_key(session: Session, *, key: str) -> Dataset | None:
+    """The dataset uploaded with ``Idempotency-Key: key``, if any."""
+    return session.scalars(select(Dataset).where(Dataset.idempotency_key == key)).one_or_none()
+
+
+def set_dataset_idempotency_key(
+    session: Session, *, dataset: Dataset, key: str, request_hash: str
+) -> None:
+    """Record the ``Idempotency-Key`` of an upload; a key used before fails the flush with an
+    ``IntegrityError``."""
+    dataset.idempotency_key = key
+    dataset.request_hash = request_hash
+    session.flush()
 
 
 def list_datasets(session: Session, *, limit: int, offset: int) -> tuple[list[Dataset], int]:
@@ -203,6 +332,19 @@ def create_job(
 def get_job(session: Session, *, job_id: str) -> Job | None:
     """Return the job with this id, or None."""
     return session.get(Job, job_id) if _is_id(job_id) else None
+
+
+def count_unfinished_jobs(session: Session, *, api_key_id: str | None) -> int:
+    """Jobs queued or running that the API key ``api_key_id`` submitted (None: without a key)."""
+    owner = Job.api_key_id.is_(None) if api_key_id is None else Job.api_key_id == api_key_id
+    query = select(Job.id).where(Job.status.in_(("queued", "running")), owner)
+    return _count(session, query)
+
+
+def set_job_api_key(session: Session, *, job: Job, api_key_id: str | None) -> None:
+    """Record which API key submitted ``job``."""
+    job.api_key_id = api_key_id
+    session.flush()
 
 
 def get_job_by_idempotency_key(session: Session, *, key: str) -> Job | None:
@@ -371,6 +513,62 @@ _BACK_IN_QUEUE: dict[str, Any] = {
 }
 
 
+@dataclass(frozen=True)
+class _StaleJob:
+    job_id: str
+    heartbeat_at: datetime
+    attempts: int
+    max_attempts: int
+    cancel_requested: bool
+
+
+def _stale_running_jobs(
+    session: Session, *, stale_before: datetime, job_id: str | None = None
+) -> list[_StaleJob]:
+    """Running jobs (or just ``job_id``) whose heartbeat is older than ``stale_before``,
+    locked, oldest first; on PostgreSQL rows another recoverer holds are skipped."""
+    query = select(
+        Job.id, Job.heartbeat_at, Job.attempts, Job.max_attempts, Job.cancel_requested
+    ).where(Job.status == "running", Job.heartbeat_at < stale_before)
+    if job_id is not None:
+        query = query.where(Job.id == job_id)
+    rows = session.execute(
+        query.order_by(Job.created_at, Job.id).with_for_update(skip_locked=True)
+    ).all()
+    stale: list[_StaleJob] = []
+    for row_id, heartbeat_at, attempts, max_attempts, cancel_requested in rows:
+        assert heartbeat_at is not None  # selected by heartbeat_at < stale_before
+        stale.append(_StaleJob(row_id, heartbeat_at, attempts, max_attempts, cancel_requested))
+    return stale
+
+
+def _recover_stale(session: Session, job: _StaleJob, *, now: datetime) -> str | None:
+    """Recover one running job whose heartbeat went stale: back to the queue with attempts
+    left, failed "worker lost" without, cancelled if that was requested.
+
+    Conditional on the heartbeat read, so a worker that beat in between keeps its job. Returns
+    the job's new status, or None if it was not changed.
+    """
+    still_stale = (Job.status == "running", Job.heartbeat_at == job.heartbeat_at)
+    values: dict[str, Any]
+    if job.cancel_requested:
+        values = {"status": "cancelled", "finished_at": now}
+    elif job.attempts < job.max_attempts:
+        values = _BACK_IN_QUEUE
+    else:
+        values = {
+            "status": "failed",
+            "finished_at": now,
+            "error": (
+                f"worker lost: no heartbeat since {job.heartbeat_at.isoformat()}; "
+                f"gave up after {job.attempts} attempts"
+            ),
+        }
+    return (
+        str(values["status"]) if _update_job(session, job.job_id, *still_stale, **values) else None
+    )
+
+
 def requeue_stale_jobs(
     session: Session, *, stale_before: datetime, now: datetime
 ) -> tuple[list[str], list[str]]:
@@ -380,69 +578,106 @@ def requeue_stale_jobs(
     a "worker lost" error; one whose cancellation was requested is cancelled. Returns the ids
     of the requeued and of the failed jobs.
     """
-    stale = session.execute(
-        select(Job.id, Job.heartbeat_at, Job.attempts, Job.max_attempts, Job.cancel_requested)
-        .where(Job.status == "running", Job.heartbeat_at < stale_before)
-        .order_by(Job.created_at, Job.id)
-        .with_for_update(skip_locked=True)
-    ).all()
     requeued: list[str] = []
     failed: list[str] = []
-    for job_id, heartbeat_at, attempts, max_attempts, cancel_requested in stale:
-        assert heartbeat_at is not None  # selected by heartbeat_at < stale_before
-        # Conditional on the heartbeat read above: a worker that beat in between keeps its job.
-        still_stale = (Job.status == "running", Job.heartbeat_at == heartbeat_at)
-        if cancel_requested:
-            _update_job(session, job_id, *still_stale, status="cancelled", finished_at=now)
-        elif attempts < max_attempts:
-            if _update_job(
-                session,
-                job_id,
-                *still_stale,
-                **_BACK_IN_QUEUE,
-            ):
-                requeued.append(job_id)
-        elif _update_job(
-            session,
-            job_id,
-            *still_stale,
-            status="failed",
-            finished_at=now,
-            error=(
-                f"worker lost: no heartbeat since {heartbeat_at.isoformat()}; "
-                f"gave up after {attempts} attempts"
-            ),
-        ):
-            failed.append(job_id)
+    for job in _stale_running_jobs(session, stale_before=stale_before):
+        status = _recover_stale(session, job, now=now)
+        if status == "queued":
+            requeued.append(job.job_id)
+        elif status == "failed":
+            failed.append(job.job_id)
     return requeued, failed
 
 
-def release_jobs(session: Session, *, worker_id: str, now: datetime) -> list[str]:
-    """Hand back the running jobs of a worker that is shutting down cleanly.
+def recover_stale_job(
+    session: Session, *, job_id: str, stale_before: datetime, now: datetime
+) -> str | None:
+    """Recover ``job_id`` as :func:`requeue_stale_jobs` would, if it is a running job whose
+    heartbeat is older than ``stale_before``; return its new status, or None if unchanged."""
+    if not _is_id(job_id):
+        return None
+    stale = _stale_running_jobs(session, stale_before=stale_before, job_id=job_id)
+    return _recover_stale(session, stale[0], now=now) if stale else None
 
-    They return to the queue at once, and the attempt they were on is not counted: the
-    worker stopped them on purpose. A job whose cancellation was requested is cancelled.
-    Returns the ids of the requeued jobs.
+
+def release_job(session: Session, *, job_id: str, worker_id: str, now: datetime) -> str | None:
+    """Hand back ``job_id``, run by ``worker_id``, which is shutting down cleanly.
+
+    The job returns to the queue at once, and the attempt it was on is not counted: the
+    worker stopped it on purpose. A job whose cancellation was requested is cancelled instead.
+    Returns the job's new status (``queued`` or ``cancelled``), or None if the job was not
+    running for ``worker_id``.
     """
     owned = session.execute(
-        select(Job.id, Job.cancel_requested)
-        .where(*_owned_by(worker_id))
-        .order_by(Job.created_at, Job.id)
+        select(Job.cancel_requested)
+        .where(Job.id == job_id, *_owned_by(worker_id))
         .with_for_update()
+    ).first()
+    if owned is None:
+        return None
+    if owned.cancel_requested:
+        values: dict[str, Any] = {"status": "cancelled", "finished_at": now}
+    else:
+        values = {"attempts": Job.attempts - 1, **_BACK_IN_QUEUE}
+    if not _update_job(session, job_id, *_owned_by(worker_id), **values):
+        return None
+    return str(values["status"])
+
+
+def release_jobs(session: Session, *, worker_id: str, now: datetime) -> list[str]:
+    """Hand back every running job of ``worker_id`` (see :func:`release_job`).
+
+    Returns the ids of the requeued jobs.
+    """
+    owned = session.scalars(
+        select(Job.id).where(*_owned_by(worker_id)).order_by(Job.created_at, Job.id)
     ).all()
-    requeued: list[str] = []
-    for job_id, cancel_requested in owned:
-        if cancel_requested:
-            _update_job(session, job_id, *_owned_by(worker_id), status="cancelled", finished_at=now)
-        elif _update_job(
-            session,
-            job_id,
-            *_owned_by(worker_id),
-            attempts=Job.attempts - 1,
-            **_BACK_IN_QUEUE,
-        ):
-            requeued.append(job_id)
-    return requeued
+    return [
+        job_id
+        for job_id in owned
+        if release_job(session, job_id=job_id, worker_id=worker_id, now=now) == "queued"
+    ]
+
+
+def set_task_id(session: Session, *, job_id: str, task_id: int) -> None:
+    """Record the Procrastinate job that carries ``job_id``."""
+    _update_job(session, job_id, task_id=task_id)
+
+
+def queued_jobs_without_task(session: Session) -> list[str]:
+    """Ids of queued jobs that no Procrastinate job carries (queued by an embedded-mode
+    process), oldest first."""
+    return list(
+        session.scalars(
+            select(Job.id)
+            .where(Job.status == "queued", Job.task_id.is_(None))
+            .order_by(Job.created_at, Job.id)
+            .with_for_update(skip_locked=True)
+        )
+    )
+
+
+def task_queue_summary(
+    session: Session, *, queue: str, stale_after_s: float
+) -> tuple[int, int] | None:
+    """Procrastinate's view of ``queue`` (PostgreSQL): the workers whose heartbeat is younger
+    than ``stale_after_s`` and the tasks waiting; None if its schema is not installed."""
+    if session.scalar(text("SELECT to_regclass('procrastinate_jobs')")) is None:
+        return None
+    workers = session.scalar(
+        text(
+            "SELECT count(*) FROM procrastinate_workers "
+            "WHERE last_heartbeat > now() - make_interval(secs => :seconds)"
+        ),
+        {"seconds": stale_after_s},
+    )
+    waiting = session.scalar(
+        text(
+            "SELECT count(*) FROM procrastinate_jobs WHERE queue_name = :queue AND status = 'todo'"
+        ),
+        {"queue": queue},
+    )
+    return int(workers or 0), int(waiting or 0)
 
 
 def count_jobs_by_status(session: Session) -> dict[str, int]:
@@ -569,6 +804,14 @@ def list_models(session: Session, *, limit: int, offset: int) -> tuple[list[Mode
         query.order_by(Model.created_at.desc(), Model.id.desc()).limit(limit).offset(offset)
     )
     return list(page), _count(session, query)
+
+
+def existing_model_ids(session: Session, *, model_ids: Iterable[str]) -> set[str]:
+    """The ids among ``model_ids`` whose model still exists."""
+    wanted = [model_id for model_id in model_ids if _is_id(model_id)]
+    if not wanted:
+        return set()
+    return set(session.scalars(select(Model.id).where(Model.id.in_(wanted))))
 
 
 def delete_model(session: Session, *, model_id: str) -> bool:

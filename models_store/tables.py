@@ -27,7 +27,7 @@ TERMINAL_JOB_STATUSES = ("succeeded", "failed", "cancelled")
 
 
 class Dataset(Base):
-    """An uploaded design matrix and target, stored as raw float64 bytes."""
+    """An uploaded design matrix and target: its shape and names (values in ``DatasetChunk``)."""
 
     __tablename__ = "datasets"
 
@@ -37,9 +37,28 @@ class Dataset(Base):
     n_features: Mapped[int]
     feature_names: Mapped[list[str]] = mapped_column(JSON)
     target_name: Mapped[str | None] = mapped_column(String)
+    created_at: Mapped[datetime]
+    # Added in revision 0005: an upload retried with the same Idempotency-Key finds its dataset.
+    idempotency_key: Mapped[str | None] = mapped_column(String, unique=True)
+    request_hash: Mapped[str | None] = mapped_column(String(128))
+
+
+class DatasetChunk(Base):
+    """A block of consecutive rows of a dataset as raw float64 bytes (revision 0004).
+
+    The dataset's rows are its chunks' rows in ``position`` order; ``x_data`` holds
+    ``n_rows * n_features`` little-endian float64 values in C order, ``y_data`` ``n_rows``.
+    """
+
+    __tablename__ = "dataset_chunks"
+
+    dataset_id: Mapped[str] = mapped_column(
+        String(ID_LENGTH), ForeignKey("datasets.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    n_rows: Mapped[int]
     x_data: Mapped[bytes] = mapped_column(LargeBinary)
     y_data: Mapped[bytes] = mapped_column(LargeBinary)
-    created_at: Mapped[datetime]
 
 
 class Job(Base):
@@ -87,6 +106,11 @@ class Job(Base):
     # A k sweep's result: the preferred k and, per k, its model and scores.
     sweep: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     warnings: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # Added in revision 0003: the Procrastinate job that carries this job (None when the
+    # embedded worker runs it).
+    task_id: Mapped[int | None] = mapped_column(BigInteger)
+    # Added in revision 0005: the id of the API key that submitted the job (None without keys).
+    api_key_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
 
 
 class Model(Base):

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pathlib import Path
+from typing import Literal, Self
+
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
 
 MAX_K_SWEEP_LIMIT = 1000
 """The most k values a sweep may ever list; ``MIXREG_MAX_K_SWEEP`` is at most this."""
@@ -17,6 +21,7 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///./mixreg.db"
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
+    worker: Literal["embedded", "procrastinate"] = "embedded"
     embedded_worker: bool = True
     worker_concurrency: int = Field(default=2, ge=1)
     job_time_limit_s: float = Field(default=3600.0, gt=0)
@@ -26,5 +31,74 @@ class Settings(BaseSettings):
     poll_interval_s: float = Field(default=0.2, gt=0)
     progress_interval_s: float = Field(default=0.5, ge=0)
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1)
+    # File uploads (POST /datasets with a CSV, Parquet, NPZ or .npy body) are read in blocks.
+    max_upload_bytes: int = Field(default=1024 * 1024 * 1024, ge=1)
     model_cache_size: int = Field(default=128, ge=1)
     max_k_sweep: int = Field(default=20, ge=1, le=MAX_K_SWEEP_LIMIT)
+    # "json": one JSON object per log line (for log collectors); "text" reads well in a terminal.
+    log_format: Literal["text", "json"] = "text"
+    # API keys (service/auth): set either to require a key on every endpoint but the probes.
+    api_keys_file: Path | None = None
+    api_keys: str | None = Field(default=None, repr=False)
+    allow_unauthenticated: bool = False
+    metrics_require_key: bool = True
+    # What one request may ask for; more is refused with a 4xx naming the setting. A limit of
+    # an algorithm parameter is at least the parameter's default, so leaving it out is never
+    # refused.
+    max_rows: int = Field(default=10_000_000, ge=1)
+    max_features: int = Field(default=1000, ge=1)
+    max_k: int = Field(default=100, ge=1)
+    max_n_partitions: int = Field(default=100_000, ge=1000)
+    max_subsample_size: int = Field(default=100_000, ge=150)
+    max_iterations: int = Field(default=10_000, ge=200)
+    max_n_init: int = Field(default=1000, ge=1)
+    max_time_budget_s: float = Field(default=3600.0, gt=0)
+    max_queued_jobs_per_key: int = Field(default=100, ge=1)
+    model_cache_check_interval_s: float = Field(default=1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _check_worker(self) -> Self:
+        if self.worker != "procrastinate":
+            return self
+        url = make_url(self.database_url)
+        if url.get_backend_name() != "postgresql":
+            raise ValueError(
+                f"MIXREG_WORKER=procrastinate needs PostgreSQL (Procrastinate keeps its queue "
+                f"there), but MIXREG_DATABASE_URL is {url.render_as_string(hide_password=True)}; "
+                f"set a postgresql+psycopg:// URL or MIXREG_WORKER=embedded"
+            )
+        if self.embedded_worker and "embedded_worker" in self.model_fields_set:
+            raise ValueError(
+                "MIXREG_EMBEDDED_WORKER=true contradicts MIXREG_WORKER=procrastinate: with "
+                "Procrastinate, fits run only in `mixreg worker` processes; unset "
+                "MIXREG_EMBEDDED_WORKER"
+            )
+        return self
+
+    @property
+    def runs_embedded_worker(self) -> bool:
+        """Whether an API process runs fits itself (its embedded worker)."""
+        return self.worker == "embedded" and self.embedded_worker
+
+
+class SettingsError(Exception):
+    """The environment holds settings the service cannot run with; the message says which."""
+
+
+def load_settings() -> Settings:
+    """Read the settings from the environment; raise ``SettingsError`` naming what is wrong.
+
+    The message names the variables and never repeats the other settings' values (the
+    database URL's password among them), unlike pydantic's own error text.
+    """
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            message = str(error["msg"]).removeprefix("Value error, ")
+            if error["loc"]:
+                variable = "MIXREG_" + "_".join(str(part) for part in error["loc"]).upper()
+                message = f"{variable}: {message}"
+            problems.append(message)
+        raise SettingsError("; ".join(problems)) from None

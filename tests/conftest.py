@@ -37,6 +37,12 @@ def sqlite_url(tmp_path) -> str:
 @pytest.fixture
 def postgres_url() -> str:
     """URL of the test PostgreSQL database with an empty ``public`` schema."""
+    return empty_postgres_database()
+
+
+def empty_postgres_database() -> str:
+    """Empty the ``public`` schema of the test PostgreSQL database and return its URL (for
+    fixtures of a wider scope than ``postgres_url``'s)."""
     url = os.environ.get("MIXREG_TEST_POSTGRES_URL", DEFAULT_TEST_POSTGRES_URL)
     engine = create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": 5})
     try:

@@ -14,22 +14,25 @@ from models_store.tables import Dataset, Job, Model
 from service.api.errors import NotFoundError
 from service.config import Settings
 from service.jobs.queue import EmbeddedWorker
+from service.jobs.task_queue import FitTaskQueue
 from service.serving.prediction import ModelCache
 
 
-def get_settings(request: Request) -> Settings:
+# The accessors of app state are coroutines: FastAPI runs a plain function dependency in its thread
+# pool, a hop that costs more than a whole single-row prediction.
+async def get_settings(request: Request) -> Settings:
     """The settings the app was created with."""
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_session_factory(request: Request) -> sessionmaker[Session]:
+async def get_session_factory(request: Request) -> sessionmaker[Session]:
     """The session factory built in the app's lifespan."""
     factory: sessionmaker[Session] = request.app.state.session_factory
     return factory
 
 
-def get_model_cache(request: Request) -> ModelCache:
+async def get_model_cache(request: Request) -> ModelCache:
     """The app's cache of decoded models."""
     cache: ModelCache = request.app.state.model_cache
     return cache
@@ -41,10 +44,17 @@ def get_worker(request: Request) -> EmbeddedWorker | None:
     return worker
 
 
+def get_task_queue(request: Request) -> FitTaskQueue | None:
+    """The Procrastinate queue of fit tasks (``MIXREG_WORKER=procrastinate``), else None."""
+    task_queue: FitTaskQueue | None = request.app.state.task_queue
+    return task_queue
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionFactoryDep = Annotated[sessionmaker[Session], Depends(get_session_factory)]
 ModelCacheDep = Annotated[ModelCache, Depends(get_model_cache)]
 WorkerDep = Annotated[EmbeddedWorker | None, Depends(get_worker)]
+TaskQueueDep = Annotated[FitTaskQueue | None, Depends(get_task_queue)]
 
 
 def get_session(session_factory: SessionFactoryDep) -> Iterator[Session]:

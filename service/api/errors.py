@@ -10,7 +10,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
+from pydantic_core import from_json
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 TYPE_PREFIX = "urn:mixreg:problem:"
@@ -24,10 +27,17 @@ class ProblemError(Exception):
     status: int = 400
     slug: str = "bad-request"
 
-    def __init__(self, detail: str, *, errors: list[dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        detail: str,
+        *,
+        errors: list[dict[str, Any]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(detail)
         self.detail = detail
         self.errors = errors
+        self.headers = headers
 
 
 class InvalidInputError(ProblemError):
@@ -56,6 +66,32 @@ class UnsupportedMediaTypeError(ProblemError):
 
     status = 415
     slug = "unsupported-media-type"
+
+
+class LimitExceededError(ProblemError):
+    """A parameter asks for more work than the server's limit (422); the detail names the
+    setting."""
+
+    status = 422
+    slug = "limit-exceeded"
+
+
+class DataTooLargeError(ProblemError):
+    """The data has more rows or features than the server's limit (413); the detail names the
+    setting."""
+
+    status = 413
+    slug = "limit-exceeded"
+
+
+class TooManyJobsError(ProblemError):
+    """The caller has as many unfinished jobs as it may have (429, with ``Retry-After``)."""
+
+    status = 429
+    slug = "too-many-jobs"
+
+    def __init__(self, detail: str, *, retry_after_s: int) -> None:
+        super().__init__(detail, headers={"Retry-After": str(retry_after_s)})
 
 
 def problem_response(
@@ -104,12 +140,41 @@ def _describe_validation_error(error: dict[str, Any]) -> str:
         return f"request body is not valid JSON{where}: {reason}".rstrip(": ")
     if error["type"] == "missing" and location == "":
         return "request body is required"
+    if error["type"] == "missing" and location in MISSING_FIELD_HINTS:
+        return MISSING_FIELD_HINTS[location]
     if location == "":
         return f"request body: {error['msg']}"
     return f"{location}: {error['msg']}"
 
 
 CUSTOM_ERROR_TYPES = frozenset({"invalid_input", "unknown_algorithm", "unknown_parameter"})
+# What to send when a required field is missing, for fields whose name alone does not say.
+MISSING_FIELD_HINTS = {
+    "k": 'k is required: the number of lines to fit, e.g. "k": 2 (a list such as [1, 2, 3] '
+    "fits one model per k)",
+}
+
+
+def _not_sent_as_json(request: Request, errors: Sequence[Any]) -> JSONResponse | None:
+    """415 naming the header to send, when a JSON body came with another Content-Type.
+
+    FastAPI then validates the raw bytes instead of parsed JSON, and the errors would only
+    say that the body is not an object.
+    """
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if not content_type or content_type == "application/json" or content_type.endswith("+json"):
+        return None
+    if not any(tuple(error["loc"][:1]) == ("body",) for error in errors):
+        return None
+    return problem_response(
+        status=415,
+        detail=f"{request.method} {request.url.path} reads a JSON body, but the request says "
+        f"Content-Type: {content_type}; send the header Content-Type: application/json "
+        f"(curl -d sends application/x-www-form-urlencoded unless given "
+        f"-H 'Content-Type: application/json')",
+        instance=request.url.path,
+        slug="unsupported-media-type",
+    )
 
 
 def validation_problem(
@@ -129,6 +194,47 @@ def validation_problem(
     )
 
 
+# FastAPI's detail when its JSON parser raises anything but a syntax error: invalid UTF-8, or
+# nesting deeper than Python's recursion limit.
+_FASTAPI_BODY_PARSE_FAILURE = "There was an error parsing the body"
+
+
+async def _json_syntax_errors(request: Request) -> list[dict[str, Any]] | None:
+    """Why the request body is not JSON, as the one parser of every endpoint words it.
+
+    FastAPI (Python's ``json``) and pydantic (for ``POST /datasets``) word the same fault
+    differently, and FastAPI not at all for invalid UTF-8 or deep nesting; the body is parsed
+    once more here, on the error path only, so every endpoint gives the same detail.
+    """
+    try:
+        body = await request.body()
+    except RuntimeError:  # the stream was read elsewhere and not kept
+        return None
+    try:
+        from_json(body)
+    except ValueError as exc:
+        reason = str(exc)
+        return [
+            {
+                "type": "json_invalid",
+                "loc": ("body",),
+                "msg": f"Invalid JSON: {reason}",
+                "ctx": {"error": reason},
+            }
+        ]
+    return None
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the path accepts (Starlette's 405 names only the first
+    route's, though ``GET`` and ``DELETE /models/{id}`` are two routes)."""
+    methods: set[str] = set()
+    for route in iter_route_contexts(request.app.routes):
+        if route.methods and route.matches(request.scope)[0] in (Match.FULL, Match.PARTIAL):
+            methods |= route.methods
+    return sorted(methods)
+
+
 def install_problem_handlers(app: FastAPI, *, union_tags: frozenset[str]) -> None:
     """Make every error of ``app`` an RFC 9457 problem.
 
@@ -144,14 +250,25 @@ def install_problem_handlers(app: FastAPI, *, union_tags: frozenset[str]) -> Non
             instance=request.url.path,
             slug=exc.slug,
             errors=exc.errors,
+            headers=exc.headers,
         )
 
     async def handle_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        return validation_problem(exc.errors(), instance=request.url.path, strip_tags=union_tags)
+        errors = exc.errors()
+        wrong_media_type = _not_sent_as_json(request, errors)
+        if wrong_media_type is not None:
+            return wrong_media_type
+        if any(error["type"] == "json_invalid" for error in errors):
+            errors = await _json_syntax_errors(request) or errors
+        return validation_problem(errors, instance=request.url.path, strip_tags=union_tags)
 
     async def handle_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 400 and exc.detail == _FASTAPI_BODY_PARSE_FAILURE:
+            errors = await _json_syntax_errors(request)
+            if errors is not None:
+                return validation_problem(errors, instance=request.url.path)
         phrase = HTTPStatus(exc.status_code).phrase
         detail = exc.detail if isinstance(exc.detail, str) and exc.detail != phrase else None
         if detail is None:
@@ -162,11 +279,14 @@ def install_problem_handlers(app: FastAPI, *, union_tags: frozenset[str]) -> Non
                 if exc.status_code == 405
                 else phrase
             )
+        headers = dict(exc.headers) if exc.headers else {}
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed_methods(request))
         return problem_response(
             status=exc.status_code,
             detail=detail,
             instance=request.url.path,
-            headers=dict(exc.headers) if exc.headers else None,
+            headers=headers or None,
         )
 
     async def handle_unexpected(request: Request, exc: Exception) -> JSONResponse:

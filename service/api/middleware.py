@@ -1,42 +1,64 @@
-"""ASGI middleware: the request body size limit and request metrics."""
+"""ASGI middleware: the request body size limit, request metrics and request ids."""
 
 from __future__ import annotations
 
+import re
 import time
+import uuid
 
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.errors import problem_response
 from service.api.metrics import ServiceMetrics
+from service.logs import request_id_var
 
 
-def _too_large(limit: int) -> str:
-    return f"request body exceeds the limit of {limit} bytes (MIXREG_MAX_BODY_BYTES)"
+def _too_large(limit: int, setting: str) -> str:
+    return f"request body exceeds the limit of {limit} bytes ({setting})"
+
+
+UPLOAD_PATHS = frozenset({"/datasets"})
+"""Paths whose non-JSON POST bodies are file uploads, read in blocks: they have their own,
+larger limit."""
 
 
 class BodySizeLimitMiddleware:
-    """Answer 413 to a body larger than ``max_body_bytes``.
+    """Answer 413 to a body larger than ``max_body_bytes`` (file uploads: ``max_upload_bytes``).
 
     The declared ``Content-Length`` is checked first; the bytes actually received are counted
     too, for chunked uploads and lying clients.
     """
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, max_body_bytes: int, max_upload_bytes: int | None = None
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.max_upload_bytes = max_upload_bytes if max_upload_bytes is not None else max_body_bytes
+
+    def _limit(self, scope: Scope) -> tuple[int, str]:
+        """The limit on this request's body and the setting that sets it."""
+        if scope["method"] == "POST" and scope["path"] in UPLOAD_PATHS:
+            for name, value in scope["headers"]:
+                if name == b"content-type":
+                    if not value.lower().startswith(b"application/json"):
+                        return self.max_upload_bytes, "MIXREG_MAX_UPLOAD_BYTES"
+                    break
+        return self.max_body_bytes, "MIXREG_MAX_BODY_BYTES"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.max_body_bytes
+        limit, setting = self._limit(scope)
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > limit:
                 response = problem_response(
                     status=413,
-                    detail=_too_large(limit),
+                    detail=_too_large(limit, setting),
                     instance=scope["path"],
                     slug="payload-too-large",
                 )
@@ -51,7 +73,7 @@ class BodySizeLimitMiddleware:
                 received += len(message.get("body", b""))
                 if received > limit:
                     # An HTTPException passes through FastAPI's body parsing to the handler.
-                    raise HTTPException(413, detail=_too_large(limit))
+                    raise HTTPException(413, detail=_too_large(limit, setting))
             return message
 
         await self.app(scope, counting_receive, send)
@@ -89,3 +111,35 @@ class MetricsMiddleware:
                 status=status,
                 seconds=time.perf_counter() - started,
             )
+
+
+REQUEST_ID_HEADER = "X-Request-ID"
+# An incoming id is kept when it is short printable ASCII (it is echoed and logged as is).
+_REQUEST_ID_PATTERN = re.compile(r"[\x21-\x7e]{1,128}")
+
+
+class RequestIdMiddleware:
+    """Give every request an id: the caller's ``X-Request-ID`` when it is usable, else a new
+    one. It is echoed in the response's ``X-Request-ID`` and set on every log line written
+    while the request is handled."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = Headers(scope=scope).get(REQUEST_ID_HEADER, "")
+        request_id = incoming if _REQUEST_ID_PATTERN.fullmatch(incoming) else uuid.uuid4().hex
+        token = request_id_var.set(request_id)
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            request_id_var.reset(token)

@@ -15,7 +15,7 @@ from pydantic import (
     Discriminator,
     Field,
     PlainValidator,
-    Tag,
+    WithJsonSchema,
     model_validator,
 )
 from pydantic_core import PydanticCustomError, PydanticKnownError
@@ -37,6 +37,21 @@ def _check_matrix(rows: list[list[float]]) -> list[list[float]]:
     except ingest.IngestError as exc:
         raise _invalid(str(exc)) from None
     return rows
+
+
+def _check_rows(value: Any) -> Any:
+    """A flat list of numbers is a single row that was not wrapped in a list: say so."""
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(item, int | float) and not isinstance(item, bool) for item in value)
+    ):
+        shown = ", ".join(repr(item) for item in value[:4]) + (", ..." if len(value) > 4 else "")
+        raise _invalid(
+            f"X must be a list of rows, each a list of feature values; to send one row, wrap "
+            f"it in a list: [[{shown}]]"
+        )
+    return value
 
 
 def _check_lines(rows: list[list[float]]) -> list[list[float]]:
@@ -69,6 +84,7 @@ def _check_vector(values: list[float]) -> list[float]:
 AnyFloat = Annotated[float, Field(allow_inf_nan=True)]
 Matrix = Annotated[
     list[list[AnyFloat]],
+    BeforeValidator(_check_rows),
     AfterValidator(_check_matrix),
     Field(description="rows of feature values; every row has the same length"),
 ]
@@ -76,8 +92,24 @@ Vector = Annotated[
     list[AnyFloat], AfterValidator(_check_vector), Field(description="one target value per row")
 ]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
-# Names and ids are stored as text: no NUL characters or unpaired surrogates.
-Text = Annotated[str, AfterValidator(_check_text)]
+MAX_TEXT_LENGTH = 256
+"""The most characters of a name or id in a request (a name is listed with every page)."""
+
+
+def _check_length(value: str) -> str:
+    # After _check_text: pydantic's own max_length refuses unpaired surrogates less precisely.
+    if len(value) > MAX_TEXT_LENGTH:
+        raise PydanticKnownError("string_too_long", {"max_length": MAX_TEXT_LENGTH})
+    return value
+
+
+# Names and ids are stored as text: no NUL characters or unpaired surrogates, and short.
+Text = Annotated[
+    str,
+    AfterValidator(_check_text),
+    AfterValidator(_check_length),
+    WithJsonSchema({"type": "string", "maxLength": MAX_TEXT_LENGTH}),
+]
 # JSON integers only: `true` or `2.0` is not a count.
 Count = Annotated[int, Field(strict=True)]
 
@@ -335,8 +367,9 @@ class _FitBase(_Strict):
     dataset_id: Text | None = Field(default=None, description="a stored dataset to fit")
     data: DataIn | None = Field(default=None, description="inline data, stored as a dataset")
     n_components: NComponents = Field(
-        validation_alias=AliasChoices("n_components", "k"),
-        description="k, the number of lines (the alias `k` is accepted); a list of k values "
+        # `k` first: a missing value is reported as `k`, the name users type.
+        validation_alias=AliasChoices("k", "n_components"),
+        description="k, the number of lines (also accepted as `n_components`); a list of k values "
         "fits one model per k (a k sweep) and prefers the k with the lowest BIC",
     )
     fit_intercept: bool = True
@@ -402,36 +435,28 @@ class EmFit(_FitBase):
     params: EmParams = Field(default_factory=EmParams)
 
 
-def _algorithm_tag(value: Any) -> str | None:
-    if isinstance(value, dict):
-        algorithm = value.get("algorithm", DEFAULT_ALGORITHM)
-        return algorithm if isinstance(algorithm, str) else None
-    return getattr(value, "algorithm", None)
-
-
 def _check_algorithm(value: Any) -> Any:
+    """Name an unknown algorithm precisely, and make the default (``auto``) explicit so the
+    union can be discriminated by the ``algorithm`` property."""
     if not isinstance(value, dict | _FitBase):
         raise _invalid("the fit request must be a JSON object")
     if isinstance(value, dict):
         algorithm = value.get("algorithm", DEFAULT_ALGORITHM)
-        if algorithm not in ALGORITHMS:
+        if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
             raise PydanticCustomError(
                 "unknown_algorithm",
                 "algorithm {algorithm} is unknown; choose one of {choices}",
                 {"algorithm": repr(algorithm), "choices": ", ".join(ALGORITHMS)},
             )
+        return {**value, "algorithm": algorithm}
     return value
 
 
+# Discriminated by the property `algorithm` (an OpenAPI discriminator with a mapping); the
+# validator before it fills in the default and names an unknown algorithm.
 FitRequest = Annotated[
-    Annotated[AutoFit, Tag("auto")]
-    | Annotated[AmFit, Tag("am")]
-    | Annotated[AmClassicFit, Tag("am-classic")]
-    | Annotated[SubsampleFit, Tag("subsample")]
-    | Annotated[SubsampleExhaustiveFit, Tag("subsample-exhaustive")]
-    | Annotated[SubsampleAmFit, Tag("subsample+am")]
-    | Annotated[EmFit, Tag("em")],
-    Discriminator(_algorithm_tag),
+    AutoFit | AmFit | AmClassicFit | SubsampleFit | SubsampleExhaustiveFit | SubsampleAmFit | EmFit,
+    Discriminator("algorithm"),
     BeforeValidator(_check_algorithm),
 ]
 FitVariant = (
@@ -509,6 +534,10 @@ class JobOut(BaseModel):
     max_attempts: int
     cancel_requested: bool
     error: str | None
+    worker_id: str | None = Field(
+        description="the worker that runs the job or last ran it (host:pid:random); null "
+        "while queued"
+    )
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -517,6 +546,29 @@ class JobOut(BaseModel):
     sweep: Sweep | None = Field(description="a k sweep's models and scores; null for a single k")
     warnings: list[str] = Field(description="what the fit found poor (the job still succeeds)")
     url: str
+
+
+# --- health ---
+
+
+class QueueStatus(BaseModel):
+    """The Procrastinate queue of fit tasks (``MIXREG_WORKER=procrastinate``)."""
+
+    workers: int = Field(description="`mixreg worker` processes with a recent heartbeat")
+    waiting: int = Field(description="fit tasks waiting for a worker")
+
+
+class Readiness(BaseModel):
+    """The service can serve: its database answers at the newest migration."""
+
+    status: Literal["ready"]
+    database_revision: str | None
+    worker: Literal["embedded", "procrastinate"] = Field(
+        description="where fits run: in the API processes or in `mixreg worker` processes"
+    )
+    queue: QueueStatus | None = Field(
+        description="the task queue, with MIXREG_WORKER=procrastinate; null otherwise"
+    )
 
 
 # --- models ---

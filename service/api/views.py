@@ -75,6 +75,7 @@ def job_out(job: Job) -> JobOut:
         max_attempts=job.max_attempts,
         cancel_requested=job.cancel_requested,
         error=job.error,
+        worker_id=job.worker_id,
         created_at=job.created_at,
         started_at=job.started_at,
         finished_at=job.finished_at,

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from collections.abc import Sequence
 
-from service.cli import server
-from service.config import Settings
+from service.cli import keys, server, user, worker
+from service.config import SettingsError, load_settings
 
 # Each module adds its commands with ``register(commands)``; handlers take (args, settings).
-COMMAND_GROUPS = (server,)
+COMMAND_GROUPS = (server, user, worker, keys)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,5 +33,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    result: int = args.handler(args, Settings())
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        print(f"mixreg: {exc}", file=sys.stderr)
+        return 2
+    result: int = args.handler(args, settings)
     return result

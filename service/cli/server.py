@@ -3,20 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 import uvicorn
 
 from models_store import migrate
+from service.auth.policy import bind_refusal
+from service.cli.arguments import positive_int
 from service.config import Settings
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    host = args.host or settings.host
+    refusal = bind_refusal(
+        host,
+        keys_configured=settings.api_keys_file is not None or settings.api_keys is not None,
+        allow_unauthenticated=settings.allow_unauthenticated,
+    )
+    if refusal is not None:
+        print(f"mixreg serve: {refusal}", file=sys.stderr)
+        return 2
     uvicorn.run(
         "service.main:create_app",
         factory=True,
-        host=args.host or settings.host,
+        host=host,
         port=args.port or settings.port,
         log_level=args.log_level,
+        # Each API process is a full app (with its embedded worker in embedded mode); they
+        # share the database, and a model deleted through one stops being served by the others
+        # within MIXREG_MODEL_CACHE_CHECK_INTERVAL_S or so.
+        workers=args.workers,
     )
     return 0
 
@@ -43,9 +59,18 @@ def _current(args: argparse.Namespace, settings: Settings) -> int:
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``serve`` and ``db`` to the ``mixreg`` command."""
-    serve = commands.add_parser("serve", help="serve the HTTP API with the embedded worker")
+    serve = commands.add_parser(
+        "serve",
+        help="serve the HTTP API (with its embedded worker unless MIXREG_WORKER=procrastinate)",
+    )
     serve.add_argument("--host", help="interface to bind (default: MIXREG_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to bind (default: MIXREG_PORT or 8000)")
+    serve.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        help="API processes serving the port (uvicorn workers; default 1)",
+    )
     serve.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )

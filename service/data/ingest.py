@@ -1,18 +1,26 @@
-"""Turn uploaded data (JSON rows, CSV, NPZ, Parquet) into float64 arrays with precise errors.
+"""Turn uploaded data (JSON rows, CSV, Parquet, NPZ, ``.npy`` pairs) into float64 arrays with
+precise errors.
 
 Every error message names the offending row, column or field so a user can fix the input.
+Files are read in blocks of rows and each checked block is appended to a ``StagedDataset`` (a
+temporary file), so an upload of any size needs the memory of one block; a dataset is stored
+only once all of it has been read and checked (docs/adr/0009-datasets-in-row-chunks.md).
 """
 
 from __future__ import annotations
 
+import ast
+import codecs
 import csv
 import io
 import math
+import os
+import tempfile
 import zipfile
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -23,12 +31,21 @@ if TYPE_CHECKING:
     from _csv import Reader
 
 FloatArray = NDArray[np.float64]
+BinaryFile = IO[bytes]
 
 FINITE_HINT = "all values must be finite numbers"
+
+BLOCK_BYTES = 8 * 1024 * 1024
+"""About this many bytes of float64 rows are read, checked and staged at a time."""
 
 
 class IngestError(ValueError):
     """The input data cannot be used; the message says where and why."""
+
+
+class DatasetTooLargeError(IngestError):
+    """The data has more rows or features than the server accepts; the message names the
+    setting."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +58,40 @@ class ParsedDataset:
     target_name: str | None
 
 
+@dataclass(frozen=True)
+class DatasetLimits:
+    """The most rows and features an upload may have, with the settings that set them."""
+
+    max_rows: int | None = None
+    max_features: int | None = None
+    rows_setting: str = "MIXREG_MAX_ROWS"
+    features_setting: str = "MIXREG_MAX_FEATURES"
+
+    def check_features(self, n_features: int) -> None:
+        """Raise ``DatasetTooLargeError`` if ``n_features`` is above the limit."""
+        if self.max_features is not None and n_features > self.max_features:
+            raise DatasetTooLargeError(
+                f"the dataset has {n_features:,} features; at most {self.max_features:,} are "
+                f"accepted ({self.features_setting})"
+            )
+
+    def check_rows(self, n_rows: int) -> None:
+        """Raise ``DatasetTooLargeError`` if ``n_rows`` (so far) is above the limit."""
+        if self.max_rows is not None and n_rows > self.max_rows:
+            raise DatasetTooLargeError(
+                f"the dataset has more than {self.max_rows:,} rows; at most {self.max_rows:,} "
+                f"are accepted ({self.rows_setting})"
+            )
+
+
+NO_LIMITS = DatasetLimits()
+
+
+def rows_per_block(n_features: int) -> int:
+    """Rows of ``n_features`` float64 values (and a target) read at a time."""
+    return max(1, BLOCK_BYTES // (8 * (max(1, n_features) + 1)))
+
+
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
@@ -51,22 +102,31 @@ def _describe_non_finite(value: float) -> str:
     return "infinite" if value > 0 else "-infinite"
 
 
-def check_finite_matrix(X: FloatArray, *, name: str = "X") -> None:
-    """Raise if any entry of the 2-D array ``X`` is NaN or infinite, naming the first one."""
-    bad = np.argwhere(~np.isfinite(X))
+def check_finite_matrix(X: FloatArray, *, name: str = "X", row_offset: int = 0) -> None:
+    """Raise if any entry of the 2-D array ``X`` is NaN or infinite, naming the first one.
+
+    ``row_offset`` is the index of ``X``'s first row in the whole matrix.
+    """
+    finite = np.isfinite(X)
+    if finite.all():
+        return
+    bad = np.argwhere(~finite)
     if bad.size:
         row, column = (int(index) for index in bad[0])
         what = _describe_non_finite(float(X[row, column]))
-        raise IngestError(f"{name}[{row}][{column}] is {what}; {FINITE_HINT}")
+        raise IngestError(f"{name}[{row_offset + row}][{column}] is {what}; {FINITE_HINT}")
 
 
-def check_finite_vector(y: FloatArray, *, name: str = "y") -> None:
+def check_finite_vector(y: FloatArray, *, name: str = "y", offset: int = 0) -> None:
     """Raise if any entry of the 1-D array ``y`` is NaN or infinite, naming the first one."""
-    bad = np.flatnonzero(~np.isfinite(y))
+    finite = np.isfinite(y)
+    if finite.all():
+        return
+    bad = np.flatnonzero(~finite)
     if bad.size:
         index = int(bad[0])
         what = _describe_non_finite(float(y[index]))
-        raise IngestError(f"{name}[{index}] is {what}; {FINITE_HINT}")
+        raise IngestError(f"{name}[{offset + index}] is {what}; {FINITE_HINT}")
 
 
 def matrix_from_rows(rows: Sequence[Sequence[float]], *, name: str = "X") -> FloatArray:
@@ -96,22 +156,22 @@ def vector_from_values(values: Sequence[float], *, name: str = "y") -> FloatArra
     return vector
 
 
-def check_fittable_scale(X: FloatArray, y: FloatArray) -> None:
+def check_fittable_scale(X: FloatArray, y: FloatArray, *, row_offset: int = 0) -> None:
     """Raise if squaring the data overflows: every fit squares y and the rows of X."""
     with np.errstate(over="ignore"):
         row_norms = np.einsum("ij,ij->i", X, X)
     too_large = np.flatnonzero(~np.isfinite(row_norms))
     if too_large.size:
         raise IngestError(
-            f"X row {int(too_large[0])} is too large: the sum of its squared values overflows a "
-            f"float64; scale X down"
+            f"X row {row_offset + int(too_large[0])} is too large: the sum of its squared values "
+            f"overflows a float64; scale X down"
         )
     too_large = np.flatnonzero(np.abs(y) > MAX_ABS_Y)
     if too_large.size:
         index = int(too_large[0])
         raise IngestError(
-            f"y[{index}] = {float(y[index]):g} is too large: squared errors overflow a float64 "
-            f"beyond |y| = {MAX_ABS_Y:g}; scale y down"
+            f"y[{row_offset + index}] = {float(y[index]):g} is too large: squared errors "
+            f"overflow a float64 beyond |y| = {MAX_ABS_Y:g}; scale y down"
         )
 
 
@@ -152,64 +212,348 @@ def resolve_feature_names(names: Sequence[str] | None, n_features: int) -> list[
     return list(names)
 
 
-def parse_csv(data: bytes, *, target: str | None) -> ParsedDataset:
-    """Read a CSV with a header row; ``target`` names the column to predict."""
+def parse_arrays(
+    X_rows: Sequence[Sequence[float]],
+    y_values: Sequence[float],
+    feature_names: Sequence[str] | None,
+) -> ParsedDataset:
+    """Check JSON rows ``X`` and values ``y`` and convert them to arrays."""
+    X = matrix_from_rows(X_rows)
+    y = vector_from_values(y_values)
+    check_same_length(X, y)
+    check_fittable_scale(X, y)
+    return ParsedDataset(
+        X=X, y=y, feature_names=resolve_feature_names(feature_names, X.shape[1]), target_name=None
+    )
+
+
+# --- staging --------------------------------------------------------------------------------
+
+
+class StagedDataset:
+    """The checked rows of an upload, appended block by block to temporary files.
+
+    Every block is checked as it arrives (finite, squares that do not overflow, the row limit),
+    so when reading ends the whole upload is known to be storable; ``blocks`` then reads it
+    back in blocks of any size. Close it (or use it as a context manager) to delete the files.
+    """
+
+    def __init__(
+        self,
+        *,
+        feature_names: list[str],
+        target_name: str | None,
+        limits: DatasetLimits = NO_LIMITS,
+    ) -> None:
+        if not feature_names:
+            raise IngestError("the dataset has no feature columns; at least one is required")
+        limits.check_features(len(feature_names))
+        self.feature_names = feature_names
+        self.target_name = target_name
+        self.limits = limits
+        self.n_rows = 0
+        # Owned by this object for its lifetime; ``close`` (or leaving ``with``) deletes them.
+        self._x_file = tempfile.TemporaryFile(prefix="mixreg-upload-X-")  # noqa: SIM115
+        self._y_file = tempfile.TemporaryFile(prefix="mixreg-upload-y-")  # noqa: SIM115
+
+    @property
+    def n_features(self) -> int:
+        """Columns of X."""
+        return len(self.feature_names)
+
+    def append(self, X: FloatArray, y: FloatArray) -> None:
+        """Check the next block of rows and add it.
+
+        Raises ``IngestError`` naming the row (counted over the whole upload) that is not
+        finite or too large, and ``DatasetTooLargeError`` past the row limit.
+        """
+        if X.ndim != 2 or X.shape[1] != self.n_features or y.shape != (X.shape[0],):
+            raise ValueError(f"a block of shape {X.shape} and {y.shape} does not fit the dataset")
+        self.limits.check_rows(self.n_rows + len(y))
+        check_finite_matrix(X, row_offset=self.n_rows)
+        check_finite_vector(y, offset=self.n_rows)
+        check_fittable_scale(X, y, row_offset=self.n_rows)
+        self._x_file.write(np.ascontiguousarray(X, dtype="<f8").data)
+        self._y_file.write(np.ascontiguousarray(y, dtype="<f8").data)
+        self.n_rows += len(y)
+
+    def blocks(self, rows: int) -> Iterator[tuple[FloatArray, FloatArray]]:
+        """The staged rows, ``rows`` at a time, in order."""
+        self._x_file.seek(0)
+        self._y_file.seek(0)
+        row_bytes = 8 * self.n_features
+        for start in range(0, self.n_rows, rows):
+            count = min(rows, self.n_rows - start)
+            X = np.frombuffer(self._x_file.read(count * row_bytes), dtype="<f8")
+            y = np.frombuffer(self._y_file.read(count * 8), dtype="<f8")
+            yield (
+                X.astype(np.float64).reshape(count, self.n_features),
+                y.astype(np.float64),
+            )
+
+    def to_parsed(self) -> ParsedDataset:
+        """All the staged rows as one pair of arrays (for small data)."""
+        X = np.empty((self.n_rows, self.n_features), dtype=np.float64)
+        y = np.empty(self.n_rows, dtype=np.float64)
+        if self.n_rows:
+            X_block, y_block = next(self.blocks(self.n_rows))
+            X[:], y[:] = X_block, y_block
+        return ParsedDataset(
+            X=X, y=y, feature_names=list(self.feature_names), target_name=self.target_name
+        )
+
+    def close(self) -> None:
+        """Delete the temporary files."""
+        self._x_file.close()
+        self._y_file.close()
+
+    def __enter__(self) -> StagedDataset:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _staged(
+    feature_names: list[str], target_name: str | None, limits: DatasetLimits
+) -> StagedDataset:
+    return StagedDataset(feature_names=feature_names, target_name=target_name, limits=limits)
+
+
+def _check_column_names(
+    columns: list[str], *, source: str, what: str, target: str | None
+) -> list[str]:
+    """The feature columns of a header; raises naming an empty, repeated or missing column.
+
+    ``source`` names the file ("CSV"), ``what`` the list of columns ("CSV header").
+    """
+    listed = ", ".join(columns)
+    for index, column in enumerate(columns):
+        if not column:
+            raise IngestError(f"{what} column {index + 1} has no name; columns are {listed}")
+        check_text(column, name=f"{what} column {index + 1}")
+        if columns.index(column) != index:
+            raise IngestError(f"{what} repeats the column '{column}'; columns are {listed}")
+    if target is None:
+        raise IngestError(
+            f"name the column to predict: add the query parameter ?target=NAME to a raw "
+            f"text/csv body, or the form field 'target' to a multipart upload; columns are "
+            f"{listed}"
+        )
+    if target not in columns:
+        raise IngestError(f"{source} has no column '{target}'; columns are {listed}")
+    if len(columns) < 2:
+        raise IngestError(
+            f"{source} has only the target column '{target}'; at least one feature is needed"
+        )
+    return [column for column in columns if column != target]
+
+
+# --- CSV ------------------------------------------------------------------------------------
+
+_BOM = codecs.BOM_UTF8
+_TEXT_BLOCK_BYTES = 1 << 20
+CSV_BLOCK_BYTES = 4 * 1024 * 1024
+"""Bytes of CSV text pyarrow parses at a time."""
+
+
+def _csv_lines(source: BinaryFile) -> Iterator[str]:
+    """The lines of a UTF-8 CSV (a leading byte order mark dropped), with their line ends.
+
+    Lines end at ``\\n``, ``\\r\\n`` or ``\\r``, as the ``csv`` module expects with
+    ``newline=""``. Invalid UTF-8 is reported with its byte position in the file.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    consumed = 0
+    pending = ""
+    first = True
+    while True:
+        block = source.read(_TEXT_BLOCK_BYTES)
+        if first:
+            first = False
+            if block.startswith(_BOM):
+                block = block[len(_BOM) :]
+                consumed += len(_BOM)
+        final = not block
+        buffered = len(decoder.getstate()[0])
+        try:
+            text = decoder.decode(block, final=final)
+        except UnicodeDecodeError as exc:
+            position = consumed - buffered + exc.start
+            raise IngestError(f"CSV is not UTF-8 text (byte {position} is invalid)") from None
+        consumed += len(block)
+        pending += text
+        lines = list(io.StringIO(pending, newline=""))
+        # Keep an unfinished last line (or a '\r' that a '\n' in the next block may complete).
+        if not final and lines and (not lines[-1].endswith(("\n", "\r")) or lines[-1][-1] == "\r"):
+            pending = lines.pop()
+        else:
+            pending = ""
+        yield from lines
+        if final:
+            return
+
+
+def _read_csv_header(reader: Reader) -> list[str]:
+    header = next(reader, None)
+    if header is None or not any(cell.strip() for cell in header):
+        raise IngestError("CSV is empty; the first line must be a header naming the columns")
+    return [cell.strip() for cell in header]
+
+
+class _FastPathRefusedError(Exception):
+    """The fast CSV reader met something it does not read exactly as the csv module does."""
+
+
+def read_csv(
+    source: BinaryFile, *, target: str | None, limits: DatasetLimits = NO_LIMITS
+) -> StagedDataset:
+    """Read a CSV with a header row; ``target`` names the column to predict.
+
+    The rows are read by pyarrow's streaming CSV reader. When it refuses a block (a value
+    that is not a number, a short line, an empty cell...), the file is read again from the
+    start by Python's ``csv`` module, which names the exact line and column of the problem (or
+    reads a file that only pyarrow found odd, such as a line of blanks).
+    """
+    reader = csv.reader(_csv_lines(source))
     try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise IngestError(f"CSV is not UTF-8 text (byte {exc.start} is invalid)") from exc
-    # newline="": the csv module itself reads \n, \r\n and \r line ends, also inside quotes.
-    reader = csv.reader(io.StringIO(text, newline=""))
+        columns = _read_csv_header(reader)
+        header_lines = reader.line_num
+    except csv.Error as exc:
+        raise IngestError(f"CSV line {reader.line_num} cannot be read: {exc}") from None
+    feature_names = _check_column_names(columns, source="CSV", what="CSV header", target=target)
+    assert target is not None  # checked with the header
+    target_index = columns.index(target)
+    staged = _staged(feature_names, target, limits)
     try:
-        return _read_csv(reader, target=target)
+        source.seek(0)
+        _stage_csv_fast(
+            source,
+            staged,
+            n_columns=len(columns),
+            header_lines=header_lines,
+            target_index=target_index,
+        )
+    except _FastPathRefusedError:
+        staged.close()
+        source.seek(0)
+        staged = _staged(feature_names, target, limits)
+        try:
+            _stage_csv_exact(source, staged, target_index=target_index)
+        except BaseException:
+            staged.close()
+            raise
+    except BaseException:
+        staged.close()
+        raise
+    finally:
+        _release_arrow_memory()
+    if staged.n_rows == 0:
+        staged.close()
+        raise IngestError("CSV has a header but no data rows")
+    return staged
+
+
+def _release_arrow_memory() -> None:
+    """Hand the memory pyarrow pooled while reading back to the system: the process keeps
+    serving, and the next upload may be much smaller."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+
+
+def _stage_csv_fast(
+    source: BinaryFile,
+    staged: StagedDataset,
+    *,
+    n_columns: int,
+    header_lines: int,
+    target_index: int,
+) -> None:
+    import pyarrow as pa
+    import pyarrow.csv as pa_csv
+
+    names = [f"c{index}" for index in range(n_columns)]
+    feature_indices = [index for index in range(n_columns) if index != target_index]
+    try:
+        reader = pa_csv.open_csv(
+            source,
+            read_options=pa_csv.ReadOptions(
+                skip_rows=header_lines, column_names=names, block_size=CSV_BLOCK_BYTES
+            ),
+            convert_options=pa_csv.ConvertOptions(
+                column_types=dict.fromkeys(names, pa.float64()),
+                null_values=[""],
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=True,
+            ),
+        )
+        for batch in reader:
+            columns = [
+                batch.column(index).to_numpy(zero_copy_only=False) for index in range(n_columns)
+            ]
+            if any(batch.column(index).null_count for index in range(n_columns)):
+                columns = _drop_blank_rows(batch, columns)
+            X = np.empty((len(columns[0]), n_columns - 1), dtype=np.float64)
+            for position, index in enumerate(feature_indices):
+                X[:, position] = columns[index]
+            y = np.asarray(columns[target_index], dtype=np.float64)
+            if not (np.isfinite(X).all() and np.isfinite(y).all()):
+                raise _FastPathRefusedError  # the exact reader names the line and column
+            staged.append(X, y)
+    except pa.ArrowException:
+        raise _FastPathRefusedError from None
+
+
+def _drop_blank_rows(batch: Any, columns: list[NDArray[Any]]) -> list[NDArray[Any]]:
+    """The columns without the rows whose every cell is empty (as the csv reader skips them);
+    refused if a row has some empty cells but not all."""
+    empty = np.column_stack(
+        [
+            batch.column(index).is_null().to_numpy(zero_copy_only=False)
+            for index in range(len(columns))
+        ]
+    )
+    blank = empty.all(axis=1)
+    if (empty.any(axis=1) & ~blank).any():
+        raise _FastPathRefusedError
+    return [column[~blank] for column in columns]
+
+
+def _stage_csv_exact(source: BinaryFile, staged: StagedDataset, *, target_index: int) -> None:
+    reader = csv.reader(_csv_lines(source))
+    try:
+        columns = _read_csv_header(reader)
+        block_rows = rows_per_block(len(columns))
+        values: list[list[float]] = []
+        for row in reader:
+            line = reader.line_num
+            if not row or all(not cell.strip() for cell in row):
+                continue
+            if len(row) != len(columns):
+                raise IngestError(
+                    f"CSV line {line} has {_count(len(row), 'field')}, expected {len(columns)}"
+                )
+            values.append(
+                [
+                    _parse_csv_number(cell, line=line, column=column)
+                    for column, cell in zip(columns, row, strict=True)
+                ]
+            )
+            if len(values) == block_rows:
+                _stage_csv_rows(staged, values, target_index)
+                values = []
+        if values:
+            _stage_csv_rows(staged, values, target_index)
     except csv.Error as exc:
         raise IngestError(f"CSV line {reader.line_num} cannot be read: {exc}") from None
 
 
-def _read_csv(reader: Reader, *, target: str | None) -> ParsedDataset:
-    header = next(reader, None)
-    if header is None or not any(cell.strip() for cell in header):
-        raise IngestError("CSV is empty; the first line must be a header naming the columns")
-    columns = [cell.strip() for cell in header]
-    listed = ", ".join(columns)
-    for index, column in enumerate(columns):
-        if not column:
-            raise IngestError(f"CSV header column {index + 1} has no name; columns are {listed}")
-        check_text(column, name=f"CSV header column {index + 1}")
-        if columns.index(column) != index:
-            raise IngestError(f"CSV header repeats the column '{column}'; columns are {listed}")
-    if target is None:
-        raise IngestError(
-            f"name the target column to predict (form field 'target'); columns are {listed}"
-        )
-    if target not in columns:
-        raise IngestError(f"CSV has no column '{target}'; columns are {listed}")
-    if len(columns) < 2:
-        raise IngestError(
-            f"CSV has only the target column '{target}'; at least one feature is needed"
-        )
-    values: list[list[float]] = []
-    for row in reader:
-        line = reader.line_num
-        if not row or all(not cell.strip() for cell in row):
-            continue
-        if len(row) != len(columns):
-            raise IngestError(
-                f"CSV line {line} has {_count(len(row), 'field')}, expected {len(columns)}"
-            )
-        parsed: list[float] = []
-        for column, cell in zip(columns, row, strict=True):
-            parsed.append(_parse_csv_number(cell, line=line, column=column))
-        values.append(parsed)
-    if not values:
-        raise IngestError("CSV has a header but no data rows")
+def _stage_csv_rows(staged: StagedDataset, values: list[list[float]], target_index: int) -> None:
     table = np.asarray(values, dtype=np.float64)
-    target_index = columns.index(target)
     X = np.ascontiguousarray(np.delete(table, target_index, axis=1))
     y = np.ascontiguousarray(table[:, target_index])
-    check_fittable_scale(X, y)
-    feature_names = [column for column in columns if column != target]
-    return ParsedDataset(X=X, y=y, feature_names=feature_names, target_name=target)
+    staged.append(X, y)
 
 
 def _parse_csv_number(cell: str, *, line: int, column: str) -> float:
@@ -227,21 +571,115 @@ def _parse_csv_number(cell: str, *, line: int, column: str) -> float:
     return value
 
 
+def parse_csv(data: bytes, *, target: str | None) -> ParsedDataset:
+    """Read a CSV held in memory (see ``read_csv``)."""
+    with read_csv(io.BytesIO(data), target=target) as staged:
+        return staged.to_parsed()
+
+
+# --- Parquet --------------------------------------------------------------------------------
+
+PARQUET_MAGIC = b"PAR1"
+
+
+def read_parquet(
+    source: BinaryFile, *, target: str | None, limits: DatasetLimits = NO_LIMITS
+) -> StagedDataset:
+    """Read a Parquet file whose column ``target`` is the target and whose other columns, all
+    of numbers (integers or floats), are the features; row groups are read one at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pa_parquet
+
+    try:
+        parquet_file = pa_parquet.ParquetFile(source)
+        schema = parquet_file.schema_arrow
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise IngestError(f"file is not a readable Parquet file: {exc}") from None
+    columns = list(schema.names)
+    if not columns:
+        raise IngestError("Parquet file has no columns")
+    feature_names = _check_column_names(
+        columns, source="Parquet file", what="Parquet file", target=target
+    )
+    for field in schema:
+        if not (pa.types.is_integer(field.type) or pa.types.is_floating(field.type)):
+            raise IngestError(
+                f"Parquet column '{field.name}' holds {field.type}, not numbers; every column "
+                f"must hold integers or floats"
+            )
+    assert target is not None  # checked with the columns
+    target_index = columns.index(target)
+    feature_indices = [index for index in range(len(columns)) if index != target_index]
+    staged = _staged(feature_names, target, limits)
+    try:
+        batches = parquet_file.iter_batches(batch_size=rows_per_block(len(feature_names)))
+        while True:
+            try:
+                batch = next(batches, None)
+            except (pa.ArrowException, OSError) as exc:
+                raise IngestError(
+                    f"Parquet file cannot be read past row {staged.n_rows}: {exc}"
+                ) from None
+            if batch is None:
+                break
+            _check_parquet_values(batch, columns, first_row=staged.n_rows + 1)
+            X = np.empty((batch.num_rows, len(feature_indices)), dtype=np.float64)
+            for position, index in enumerate(feature_indices):
+                X[:, position] = batch.column(index).to_numpy(zero_copy_only=False)
+            y = np.asarray(batch.column(target_index).to_numpy(zero_copy_only=False), np.float64)
+            staged.append(X, y)
+        if staged.n_rows == 0:
+            raise IngestError("Parquet file has no rows")
+    except BaseException:
+        staged.close()
+        raise
+    finally:
+        _release_arrow_memory()
+    return staged
+
+
+def _check_parquet_values(batch: Any, columns: list[str], *, first_row: int) -> None:
+    """Raise naming the first missing (null) or non-finite value of the batch; rows are
+    counted from 1 over the whole file."""
+    for index, column in enumerate(columns):
+        array = batch.column(index)
+        if array.null_count:
+            row = int(np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False))[0])
+            raise IngestError(
+                f"Parquet row {first_row + row}, column '{column}' is missing (null); {FINITE_HINT}"
+            )
+        values = np.asarray(array.to_numpy(zero_copy_only=False), dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            row = int(bad[0])
+            raise IngestError(
+                f"Parquet row {first_row + row}, column '{column}' is "
+                f"{_describe_non_finite(float(values[row]))}; {FINITE_HINT}"
+            )
+
+
+# --- NumPy: .npz archives and .npy pairs ----------------------------------------------------
+
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
-_NPY_MAGIC = b"\x93NUMPY"
+NPY_MAGIC = b"\x93NUMPY"
 MAX_NPZ_ARRAY_BYTES = 1 << 30
 """An NPZ array may hold at most this many bytes once decompressed (1 GiB)."""
 
 
-def parse_npz(data: bytes) -> ParsedDataset:
+def read_npz(source: BinaryFile, *, limits: DatasetLimits = NO_LIMITS) -> StagedDataset:
     """Read an ``.npz`` archive with a 2-D array ``X``, a 1-D array ``y`` and optional
     string array ``feature_names``; object arrays are refused (no pickle)."""
-    if data.startswith(_NPY_MAGIC):
-        raise IngestError("file is a single .npy array; upload an .npz archive with arrays X and y")
-    if not data.startswith(_ZIP_MAGIC):
+    start = source.read(len(NPY_MAGIC))
+    source.seek(0)
+    if start.startswith(NPY_MAGIC):
+        raise IngestError(
+            "file is a single .npy array; upload an .npz archive with arrays X and y, or X and "
+            "y as two .npy files (form fields 'X' and 'y')"
+        )
+    if not start.startswith(_ZIP_MAGIC):
         raise IngestError("file is not a readable NPZ archive: it is not a zip file")
     try:
-        archive = np.load(io.BytesIO(data), allow_pickle=False)
+        archive = np.load(source, allow_pickle=False)
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
         raise IngestError(f"file is not a readable NPZ archive: {exc}") from None
     assert isinstance(archive, np.lib.npyio.NpzFile)  # the data starts with a zip header
@@ -263,14 +701,27 @@ def parse_npz(data: bytes) -> ParsedDataset:
         raise IngestError("X is empty; at least one row is required")
     if X.shape[1] == 0:
         raise IngestError("X row 0 has no values; at least one feature is required")
-    X, y = np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(y, dtype=np.float64)
-    check_finite_matrix(X)
-    check_finite_vector(y)
-    check_same_length(X, y)
-    check_fittable_scale(X, y)
-    return ParsedDataset(
-        X=X, y=y, feature_names=resolve_feature_names(raw_names, X.shape[1]), target_name=None
-    )
+    if y.shape[0] != X.shape[0]:
+        raise IngestError(f"y has {y.shape[0]} values but X has {X.shape[0]} rows")
+    feature_names = resolve_feature_names(raw_names, X.shape[1])
+    staged = _staged(feature_names, None, limits)
+    try:
+        step = rows_per_block(X.shape[1])
+        for start_row in range(0, X.shape[0], step):
+            staged.append(
+                np.asarray(X[start_row : start_row + step], dtype=np.float64),
+                np.asarray(y[start_row : start_row + step], dtype=np.float64),
+            )
+    except BaseException:
+        staged.close()
+        raise
+    return staged
+
+
+def parse_npz(data: bytes) -> ParsedDataset:
+    """Read an ``.npz`` archive held in memory (see ``read_npz``)."""
+    with read_npz(io.BytesIO(data)) as staged:
+        return staged.to_parsed()
 
 
 def _check_npz_member(archive: np.lib.npyio.NpzFile, key: str) -> None:
@@ -284,14 +735,10 @@ def _check_npz_member(archive: np.lib.npyio.NpzFile, key: str) -> None:
     member = f"{key}.npy" if f"{key}.npy" in zip_file.namelist() else key
     size = zip_file.getinfo(member).file_size
     with zip_file.open(member) as stream:
-        if stream.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
+        if stream.read(len(NPY_MAGIC)) != NPY_MAGIC:
             raise IngestError(f"NPZ member '{member}' is not a .npy array")
         stream.seek(0)
-        version = np.lib.format.read_magic(stream)
-        if version == (1, 0):
-            shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
-        else:
-            shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
+        shape, _, dtype = _parse_npy_header(stream, name=f"NPZ array '{key}'")
         available = size - stream.tell()
     declared = math.prod(shape) * dtype.itemsize
     what = f"NPZ array '{key}' declares shape {tuple(shape)} of {dtype} ({declared:,} bytes)"
@@ -325,16 +772,139 @@ def _load_npz_numbers(archive: np.lib.npyio.NpzFile, key: str, *, ndim: int) -> 
     return array
 
 
-def parse_arrays(
-    X_rows: Sequence[Sequence[float]],
-    y_values: Sequence[float],
+@dataclass(frozen=True)
+class NpyHeader:
+    """What the header of a ``.npy`` file declares, and where its data starts."""
+
+    shape: tuple[int, ...]
+    fortran_order: bool
+    dtype: np.dtype[Any]
+    data_offset: int
+
+    @property
+    def data_bytes(self) -> int:
+        """Bytes of data the header declares."""
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+NPY_MAX_HEADER_BYTES = 10_000
+"""The longest ``.npy`` header read (numpy's own default limit)."""
+
+_NPY_VERSIONS = {(1, 0): (2, "latin1"), (2, 0): (4, "latin1"), (3, 0): (4, "utf-8")}
+
+
+def _parse_npy_header(source: BinaryFile, *, name: str) -> tuple[tuple[int, ...], bool, Any]:
+    """The shape, Fortran order and dtype a ``.npy`` header at the stream's position declares.
+
+    The header is parsed here rather than by numpy, whose reader falls back to a Python 2
+    parser (with a warning) and lets tokenizer errors escape on damaged bytes: any header that
+    is not exactly a dict of ``descr``, ``fortran_order`` and ``shape`` is refused.
+    """
+    unreadable = f"{name} has an unreadable .npy header"
+    prefix = source.read(len(NPY_MAGIC) + 2)
+    if len(prefix) < len(NPY_MAGIC) + 2 or not prefix.startswith(NPY_MAGIC):
+        raise IngestError(f"{name} is not a .npy file (it does not start with \\x93NUMPY)")
+    version = (prefix[-2], prefix[-1])
+    if version not in _NPY_VERSIONS:
+        raise IngestError(
+            f"{name} is a .npy file of version {version[0]}.{version[1]}; versions 1.0, 2.0 "
+            f"and 3.0 are read"
+        )
+    length_bytes, encoding = _NPY_VERSIONS[version]
+    length = int.from_bytes(source.read(length_bytes), "little")
+    if length > NPY_MAX_HEADER_BYTES:
+        raise IngestError(f"{unreadable}: it declares {length:,} bytes")
+    raw = source.read(length)
+    if len(raw) < length:
+        raise IngestError(f"{unreadable}: the file ends inside it")
+    try:
+        header = ast.literal_eval(raw.decode(encoding))
+    except Exception:  # any text that is not a Python literal, whatever the parser raises
+        raise IngestError(f"{unreadable}: it is not a dictionary literal") from None
+    if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
+        raise IngestError(f"{unreadable}: it must give exactly descr, fortran_order and shape")
+    shape, fortran_order = header["shape"], header["fortran_order"]
+    if not isinstance(shape, tuple) or not all(
+        isinstance(size, int) and not isinstance(size, bool) and size >= 0 for size in shape
+    ):
+        raise IngestError(f"{unreadable}: its shape {shape!r} is not a tuple of sizes")
+    if not isinstance(fortran_order, bool):
+        raise IngestError(f"{unreadable}: fortran_order must be True or False")
+    try:
+        dtype = np.lib.format.descr_to_dtype(header["descr"])
+    except Exception:  # numpy raises several types for a descr it cannot read
+        raise IngestError(f"{unreadable}: it declares no dtype numpy knows") from None
+    return shape, fortran_order, dtype
+
+
+def read_npy_header(source: BinaryFile, *, name: str, ndim: int) -> NpyHeader:
+    """Read and check the header of a ``.npy`` file of numbers with ``ndim`` dimensions.
+
+    Raises ``IngestError`` naming the file (``name``) when it is not a ``.npy`` file, holds
+    something other than numbers (object arrays are never unpickled), has another number of
+    dimensions, or holds fewer bytes than its shape needs (a truncated file).
+    """
+    source.seek(0)
+    shape, fortran_order, dtype = _parse_npy_header(source, name=name)
+    header = NpyHeader(tuple(shape), bool(fortran_order), dtype, source.tell())
+    if dtype.kind not in "biuf" or dtype.hasobject:
+        raise IngestError(f"{name} must hold numbers, got dtype {dtype}")
+    if len(header.shape) != ndim:
+        raise IngestError(f"{name} must be {ndim}-dimensional, got shape {header.shape}")
+    available = source.seek(0, os.SEEK_END) - header.data_offset
+    if header.data_bytes > available:
+        raise IngestError(
+            f"{name} declares shape {header.shape} of {dtype} ({header.data_bytes:,} bytes) "
+            f"but holds only {available:,} bytes"
+        )
+    source.seek(header.data_offset)
+    return header
+
+
+def _npy_rows(source: BinaryFile, header: NpyHeader, rows: int) -> Iterator[NDArray[Any]]:
+    """The rows of a 2-D ``.npy`` matrix, ``rows`` at a time (all at once in Fortran order)."""
+    n_rows, n_columns = header.shape
+    source.seek(header.data_offset)
+    if header.fortran_order:
+        values = np.frombuffer(source.read(header.data_bytes), dtype=header.dtype)
+        yield values.reshape((n_rows, n_columns), order="F")
+        return
+    row_bytes = n_columns * header.dtype.itemsize
+    for start in range(0, n_rows, rows):
+        count = min(rows, n_rows - start)
+        block = source.read(count * row_bytes)
+        yield np.frombuffer(block, dtype=header.dtype).reshape(count, n_columns)
+
+
+def read_npy_pair(
+    X_source: BinaryFile,
+    y_source: BinaryFile,
+    *,
     feature_names: Sequence[str] | None,
-) -> ParsedDataset:
-    """Check JSON rows ``X`` and values ``y`` and convert them to arrays."""
-    X = matrix_from_rows(X_rows)
-    y = vector_from_values(y_values)
-    check_same_length(X, y)
-    check_fittable_scale(X, y)
-    return ParsedDataset(
-        X=X, y=y, feature_names=resolve_feature_names(feature_names, X.shape[1]), target_name=None
-    )
+    limits: DatasetLimits = NO_LIMITS,
+) -> StagedDataset:
+    """Read a 2-D ``.npy`` matrix ``X`` and a 1-D ``.npy`` vector ``y`` of the same length,
+    the matrix in blocks of rows."""
+    X_header = read_npy_header(X_source, name="X.npy", ndim=2)
+    y_header = read_npy_header(y_source, name="y.npy", ndim=1)
+    n_rows, n_features = X_header.shape
+    if n_rows == 0:
+        raise IngestError("X is empty; at least one row is required")
+    if n_features == 0:
+        raise IngestError("X row 0 has no values; at least one feature is required")
+    if y_header.shape[0] != n_rows:
+        raise IngestError(f"y has {y_header.shape[0]} values but X has {n_rows} rows")
+    limits.check_features(n_features)
+    limits.check_rows(n_rows)
+    names = resolve_feature_names(feature_names, n_features)
+    staged = _staged(names, None, limits)
+    try:
+        y_source.seek(y_header.data_offset)
+        for X_block in _npy_rows(X_source, X_header, rows_per_block(n_features)):
+            count = X_block.shape[0]
+            y_block = np.frombuffer(y_source.read(count * y_header.dtype.itemsize), y_header.dtype)
+            staged.append(np.asarray(X_block, np.float64), np.asarray(y_block, np.float64))
+    except BaseException:
+        staged.close()
+        raise
+    return staged

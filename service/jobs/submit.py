@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +59,19 @@ def check_sweep_size(spec: FitSpec, *, max_k_sweep: int) -> None:
         )
 
 
+def too_few_training_rows(spec: FitSpec, k: int, *, n_rows: int) -> str:
+    """Why ``k`` lines cannot be fitted to the training rows, and what to change."""
+    n_holdout = holdout_size(n_rows, spec.holdout_fraction)
+    n_train = n_rows - n_holdout
+    if n_holdout == 0:
+        return f"k={k} is more than the {n_rows} rows: fit at most k={n_rows}, or add rows"
+    return (
+        f"k={k} is more than the {n_train} training rows: holdout_fraction="
+        f"{spec.holdout_fraction:g} holds out {n_holdout} of the {n_rows} rows; lower k to at "
+        f"most {n_train}, lower holdout_fraction (0 trains on every row), or add rows"
+    )
+
+
 def check_fit(spec: FitSpec, *, n_rows: int, n_features: int) -> dict[str, Any]:
     """Raise ``InvalidInputError`` for anything the fit of ``n_rows`` rows would fail on.
 
@@ -74,6 +88,9 @@ def check_fit(spec: FitSpec, *, n_rows: int, n_features: int) -> dict[str, Any]:
         raise InvalidInputError(
             "params.init gives the starting lines of one k; it cannot be used with a list of k"
         )
+    largest_k = max(spec.k_values or (spec.n_components,))
+    if largest_k > n_train:
+        raise InvalidInputError(too_few_training_rows(spec, largest_k, n_rows=n_rows))
     resolved: dict[str, Any] = {}
     for k in spec.k_values or (spec.n_components,):
         try:
@@ -103,12 +120,15 @@ def submit_fit(
     idempotency_key: str | None,
     max_attempts: int,
     max_k_sweep: int,
+    enqueue: Callable[[Session, str], object] | None = None,
 ) -> Submission:
     """Queue the fit ``request`` (storing inline data as a dataset first) in ``session``.
 
     The same ``idempotency_key`` with the same request returns the existing job; with a
     different request it is a conflict. Nothing is written if the request is rejected.
-    A k sweep may list at most ``max_k_sweep`` values of k.
+    A k sweep may list at most ``max_k_sweep`` values of k. ``enqueue(session, job_id)``, if
+    given, hands a new job to a task queue in the same transaction (Procrastinate's defer), so
+    the job and its task are committed together or not at all.
     """
     spec = fit_spec(request)
     check_sweep_size(spec, max_k_sweep=max_k_sweep)
@@ -161,6 +181,8 @@ def submit_fit(
                 request_hash=digest,
                 max_attempts=max_attempts,
             )
+            if enqueue is not None:
+                enqueue(session, job.id)
     except IntegrityError:
         if idempotency_key is None:
             raise

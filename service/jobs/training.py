@@ -19,7 +19,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from multiprocessing.connection import Connection
@@ -45,6 +45,7 @@ from mixreg import (
 from models_store import repository
 from models_store.session import make_engine, make_sessionmaker, session_scope
 from models_store.tables import Job
+from service.logs import LogFormat, configure_logging, job_context
 
 FloatArray = NDArray[np.float64]
 IndexArray = NDArray[np.intp]
@@ -72,6 +73,66 @@ def holdout_split(n_rows: int, holdout_fraction: float, seed: int) -> tuple[Inde
     holdout = np.sort(permutation[:n_holdout])
     train = np.sort(permutation[n_holdout:])
     return train, holdout
+
+
+@dataclass(frozen=True)
+class TrainHoldout:
+    """A dataset split into its training rows and its holdout rows, each in row order."""
+
+    X_train: FloatArray
+    y_train: FloatArray
+    X_holdout: FloatArray
+    y_holdout: FloatArray
+
+    @property
+    def n_features(self) -> int:
+        """Columns of X."""
+        return int(self.X_train.shape[1])
+
+    @classmethod
+    def of_arrays(cls, X: FloatArray, y: FloatArray, spec: FitSpec) -> TrainHoldout:
+        """Split ``X`` and ``y`` as ``spec`` says (``holdout_split``)."""
+        train, holdout = holdout_split(X.shape[0], spec.holdout_fraction, spec.seed)
+        return cls(X[train], y[train], X[holdout], y[holdout])
+
+    @classmethod
+    def of_blocks(
+        cls,
+        blocks: Iterable[tuple[FloatArray, FloatArray]],
+        *,
+        n_rows: int,
+        n_features: int,
+        spec: FitSpec,
+    ) -> TrainHoldout:
+        """Split a dataset read as consecutive blocks of rows, copying each block's rows
+        straight to their side: the whole matrix is never held besides its split."""
+        _, holdout = holdout_split(n_rows, spec.holdout_fraction, spec.seed)
+        in_holdout = np.zeros(n_rows, dtype=bool)
+        in_holdout[holdout] = True
+        n_holdout = len(holdout)
+        split = cls(
+            X_train=np.empty((n_rows - n_holdout, n_features), dtype=np.float64),
+            y_train=np.empty(n_rows - n_holdout, dtype=np.float64),
+            X_holdout=np.empty((n_holdout, n_features), dtype=np.float64),
+            y_holdout=np.empty(n_holdout, dtype=np.float64),
+        )
+        start = train_at = holdout_at = 0
+        for X_block, y_block in blocks:
+            held = in_holdout[start : start + len(y_block)]
+            kept = ~held
+            n_held, n_kept = int(held.sum()), len(y_block) - int(held.sum())
+            split.X_train[train_at : train_at + n_kept] = X_block[kept]
+            split.y_train[train_at : train_at + n_kept] = y_block[kept]
+            split.X_holdout[holdout_at : holdout_at + n_held] = X_block[held]
+            split.y_holdout[holdout_at : holdout_at + n_held] = y_block[held]
+            start, train_at, holdout_at = (
+                start + len(y_block),
+                train_at + n_kept,
+                holdout_at + n_held,
+            )
+        if start != n_rows:
+            raise ValueError(f"the dataset has {n_rows} rows but {start} were read")
+        return split
 
 
 @dataclass(frozen=True)
@@ -313,8 +374,15 @@ def fit_sweep(
     ``info["n_components"]``. Each k gets the whole time budget. Ties in BIC go to the smaller
     k. Raises ``ValueError`` like :func:`fit_mixture`.
     """
-    train, holdout = holdout_split(X.shape[0], spec.holdout_fraction, spec.seed)
-    X_train, y_train, X_holdout, y_holdout = X[train], y[train], X[holdout], y[holdout]
+    return fit_split(TrainHoldout.of_arrays(X, y, spec), spec, progress=progress)
+
+
+def fit_split(
+    split: TrainHoldout, spec: FitSpec, *, progress: ProgressCallback | None = None
+) -> FittedSweep:
+    """``fit_sweep`` on data already split by ``TrainHoldout``."""
+    X_train, y_train = split.X_train, split.y_train
+    X_holdout, y_holdout = split.X_holdout, split.y_holdout
     all_k = spec.all_n_components
     # Overflow is reported by check_finite_result as a precise error instead of as
     # RuntimeWarnings.
@@ -562,26 +630,32 @@ def run_job(
     progress_interval_s: float = 0.5,
     worker_id: str | None = None,
     worker_alive: Connection | None = None,
+    log_format: LogFormat | None = None,
 ) -> str:
     """Fit the running job ``job_id`` and store its model (a k sweep: one per k), finishing the
     job in the same unit of work.
 
     ``worker_id`` is the worker that claimed the job (default: whichever the job names); a job
     that meanwhile went to another worker is left alone. ``worker_alive`` is the read end of a
-    pipe held open by the worker process; the fit stops when it closes. Returns the status the
-    job was left in by this call (``"lost"`` if the job was not, or stopped being, owned by the
+    pipe held open by the worker process; the fit stops when it closes. ``log_format``, when
+    given, configures the logging of this process (a fit process does not inherit its
+    worker's); every line logged during the fit names ``job_id``. Returns the status the job
+    was left in by this call (``"lost"`` if the job was not, or stopped being, owned by the
     worker that claimed it).
     """
+    if log_format is not None:
+        configure_logging(log_format)
     engine = make_engine(database_url)
     try:
-        return _run_job(
-            make_sessionmaker(engine),
-            job_id,
-            heartbeat_interval_s=heartbeat_interval_s,
-            progress_interval_s=progress_interval_s,
-            worker_id=worker_id,
-            worker_alive=worker_alive,
-        )
+        with job_context(job_id):
+            return _run_job(
+                make_sessionmaker(engine),
+                job_id,
+                heartbeat_interval_s=heartbeat_interval_s,
+                progress_interval_s=progress_interval_s,
+                worker_id=worker_id,
+                worker_alive=worker_alive,
+            )
     finally:
         engine.dispose()
 
@@ -592,8 +666,7 @@ class _ClaimedJob:
     dataset_id: str
     name: str | None
     spec: FitSpec
-    X: FloatArray
-    y: FloatArray
+    data: TrainHoldout
     feature_names: list[str]
 
 
@@ -609,14 +682,19 @@ def _load_claimed_job(
         dataset = repository.get_dataset(session, dataset_id=job.dataset_id)
         if dataset is None:
             raise JobLostError(f"dataset {job.dataset_id} of job {job_id} is gone")
-        X, y = repository.load_dataset_arrays(dataset)
+        spec = FitSpec.of_job(job)
+        data = TrainHoldout.of_blocks(
+            repository.iter_dataset_blocks(session, dataset=dataset),
+            n_rows=dataset.n_rows,
+            n_features=dataset.n_features,
+            spec=spec,
+        )
         return _ClaimedJob(
             worker_id=job.worker_id,
             dataset_id=job.dataset_id,
             name=job.name,
-            spec=FitSpec.of_job(job),
-            X=X,
-            y=y,
+            spec=spec,
+            data=data,
             feature_names=list(dataset.feature_names),
         )
 
@@ -647,9 +725,18 @@ def _run_job(
         worker_alive=worker_alive,
     )
     error: str | None = None
+    spec, data = claimed.spec, claimed.data
+    logger.info(
+        "fitting %s with k=%s on %d training rows of %d features in process %d",
+        spec.algorithm,
+        ",".join(map(str, spec.all_n_components)),
+        len(data.y_train),
+        data.n_features,
+        os.getpid(),
+    )
     with heartbeat:
         try:
-            fitted = fit_sweep(claimed.X, claimed.y, claimed.spec, progress=progress)
+            fitted = fit_split(data, spec, progress=progress)
         except JobLostError:
             return "lost"
         except FitCancelledError:
@@ -696,7 +783,7 @@ def _store_models(
                 name=claimed.name,
                 algorithm=spec.algorithm,
                 n_components=fit.n_components,
-                n_features=claimed.X.shape[1],
+                n_features=claimed.data.n_features,
                 feature_names=claimed.feature_names,
                 fit_intercept=spec.fit_intercept,
                 params=fit.params,

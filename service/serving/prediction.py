@@ -78,6 +78,11 @@ class ModelCache:
         with self._lock:
             self._entries.pop(model_id, None)
 
+    def model_ids(self) -> list[str]:
+        """The ids of the cached models."""
+        with self._lock:
+            return list(self._entries)
+
     def __contains__(self, model_id: object) -> bool:
         with self._lock:
             return model_id in self._entries
@@ -107,6 +112,19 @@ def predict(
     ``X_rows`` must already be a finite rectangular matrix (the request schema checks it).
     """
     X = np.asarray(X_rows, dtype=np.float64)
+    predictions = predict_matrix(lines, X)
+    response = PredictResponse(model_id=lines.model_id, predictions=predictions.tolist())
+    if y_values is None:
+        return response
+    scored = score_predictions(predictions, np.asarray(y_values, dtype=np.float64))
+    response.min_loss = scored.min_loss
+    response.best_component = scored.best_component.tolist()
+    return response
+
+
+def predict_matrix(lines: StoredLines, X: FloatArray) -> FloatArray:
+    """The (n, k) predictions of the finite (n, d) matrix ``X``; 422 if ``d`` is not the
+    model's or a prediction overflows."""
     if X.shape[1] != lines.n_features:
         raise InvalidInputError(
             f"model {lines.model_id} expects {lines.n_features} features, got {X.shape[1]}"
@@ -115,10 +133,20 @@ def predict(
     with np.errstate(over="ignore", invalid="ignore"):
         predictions = predict_lines(X, lines.coef, lines.intercept)
     _check_finite_predictions(predictions)
-    response = PredictResponse(model_id=lines.model_id, predictions=predictions.tolist())
-    if y_values is None:
-        return response
-    y = np.asarray(y_values, dtype=np.float64)
+    return predictions
+
+
+@dataclass(frozen=True)
+class Scores:
+    """How well predictions fit known targets: the min-loss and each row's best line."""
+
+    min_loss: float
+    best_component: NDArray[np.intp]
+
+
+def score_predictions(predictions: FloatArray, y: FloatArray) -> Scores:
+    """The min-loss of ``predictions`` against ``y`` and each row's best component; 422 if the
+    min-loss overflows."""
     with np.errstate(over="ignore", invalid="ignore"):
         squared_errors = (y[:, np.newaxis] - predictions) ** 2
         loss = float(min_loss(y, predictions))
@@ -126,13 +154,14 @@ def predict(
         raise InvalidInputError(
             "the min-loss of these predictions overflows a float64; scale y and X down"
         )
-    response.min_loss = loss
-    response.best_component = np.argmin(squared_errors, axis=1).tolist()
-    return response
+    return Scores(min_loss=loss, best_component=np.argmin(squared_errors, axis=1))
 
 
 def _check_finite_predictions(predictions: FloatArray) -> None:
-    bad = np.argwhere(~np.isfinite(predictions))
+    finite = np.isfinite(predictions)
+    if finite.all():
+        return
+    bad = np.argwhere(~finite)
     if bad.size:
         row, component = (int(index) for index in bad[0])
         raise InvalidInputError(

@@ -39,8 +39,17 @@ def free_port() -> int:
 class Server:
     """``python -m uvicorn --factory service.main:create_app`` as a subprocess."""
 
-    def __init__(self, *, database_url: str, log_path: Path, settings: dict[str, str]) -> None:
+    def __init__(
+        self,
+        *,
+        database_url: str,
+        log_path: Path,
+        settings: dict[str, str],
+        command: list[str] | None = None,
+    ) -> None:
         self.port = free_port()
+        # The program to run, "{port}" standing for the port; by default uvicorn with the app.
+        self.command = command
         self.log_path = log_path
         self.env = {
             **os.environ,
@@ -56,24 +65,38 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60) -> None:
+        self.launch()
+        self.wait_until_healthy(timeout)
+
+    def launch(self) -> None:
+        """Start the process without waiting for it to answer."""
+        command = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "service.main:create_app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "{port}",
+        ]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "uvicorn",
-                    "--factory",
-                    "service.main:create_app",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(self.port),
-                ],
+                [part.replace("{port}", str(self.port)) for part in self.command or command],
                 cwd=REPO,
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                **self.popen_options(),
             )
+
+    def popen_options(self) -> dict[str, Any]:
+        """Extra arguments of ``subprocess.Popen`` for subclasses."""
+        return {}
+
+    def wait_until_healthy(self, timeout: float = 60) -> None:
+        assert self.process is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -8,13 +8,18 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from .conftest import Server, ServerFactory, mixture_data
+from .conftest import ServerFactory, mixture_data
 
 pytestmark = pytest.mark.e2e
 
 
+# The long fits below ask for more partitions than the default MIXREG_MAX_N_PARTITIONS.
+LONG_FITS_ALLOWED = {"MIXREG_MAX_N_PARTITIONS": str(10**9)}
+
+
 def long_fit(X: np.ndarray, y: np.ndarray, *, seconds: float) -> dict:
-    """A sub-sample search with far more partitions than it can try: it runs ``seconds``."""
+    """A sub-sample search with far more partitions than it can try: it runs ``seconds``
+    (on a server that allows that many, ``LONG_FITS_ALLOWED``)."""
     return {
         "data": {"X": X.tolist(), "y": y.tolist()},
         "k": 2,
@@ -30,7 +35,7 @@ def is_fitting(job: dict) -> bool:
 
 
 def test_a_job_killed_with_the_server_is_retried_after_restart(make_server: ServerFactory):
-    server = make_server()
+    server = make_server(**LONG_FITS_ALLOWED)
     X, y = mixture_data(n_rows=120)
     job_id = server.fit(long_fit(X, y, seconds=1.5))
     server.wait_for_job(job_id, is_fitting)
@@ -46,7 +51,7 @@ def test_a_job_killed_with_the_server_is_retried_after_restart(make_server: Serv
 
 
 def test_a_clean_shutdown_queues_the_running_job_again_at_no_cost(make_server: ServerFactory):
-    server = make_server(MIXREG_STALE_AFTER_S="600")
+    server = make_server(MIXREG_STALE_AFTER_S="600", **LONG_FITS_ALLOWED)
     X, y = mixture_data(n_rows=120)
     job_id = server.fit(long_fit(X, y, seconds=1.5))
     server.wait_for_job(job_id, is_fitting)
@@ -61,7 +66,7 @@ def test_a_clean_shutdown_queues_the_running_job_again_at_no_cost(make_server: S
 
 
 def test_a_job_out_of_attempts_fails_as_worker_lost(make_server: ServerFactory):
-    server = make_server(MIXREG_MAX_ATTEMPTS="1")
+    server = make_server(MIXREG_MAX_ATTEMPTS="1", **LONG_FITS_ALLOWED)
     X, y = mixture_data(n_rows=120)
     job_id = server.fit(long_fit(X, y, seconds=30))
     server.wait_for_job(job_id, is_fitting)
@@ -77,7 +82,8 @@ def test_a_job_out_of_attempts_fails_as_worker_lost(make_server: ServerFactory):
     assert job["model_id"] is None
 
 
-def test_cancel_stops_a_running_fit(server: Server):
+def test_cancel_stops_a_running_fit(make_server: ServerFactory):
+    server = make_server(**LONG_FITS_ALLOWED)
     X, y = mixture_data(n_rows=120)
     # A budget far beyond the wait below: the job can only end by being cancelled.
     job_id = server.fit(long_fit(X, y, seconds=3600))
@@ -96,7 +102,7 @@ def test_cancel_stops_a_running_fit(server: Server):
 
 
 def test_a_fit_over_the_time_limit_fails_with_the_reason(make_server: ServerFactory):
-    server = make_server(MIXREG_JOB_TIME_LIMIT_S="1.5")
+    server = make_server(MIXREG_JOB_TIME_LIMIT_S="1.5", **LONG_FITS_ALLOWED)
     X, y = mixture_data(n_rows=120)
     job_id = server.fit(long_fit(X, y, seconds=60))
 

@@ -6,16 +6,26 @@ import json
 from importlib import resources
 from typing import Any
 
+import procrastinate
+import psycopg
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect, text
+from sqlalchemy import inspect, make_url, text
 
 from models_store import Base, migrate
 from models_store.session import make_engine
 
-APP_TABLES = {"datasets", "jobs", "models"}
+APP_TABLES = {"datasets", "dataset_chunks", "jobs", "models"}
+TABLES_OF_0002 = {"datasets", "jobs", "models"}
+# Procrastinate's queue (revision 0003), on PostgreSQL only.
+QUEUE_TABLES = {
+    "procrastinate_jobs",
+    "procrastinate_events",
+    "procrastinate_periodic_defers",
+    "procrastinate_workers",
+}
 
 
 def table_names(url: str) -> set[str]:
@@ -26,22 +36,82 @@ def table_names(url: str) -> set[str]:
         engine.dispose()
 
 
+def tables_at_head(url: str) -> set[str]:
+    return APP_TABLES | (QUEUE_TABLES if url.startswith("postgresql") else set())
+
+
+def queue_routines_and_types(url: str) -> set[str]:
+    """Names of Procrastinate's functions and types left in the database (PostgreSQL)."""
+    if not url.startswith("postgresql"):
+        return set()
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            return set(
+                connection.scalars(
+                    text(
+                        "SELECT proname FROM pg_proc WHERE proname LIKE 'procrastinate%' "
+                        "UNION SELECT typname FROM pg_type WHERE typname LIKE 'procrastinate%'"
+                    )
+                )
+            )
+    finally:
+        engine.dispose()
+
+
 def test_upgrade_downgrade_upgrade(database_url):
     assert migrate.current_revision(database_url) is None
     assert table_names(database_url) == set()
 
     migrate.upgrade(database_url)
     assert migrate.current_revision(database_url) == migrate.head_revision()
-    assert table_names(database_url) == APP_TABLES
+    assert table_names(database_url) == tables_at_head(database_url)
 
     migrate.downgrade(database_url)
     assert migrate.current_revision(database_url) is None
     assert table_names(database_url) == set()
+    assert queue_routines_and_types(database_url) == set()
 
     migrate.upgrade(database_url)
     migrate.upgrade(database_url)  # already at head: nothing to do
     assert migrate.current_revision(database_url) == migrate.head_revision()
-    assert table_names(database_url) == APP_TABLES
+    assert table_names(database_url) == tables_at_head(database_url)
+
+
+def test_revision_0003_installs_a_working_procrastinate_queue_on_postgresql(postgres_url):
+    migrate.upgrade(postgres_url, "0002")
+    assert queue_routines_and_types(postgres_url) == set()
+    migrate.upgrade(postgres_url, "0003")
+    assert "procrastinate_defer_jobs_v1" in queue_routines_and_types(postgres_url)
+
+    app = procrastinate.App(connector=procrastinate.SyncPsycopgConnector())
+
+    @app.task(name="probe")
+    def probe(value: int) -> None:  # pragma: no cover - never run, only deferred
+        del value
+
+    conninfo = make_url(postgres_url).set(drivername="postgresql").render_as_string(False)
+    with psycopg.connect(conninfo) as connection:
+        task_id = probe.configure(connection=connection).defer(value=7)
+        row = connection.execute(
+            "SELECT task_name, status, args FROM procrastinate_jobs WHERE id = %s", (task_id,)
+        ).fetchone()
+    assert row == ("probe", "todo", {"value": 7})
+
+    migrate.downgrade(postgres_url, "0002")
+    assert table_names(postgres_url) == TABLES_OF_0002
+    assert queue_routines_and_types(postgres_url) == set()
+
+
+def test_revision_0003_leaves_sqlite_without_a_queue(sqlite_url):
+    migrate.upgrade(sqlite_url, "0003")
+    assert table_names(sqlite_url) == TABLES_OF_0002
+    engine = make_engine(sqlite_url)
+    try:
+        columns = {column["name"] for column in inspect(engine).get_columns("jobs")}
+    finally:
+        engine.dispose()
+    assert "task_id" in columns
 
 
 def test_models_match_the_migrations(migrated_database_url):
@@ -49,7 +119,12 @@ def test_models_match_the_migrations(migrated_database_url):
     try:
         with engine.connect() as connection:
             context = MigrationContext.configure(
-                connection, opts={"compare_type": True, "compare_server_default": True}
+                connection,
+                opts={
+                    "compare_type": True,
+                    "compare_server_default": True,
+                    "include_name": migrate.include_name,
+                },
             )
             assert compare_metadata(context, Base.metadata) == []
     finally:

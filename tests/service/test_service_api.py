@@ -196,7 +196,12 @@ def test_health_readiness_and_docs(client, settings):
     assert client.get("/healthz").json() == {"status": "ok"}
     ready = client.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json() == {"status": "ready", "database_revision": migrate.head_revision()}
+    assert ready.json() == {
+        "status": "ready",
+        "database_revision": migrate.head_revision(),
+        "worker": "embedded",
+        "queue": None,
+    }
     docs = client.get("/docs")
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
 

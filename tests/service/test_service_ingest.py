@@ -39,7 +39,8 @@ def test_csv_accepts_a_byte_order_mark_and_padded_cells():
         (
             b"a,b\n1,2\n",
             None,
-            "name the target column to predict (form field 'target'); columns are a, b",
+            "name the column to predict: add the query parameter ?target=NAME to a raw "
+            "text/csv body, or the form field 'target' to a multipart upload; columns are a, b",
         ),
         (b"", "y", "CSV is empty; the first line must be a header naming the columns"),
         (b"a,y\n", "y", "CSV has a header but no data rows"),

@@ -131,7 +131,7 @@ def test_submit_fit_checks_what_mixreg_would_reject(db_sessionmaker, data):
         dataset = repository.create_dataset(
             session, X=X, y=y, feature_names=None, target_name=None, name=None
         )
-        with pytest.raises(InvalidInputError, match=r"^n_components=17 exceeds the 16 training"):
+        with pytest.raises(InvalidInputError, match=r"^k=17 is more than the 16 training rows"):
             submit_fit(
                 session,
                 request=request(dataset_id=dataset.id, k=17),

@@ -4,17 +4,25 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from models_store import repository
-from service.api.deps import SessionDep, SessionFactoryDep, ValidDataset
-from service.api.schemas import MAX_OFFSET, DatasetIn, DatasetOut, Page
+from service.api import limits
+from service.api.deps import SessionDep, SessionFactoryDep, SettingsDep, ValidDataset
+from service.api.schemas import MAX_OFFSET, MAX_TEXT_LENGTH, DatasetIn, DatasetOut, Page
 from service.api.views import dataset_out
-from service.data.datasets import read_upload, store_dataset
+from service.data.datasets import read_upload
+from service.data.idempotency import store_upload_once
 
 router = APIRouter(prefix="/datasets", tags=["datasets"])
 
+_FILE_FIELD = {
+    "type": "string",
+    "format": "binary",
+    "description": "a .csv file with a header row, a .parquet file (numeric columns), or an "
+    ".npz archive with arrays X, y and optionally feature_names",
+}
 _UPLOAD_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -23,17 +31,27 @@ _UPLOAD_BODY: dict[str, Any] = {
             "multipart/form-data": {
                 "schema": {
                     "type": "object",
-                    "required": ["file"],
                     "properties": {
-                        "file": {
+                        "file": _FILE_FIELD,
+                        "X": {
                             "type": "string",
                             "format": "binary",
-                            "description": "a .csv file with a header row, or an .npz archive "
-                            "with arrays X, y and optionally feature_names",
+                            "description": "instead of file: a 2-D .npy array of features",
+                        },
+                        "y": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "with X: a 1-D .npy array of targets",
                         },
                         "target": {
                             "type": "string",
-                            "description": "CSV only: the name of the column to predict",
+                            "description": "CSV and Parquet: the name of the column to predict",
+                        },
+                        "feature_names": {
+                            "type": "array",
+                            "items": {"type": "string"},
+                            "description": ".npy files: one name per column of X (repeat the "
+                            "field)",
                         },
                         "name": {"type": "string"},
                     },
@@ -42,6 +60,14 @@ _UPLOAD_BODY: dict[str, Any] = {
             "text/csv": {
                 "schema": {"type": "string"},
                 "description": "a CSV with a header row; name the target with ?target=",
+            },
+            "application/vnd.apache.parquet": {
+                "schema": {"type": "string", "format": "binary"},
+                "description": "a Parquet file; name the target column with ?target=",
+            },
+            "application/x-npz": {
+                "schema": {"type": "string", "format": "binary"},
+                "description": "an .npz archive with arrays X, y (and feature_names)",
             },
         },
     }
@@ -53,22 +79,56 @@ _UPLOAD_BODY: dict[str, Any] = {
     status_code=201,
     response_model=DatasetOut,
     openapi_extra=_UPLOAD_BODY,
-    summary="Upload a dataset as JSON, a CSV or NPZ file, or a raw CSV body",
+    responses={
+        409: {"description": "the Idempotency-Key was used for a different upload"},
+        413: {
+            "description": "over MIXREG_MAX_UPLOAD_BYTES, MIXREG_MAX_ROWS or MIXREG_MAX_FEATURES"
+        },
+        415: {"description": "the body or file is not JSON, CSV, Parquet, NPZ or .npy"},
+    },
+    summary="Upload a dataset as JSON, a CSV, Parquet or NPZ file, two .npy files, or a raw "
+    "CSV, Parquet or NPZ body",
 )
 async def create(
     request: Request,
     response: Response,
     session_factory: SessionFactoryDep,
+    settings: SettingsDep,
     target: Annotated[
-        str | None, Query(description="raw CSV bodies: the column to predict")
+        str | None,
+        Query(
+            description="raw CSV and Parquet bodies: the column to predict",
+            max_length=MAX_TEXT_LENGTH,
+        ),
     ] = None,
-    name: Annotated[str | None, Query(description="raw CSV bodies: a name")] = None,
+    name: Annotated[
+        str | None, Query(description="raw bodies: a name", max_length=MAX_TEXT_LENGTH)
+    ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            description="retrying with the same key and upload returns the same dataset",
+            max_length=255,
+        ),
+    ] = None,
 ) -> DatasetOut:
     """Store ``X`` and ``y`` and return the dataset's id, rows and features."""
-    parsed, name = await read_upload(request, target=target, name=name)
-    dataset = await run_in_threadpool(store_dataset, session_factory, parsed, name=name)
-    response.headers["Location"] = dataset.url
-    return dataset
+    upload = await read_upload(request, target=target, name=name, settings=settings)
+    try:
+        staged = upload.staged
+        limits.check_upload_names(
+            name=upload.name, feature_names=staged.feature_names, target_name=staged.target_name
+        )
+        stored = await run_in_threadpool(
+            store_upload_once, session_factory, upload, idempotency_key=idempotency_key
+        )
+    finally:
+        upload.close()
+    response.headers["Location"] = stored.dataset.url
+    if not stored.created:
+        response.headers["Idempotent-Replayed"] = "true"
+    return stored.dataset
 
 
 @router.get("", response_model=Page[DatasetOut])

@@ -6,9 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Body, Header, Response
 
-from service.api.deps import SessionDep, SettingsDep, WorkerDep
+from models_store import repository
+from service.api import limits
+from service.api.deps import SessionDep, SettingsDep, TaskQueueDep, WorkerDep
 from service.api.schemas import FitAccepted, FitRequest, FitVariant
 from service.api.views import job_url
+from service.auth.middleware import ApiKeyDep
 from service.jobs.submit import submit_fit
 
 router = APIRouter(prefix="/fit", tags=["fit"])
@@ -18,13 +21,22 @@ router = APIRouter(prefix="/fit", tags=["fit"])
     "",
     status_code=202,
     response_model=FitAccepted,
-    responses={409: {"description": "the Idempotency-Key was used for a different request"}},
+    responses={
+        404: {"description": "dataset_id names no stored dataset"},
+        409: {"description": "the Idempotency-Key was used for a different request"},
+        429: {
+            "description": "the API key has MIXREG_MAX_QUEUED_JOBS_PER_KEY jobs queued or "
+            "running; retry after Retry-After seconds"
+        },
+    },
 )
 def submit(
     request: Annotated[FitRequest, Body()],
     session: SessionDep,
     settings: SettingsDep,
     worker: WorkerDep,
+    task_queue: TaskQueueDep,
+    api_key: ApiKeyDep,
     response: Response,
     background: BackgroundTasks,
     idempotency_key: Annotated[
@@ -38,14 +50,25 @@ def submit(
 ) -> FitAccepted:
     """Queue a fit of a stored dataset or of inline data; poll the returned job URL."""
     body: FitVariant = request
+    api_key_id = api_key.id if api_key is not None else None
+    limits.check_fit_admission(
+        session,
+        request=body,
+        idempotency_key=idempotency_key,
+        api_key_id=api_key_id,
+        settings=settings,
+    )
     submission = submit_fit(
         session,
         request=body,
         idempotency_key=idempotency_key,
         max_attempts=settings.max_attempts,
         max_k_sweep=settings.max_k_sweep,
+        enqueue=task_queue.enqueue if task_queue is not None else None,
     )
     job = submission.job
+    if submission.created:
+        repository.set_job_api_key(session, job=job, api_key_id=api_key_id)
     url = job_url(job.id)
     response.headers["Location"] = url
     if not submission.created:

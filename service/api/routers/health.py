@@ -10,9 +10,10 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from models_store.migrate import head_revision
-from service.api.deps import SessionFactoryDep
+from service.api.deps import SessionFactoryDep, SettingsDep, TaskQueueDep
 from service.api.errors import problem_response
 from service.api.metrics import ServiceMetrics
+from service.api.schemas import QueueStatus, Readiness
 
 router = APIRouter(tags=["health"])
 
@@ -23,30 +24,51 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", responses={503: {"description": "the database is not usable"}})
-def readyz(request: Request, session_factory: SessionFactoryDep) -> JSONResponse:
-    """The database answers and its schema is at the newest migration."""
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    responses={503: {"description": "the database (or the task queue) is not usable"}},
+)
+def readyz(
+    request: Request,
+    session_factory: SessionFactoryDep,
+    settings: SettingsDep,
+    task_queue: TaskQueueDep,
+) -> Readiness | JSONResponse:
+    """The database answers and its schema is at the newest migration; with
+    MIXREG_WORKER=procrastinate, also the task queue (and how many workers are alive)."""
+    queue: QueueStatus | None = None
     try:
         with session_factory() as session:
             session.execute(text("SELECT 1"))
             revision = MigrationContext.configure(session.connection()).get_current_revision()
+            summary = (
+                None
+                if task_queue is None
+                else task_queue.summary(session, stale_after_s=settings.stale_after_s)
+            )
     except SQLAlchemyError as exc:
-        return problem_response(
-            status=503,
-            detail=f"the database is not reachable: {type(exc).__name__}",
-            instance=request.url.path,
-            slug="not-ready",
-        )
+        return _not_ready(request, f"the database is not reachable: {type(exc).__name__}")
     head = head_revision()
     if revision != head:
-        return problem_response(
-            status=503,
-            detail=f"the database schema is at revision {revision}, not at head {head}; "
+        return _not_ready(
+            request,
+            f"the database schema is at revision {revision}, not at head {head}; "
             f"run `mixreg db upgrade`",
-            instance=request.url.path,
-            slug="not-ready",
         )
-    return JSONResponse({"status": "ready", "database_revision": revision})
+    if task_queue is not None:
+        if summary is None:
+            return _not_ready(
+                request, "the Procrastinate queue is not installed; run `mixreg db upgrade`"
+            )
+        queue = QueueStatus(workers=summary.workers, waiting=summary.waiting)
+    return Readiness(
+        status="ready", database_revision=revision, worker=settings.worker, queue=queue
+    )
+
+
+def _not_ready(request: Request, detail: str) -> JSONResponse:
+    return problem_response(status=503, detail=detail, instance=request.url.path, slug="not-ready")
 
 
 @router.get("/metrics", response_class=Response)

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, BackgroundTasks, Query
 
 from models_store import repository
-from service.api.deps import SessionDep, ValidJob, WorkerDep
+from service.api.deps import SessionDep, TaskQueueDep, ValidJob, WorkerDep
 from service.api.errors import ConflictError
 from service.api.schemas import MAX_OFFSET, JobOut, JobStatus, Page
 from service.api.views import job_out
@@ -44,13 +44,20 @@ def get(job: ValidJob) -> JobOut:
     responses={409: {"description": "the job already finished"}},
 )
 def cancel(
-    job: ValidJob, session: SessionDep, worker: WorkerDep, background: BackgroundTasks
+    job: ValidJob,
+    session: SessionDep,
+    worker: WorkerDep,
+    task_queue: TaskQueueDep,
+    background: BackgroundTasks,
 ) -> JobOut:
     """Cancel a job: a queued job at once, a running fit within a second or two."""
     if job.status in TERMINAL:
         raise ConflictError(f"job {job.id} already finished with status {job.status}")
     cancelled = repository.request_cancel(session, job_id=job.id)
     assert cancelled is not None  # it existed a moment ago in this transaction
+    if task_queue is not None and cancelled.task_id is not None:
+        # Committed with the job's flag: the worker running the task is told to abort it.
+        task_queue.abort(session, cancelled.task_id)
     if worker is not None:
         background.add_task(worker.wake)
     return job_out(cancelled)

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
 from models_store import repository
-from service.api.deps import ModelCacheDep, SessionDep, SessionFactoryDep, ValidModel
+from service.api.deps import (
+    ModelCacheDep,
+    SessionDep,
+    SessionFactoryDep,
+    ValidModel,
+)
+from service.api.routers.predict import PREDICT_RESPONSES, predict_body
 from service.api.schemas import (
     MAX_OFFSET,
     ModelOut,
@@ -18,6 +24,7 @@ from service.api.schemas import (
 )
 from service.api.views import model_out, model_summary
 from service.serving import prediction
+from service.serving.endpoint import serve_predict
 
 router = APIRouter(prefix="/models", tags=["models"])
 
@@ -50,14 +57,14 @@ def delete(model_id: ModelId, cache: ModelCacheDep, session_factory: SessionFact
 
 
 @router.post(
-    "/{model_id}/predict", response_model=PredictResponse, response_model_exclude_none=True
+    "/{model_id}/predict",
+    response_model=PredictResponse,
+    response_model_exclude_none=True,
+    responses=PREDICT_RESPONSES,
+    openapi_extra=predict_body(ModelPredictRequest),
 )
-def predict(
-    model_id: ModelId,
-    body: ModelPredictRequest,
-    cache: ModelCacheDep,
-    session_factory: SessionFactoryDep,
-) -> PredictResponse:
-    """k predictions per row; with ``y`` also the min-loss and each row's best component."""
-    lines = prediction.load_lines(cache=cache, session_factory=session_factory, model_id=model_id)
-    return prediction.predict(lines, body.X, body.y)
+async def predict(model_id: ModelId, request: Request) -> Response:
+    """k predictions per row; with ``y`` also the min-loss and each row's best component. The
+    body is JSON or an ``.npy`` array of rows; ``Accept: application/x-npy`` answers in
+    ``.npy``."""
+    return await serve_predict(request, path_model_id=model_id)

@@ -1,22 +1,66 @@
-"""Predict with a model named in the body."""
+"""Predict with a model named in the body (or, for an ``.npy`` body, in ``?model_id=``)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated, Any
 
-from service.api.deps import ModelCacheDep, SessionFactoryDep
-from service.api.schemas import PredictRequest, PredictResponse
-from service.serving import prediction
+from fastapi import APIRouter, Query, Request, Response
+
+from service.api.schemas import ModelPredictRequest, PredictRequest, PredictResponse
+from service.serving import formats
+from service.serving.endpoint import serve_predict
 
 router = APIRouter(prefix="/predict", tags=["predict"])
 
+NPY_BODY = {
+    "schema": {"type": "string", "format": "binary"},
+    "description": "an .npy array of shape (n, d): n rows of the model's d features (any "
+    "numeric dtype)",
+}
 
-@router.post("", response_model=PredictResponse, response_model_exclude_none=True)
-def predict(
-    body: PredictRequest, cache: ModelCacheDep, session_factory: SessionFactoryDep
-) -> PredictResponse:
-    """k predictions per row of ``X``; with ``y`` also the min-loss and each row's best line."""
-    lines = prediction.load_lines(
-        cache=cache, session_factory=session_factory, model_id=body.model_id
-    )
-    return prediction.predict(lines, body.X, body.y)
+
+def predict_body(schema: type[PredictRequest] | type[ModelPredictRequest]) -> dict[str, Any]:
+    """The OpenAPI request body of a predict route: JSON, or an ``.npy`` array."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                formats.JSON_MEDIA_TYPE: {"schema": schema.model_json_schema()},
+                formats.NPY_MEDIA_TYPE: NPY_BODY,
+            },
+        }
+    }
+
+
+PREDICT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "k predictions per row: JSON, or with `Accept: application/x-npy` an "
+        ".npy float64 array of shape (n, k)",
+        "content": {formats.NPY_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}},
+    },
+    404: {"description": "the model does not exist"},
+    406: {"description": "an .npy answer was asked for a request with y"},
+    415: {"description": "the body is neither JSON nor application/x-npy"},
+}
+
+
+@router.post(
+    "",
+    response_model=PredictResponse,
+    response_model_exclude_none=True,
+    responses=PREDICT_RESPONSES,
+    openapi_extra=predict_body(PredictRequest),
+)
+async def predict(
+    request: Request,
+    model_id: Annotated[
+        str | None,
+        Query(description="the model, for an .npy body (a JSON body names it in model_id)"),
+    ] = None,
+) -> Response:
+    """k predictions per row of ``X``; with ``y`` also the min-loss and each row's best line.
+
+    The body is JSON, or an ``.npy`` array of rows (``Content-Type: application/x-npy``) with
+    the model in ``?model_id=``; ``Accept: application/x-npy`` answers in ``.npy``.
+    """
+    return await serve_predict(request, query_model_id=model_id)

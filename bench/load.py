@@ -1,0 +1,682 @@
+"""Load on loopback: concurrent clients mixing single-row predicts, small fits and listings.
+
+A real server (uvicorn, embedded worker) is started on SQLite and on PostgreSQL, with API keys
+required. ``--clients`` clients send requests for ``--duration`` seconds (and at most
+``--max-requests`` in all); afterwards every job submitted is waited for, and the run checks
+what must hold under load:
+
+- no response is a 5xx;
+- no job is lost (every accepted ``POST /fit`` names a job that exists and finishes) or
+  duplicated (the jobs in the database are exactly the accepted ones, each succeeded job has
+  exactly one model), and every job is final at the end;
+- with ``--kill-at S``, the server is killed (SIGKILL) after S seconds and started again: the
+  fits it was running are retried once (two attempts), and retried submissions (same
+  ``Idempotency-Key``) create no second job.
+
+Latencies (p50, p99) are per operation. ``--write`` records the tables in ``bench/RESULTS.md``
+between ``<!-- load:start -->`` and ``<!-- load:end -->``. Run with
+``python -m bench.load [--duration 60] [--clients 32]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import os
+import platform
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+from sqlalchemy import create_engine, make_url, text
+from sqlalchemy.pool import NullPool
+
+from service.auth.keys import add_key, new_key
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUTPUT = REPO_ROOT / "bench" / "RESULTS.md"
+SECTION_START = "<!-- load:start -->"
+SECTION_END = "<!-- load:end -->"
+DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+OPERATIONS = ("predict", "fit", "job", "list")
+# Share of each operation in a client's loop (the rest are predicts).
+FIT_SHARE = 0.05
+JOB_SHARE = 0.10
+LIST_SHARE = 0.20
+PREDICT_SHARE = 1 - FIT_SHARE - JOB_SHARE - LIST_SHARE
+LIST_PATHS = ("/jobs?limit=20", "/models?limit=20", "/datasets?limit=20")
+
+# The worker's rhythm of the e2e tests: a killed server's fits are retried within seconds.
+SERVER_SETTINGS = {
+    "MIXREG_HEARTBEAT_INTERVAL_S": "0.2",
+    "MIXREG_STALE_AFTER_S": "2",
+    "MIXREG_POLL_INTERVAL_S": "0.05",
+    "MIXREG_PROGRESS_INTERVAL_S": "0.1",
+    "MIXREG_WORKER_CONCURRENCY": "2",
+}
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    """Sizes of one run."""
+
+    duration_s: float = 60.0
+    clients: int = 32
+    max_requests: int = 500_000
+    kill_at_s: float | None = None
+    max_queued_jobs: int = 100
+    drain_timeout_s: float = 180.0
+    seed: int = 0
+
+
+@dataclass
+class Tally:
+    """What the clients saw."""
+
+    latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    statuses: dict[str, Counter[int]] = field(default_factory=lambda: defaultdict(Counter))
+    unavailable: Counter[str] = field(default_factory=Counter)
+    server_errors: list[str] = field(default_factory=list)
+    accepted_jobs: dict[str, str] = field(default_factory=dict)  # idempotency key -> job id
+    # Submissions left without an answer (the server was down): key -> body, to send again.
+    unanswered_fits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    requests: int = 0
+
+    def record(self, operation: str, status: int, seconds: float, detail: str) -> None:
+        self.requests += 1
+        self.statuses[operation][status] += 1
+        if status >= 500:
+            self.server_errors.append(f"{operation} {status}: {detail[:300]}")
+        elif status < 400:
+            self.latencies[operation].append(seconds)
+
+
+@dataclass
+class Outcome:
+    """The checks after a run."""
+
+    backend: str
+    config: LoadConfig
+    tally: Tally
+    wall_s: float
+    jobs_accepted: int
+    jobs_in_database: int
+    jobs_by_status: Counter[str]
+    lost_jobs: list[str]
+    duplicated_jobs: list[str]
+    unfinished_jobs: list[str]
+    models_per_job_wrong: list[str]
+    killed_running_jobs: list[str]
+    not_retried_once: list[str]
+
+    @property
+    def problems(self) -> list[str]:
+        """Everything that must not happen; empty when the run holds."""
+        found = []
+        if self.tally.server_errors:
+            found.append(f"{len(self.tally.server_errors)} 5xx: {self.tally.server_errors[:3]}")
+        for name in (
+            "lost_jobs",
+            "duplicated_jobs",
+            "unfinished_jobs",
+            "models_per_job_wrong",
+            "not_retried_once",
+        ):
+            values = getattr(self, name)
+            if values:
+                found.append(f"{name.replace('_', ' ')}: {values[:5]}")
+        return found
+
+
+# --------------------------------------------------------------------------- the server
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class ServerProcess:
+    """``uvicorn --factory service.main:create_app`` on loopback, with a log file."""
+
+    def __init__(self, *, env: dict[str, str], log_path: Path) -> None:
+        self.port = free_port()
+        self.env = env
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 60) -> None:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "--factory",
+                    "service.main:create_app",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--log-level",
+                    "warning",
+                ],
+                cwd=REPO_ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(base_url=self.base_url, timeout=5) as client:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"server exited early:\n{self.log()}")
+                with contextlib.suppress(httpx.TransportError):
+                    if client.get("/readyz").status_code == 200:
+                        return
+                time.sleep(0.1)
+        raise RuntimeError(f"server not ready within {timeout_s} s:\n{self.log()}")
+
+    def kill(self) -> None:
+        """SIGKILL: no clean shutdown, as in a crash."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+# --------------------------------------------------------------------------- the load
+
+
+def two_lines(n_rows: int = 200, seed: int = 3) -> tuple[list[list[float]], list[float]]:
+    """Rows from two noisy lines in three features."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n_rows, 3))
+    lines = np.array([[1.0, 2.0, -1.0], [-2.0, 0.5, 1.5]])
+    labels = rng.integers(0, 2, size=n_rows)
+    y = np.einsum("ij,ij->i", X, lines[labels]) + np.where(labels, 1.0, -1.0)
+    y += 0.05 * rng.standard_normal(n_rows)
+    return X.round(6).tolist(), y.round(6).tolist()
+
+
+def small_fit(dataset_id: str, seed: int) -> dict[str, Any]:
+    """A fit of a few milliseconds: classical AM, two restarts, on the stored 200 rows."""
+    return {
+        "dataset_id": dataset_id,
+        "k": 2,
+        "algorithm": "am-classic",
+        "params": {"n_init": 2, "max_iter": 50},
+        "seed": seed,
+    }
+
+
+class Load:
+    """The clients of one run and what they saw."""
+
+    def __init__(
+        self, *, base_url: str, api_key: str, config: LoadConfig, dataset_id: str, model_id: str
+    ) -> None:
+        self.base_url = base_url
+        self.headers = {"Authorization": f"Bearer {api_key}"}
+        self.config = config
+        self.dataset_id = dataset_id
+        self.model_id = model_id
+        self.tally = Tally()
+        self._deadline = 0.0
+        self.database_url = ""
+
+    def _done(self) -> bool:
+        return time.monotonic() >= self._deadline or self.tally.requests >= self.config.max_requests
+
+    async def _send(
+        self,
+        client: httpx.AsyncClient,
+        operation: str,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> httpx.Response | None:
+        """One request, timed; None if the server could not be reached (it was killed)."""
+        started = time.perf_counter()
+        try:
+            response = await client.request(
+                method, url, headers={**self.headers, **(headers or {})}, **kwargs
+            )
+        except httpx.TransportError:
+            self.tally.unavailable[operation] += 1
+            await asyncio.sleep(0.05)
+            return None
+        self.tally.record(
+            operation, response.status_code, time.perf_counter() - started, response.text
+        )
+        return response
+
+    async def _submit_fit(self, client: httpx.AsyncClient, rng: random.Random) -> None:
+        # The same key on every retry: a submission that reached the server before a crash is
+        # found again instead of being queued twice.
+        key = uuid.uuid4().hex
+        body = small_fit(self.dataset_id, rng.randrange(1_000_000))
+        while not self._done():
+            response = await self._send(
+                client, "fit", "POST", "/fit", json=body, headers={"Idempotency-Key": key}
+            )
+            if response is None:
+                self.tally.unanswered_fits[key] = body
+                continue
+            self.tally.unanswered_fits.pop(key, None)
+            if response.status_code == 202:
+                self.tally.accepted_jobs[key] = response.json()["job_id"]
+            elif response.status_code == 429:
+                wait = float(response.headers.get("Retry-After", "1"))
+                await asyncio.sleep(min(wait, max(0.0, self._deadline - time.monotonic())))
+            return
+
+    async def _client(self, index: int) -> None:
+        rng = random.Random(self.config.seed * 1000 + index)
+        row = [[rng.uniform(-1, 1) for _ in range(3)]]
+        async with httpx.AsyncClient(base_url=self.base_url, timeout=60) as client:
+            while not self._done():
+                draw = rng.random()
+                if draw < FIT_SHARE:
+                    await self._submit_fit(client, rng)
+                elif draw < FIT_SHARE + JOB_SHARE and self.tally.accepted_jobs:
+                    job_id = rng.choice(list(self.tally.accepted_jobs.values()))
+                    await self._send(client, "job", "GET", f"/jobs/{job_id}")
+                elif draw < FIT_SHARE + JOB_SHARE + LIST_SHARE:
+                    await self._send(client, "list", "GET", rng.choice(LIST_PATHS))
+                else:
+                    await self._send(
+                        client,
+                        "predict",
+                        "POST",
+                        f"/models/{self.model_id}/predict",
+                        json={"X": row},
+                    )
+
+    async def run(self, server: ServerProcess) -> tuple[float, list[str]]:
+        """Run the clients; return the wall time and the jobs running when the server was
+        killed (if it was)."""
+        self._deadline = time.monotonic() + self.config.duration_s
+        started = time.monotonic()
+        clients = [asyncio.create_task(self._client(index)) for index in range(self.config.clients)]
+        killed_running: list[str] = []
+        if self.config.kill_at_s is not None:
+            await asyncio.sleep(self.config.kill_at_s)
+            killed_running = await asyncio.to_thread(self._kill_and_restart, server)
+        await asyncio.gather(*clients)
+        return time.monotonic() - started, killed_running
+
+    def _kill_and_restart(self, server: ServerProcess) -> list[str]:
+        server.kill()
+        # Read after the kill, from the database itself: the jobs the crash interrupted.
+        engine = create_engine(self.database_url, poolclass=NullPool)
+        try:
+            with engine.connect() as connection:
+                running = list(
+                    connection.scalars(text("SELECT id FROM jobs WHERE status = 'running'"))
+                )
+        finally:
+            engine.dispose()
+        server.start()
+        return running
+
+
+# --------------------------------------------------------------------------- before and after
+
+
+def prepare(client: httpx.Client, *, timeout_s: float = 120) -> tuple[str, str, str]:
+    """Upload the data set and fit the model the predicts use: (dataset, model, job) ids."""
+    X, y = two_lines()
+    response = client.post("/datasets", json={"X": X, "y": y, "name": "load"})
+    response.raise_for_status()
+    dataset_id: str = response.json()["id"]
+    response = client.post("/fit", json=small_fit(dataset_id, 0))
+    response.raise_for_status()
+    job_id: str = response.json()["job_id"]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        job = client.get(f"/jobs/{job_id}").json()
+        if job["status"] == "succeeded":
+            return dataset_id, job["model_id"], job_id
+        if job["status"] in TERMINAL or time.monotonic() > deadline:
+            raise RuntimeError(f"the model for the predicts was not fitted: {job}")
+        time.sleep(0.05)
+
+
+def _all_items(client: httpx.Client, path: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    while True:
+        page = client.get(path, params={"limit": 500, "offset": len(items)})
+        page.raise_for_status()
+        batch = page.json()["items"]
+        items += batch
+        if len(batch) < 500:
+            return items
+
+
+def settle(client: httpx.Client, tally: Tally, *, timeout_s: float) -> dict[str, dict[str, Any]]:
+    """Send unanswered submissions again and wait (at most ``timeout_s``) until every accepted
+    job is final; return the last state of each accepted job (missing: lost)."""
+    for key, body in list(tally.unanswered_fits.items()):
+        response = client.post("/fit", json=body, headers={"Idempotency-Key": key})
+        if response.status_code == 202:
+            tally.accepted_jobs[key] = response.json()["job_id"]
+        tally.unanswered_fits.pop(key)
+    states: dict[str, dict[str, Any]] = {}
+    pending = set(tally.accepted_jobs.values())
+    deadline = time.monotonic() + timeout_s
+    while pending and time.monotonic() < deadline:
+        for job_id in sorted(pending):
+            response = client.get(f"/jobs/{job_id}")
+            if response.status_code == 404:
+                pending.discard(job_id)
+                continue
+            states[job_id] = response.json()
+            if states[job_id]["status"] in TERMINAL:
+                pending.discard(job_id)
+        if pending:
+            time.sleep(0.2)
+    return states
+
+
+def check(
+    *,
+    backend: str,
+    config: LoadConfig,
+    client: httpx.Client,
+    tally: Tally,
+    wall_s: float,
+    setup_job_id: str,
+    killed_running: Sequence[str],
+) -> Outcome:
+    """Settle the jobs and compare the database with what the clients were told."""
+    states = settle(client, tally, timeout_s=config.drain_timeout_s)
+    accepted = set(tally.accepted_jobs.values())
+    jobs = {job["id"]: job for job in _all_items(client, "/jobs") if job["id"] != setup_job_id}
+    models_per_job = Counter(model["job_id"] for model in _all_items(client, "/models"))
+    wrong_models = [
+        job_id
+        for job_id, job in jobs.items()
+        if models_per_job[job_id] != (1 if job["status"] == "succeeded" else 0)
+    ]
+    not_retried_once = [
+        job_id
+        for job_id in killed_running
+        if states.get(job_id, jobs.get(job_id, {})).get("attempts") != 2
+        or jobs.get(job_id, {}).get("status") != "succeeded"
+    ]
+    return Outcome(
+        backend=backend,
+        config=config,
+        tally=tally,
+        wall_s=wall_s,
+        jobs_accepted=len(accepted),
+        jobs_in_database=len(jobs),
+        jobs_by_status=Counter(job["status"] for job in jobs.values()),
+        lost_jobs=sorted(accepted - jobs.keys()),
+        duplicated_jobs=sorted(jobs.keys() - accepted),
+        unfinished_jobs=sorted(j for j, job in jobs.items() if job["status"] not in TERMINAL),
+        models_per_job_wrong=wrong_models,
+        killed_running_jobs=list(killed_running),
+        not_retried_once=not_retried_once,
+    )
+
+
+# --------------------------------------------------------------------------- one backend
+
+
+def run_backend(
+    backend: str, database_url: str, config: LoadConfig, workdir: Path, *, log: bool = True
+) -> Outcome:
+    """Start a server on ``database_url`` with a write key, load it, check it, stop it."""
+    key_file = workdir / f"{backend}-keys.json"
+    made = new_key(scope="write", name="load")
+    add_key(key_file, made.record)
+    environment = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("MIXREG_") or name == "MIXREG_TEST_POSTGRES_URL"
+    }
+    environment.update(
+        SERVER_SETTINGS,
+        MIXREG_DATABASE_URL=database_url,
+        MIXREG_API_KEYS_FILE=str(key_file),
+        MIXREG_MAX_QUEUED_JOBS_PER_KEY=str(config.max_queued_jobs),
+    )
+    server = ServerProcess(env=environment, log_path=workdir / f"{backend}-server.log")
+    server.start()
+    try:
+        headers = {"Authorization": f"Bearer {made.key}"}
+        with httpx.Client(base_url=server.base_url, headers=headers, timeout=60) as client:
+            dataset_id, model_id, setup_job_id = prepare(client)
+            load = Load(
+                base_url=server.base_url,
+                api_key=made.key,
+                config=config,
+                dataset_id=dataset_id,
+                model_id=model_id,
+            )
+            load.database_url = database_url
+            if log:
+                print(
+                    f"# {backend}: {config.clients} clients for {config.duration_s:g} s",
+                    file=sys.stderr,
+                )
+            wall_s, killed_running = asyncio.run(load.run(server))
+            return check(
+                backend=backend,
+                config=config,
+                client=client,
+                tally=load.tally,
+                wall_s=wall_s,
+                setup_job_id=setup_job_id,
+                killed_running=killed_running,
+            )
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def fresh_postgres_database(server_url: str, name: str = "mixreg_load") -> Iterator[str]:
+    """A new, empty database ``name`` on the server of ``server_url``; dropped afterwards."""
+    admin = create_engine(server_url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _percentile_ms(values: Sequence[float], q: float) -> str:
+    return f"{np.percentile(values, q) * 1000:.1f}" if values else "—"
+
+
+def outcome_lines(outcome: Outcome) -> list[str]:
+    """The Markdown of one backend's run."""
+    tally = outcome.tally
+    lines = [
+        f"### {outcome.backend}",
+        "",
+        "| operation | requests | p50 ms | p99 ms | 2xx | 429 | other 4xx | 5xx | unreachable |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for operation in OPERATIONS:
+        statuses = tally.statuses[operation]
+        count = sum(statuses.values())
+        ok = sum(n for status, n in statuses.items() if status < 400)
+        too_many = statuses[429]
+        other_4xx = sum(n for s, n in statuses.items() if 400 <= s < 500 and s != 429)
+        errors = sum(n for status, n in statuses.items() if status >= 500)
+        latencies = tally.latencies[operation]
+        lines.append(
+            f"| {operation} | {count} | {_percentile_ms(latencies, 50)} | "
+            f"{_percentile_ms(latencies, 99)} | {ok} | {too_many} | {other_4xx} | {errors} | "
+            f"{tally.unavailable[operation]} |"
+        )
+    by_status = ", ".join(f"{n} {status}" for status, n in sorted(outcome.jobs_by_status.items()))
+    kill = (
+        f"; killed (SIGKILL) after {outcome.config.kill_at_s:g} s with "
+        f"{len(outcome.killed_running_jobs)} fits running, each retried once: "
+        f"{'yes' if not outcome.not_retried_once else 'no'}"
+        if outcome.config.kill_at_s is not None
+        else ""
+    )
+    lines += [
+        "",
+        f"{tally.requests} requests in {outcome.wall_s:.1f} s "
+        f"({tally.requests / outcome.wall_s:.0f} per second){kill}. Jobs: "
+        f"{outcome.jobs_accepted} accepted, {outcome.jobs_in_database} in the database "
+        f"({by_status or 'none'}); lost {len(outcome.lost_jobs)}, duplicated "
+        f"{len(outcome.duplicated_jobs)}, not final {len(outcome.unfinished_jobs)}, succeeded "
+        f"without exactly one model {len(outcome.models_per_job_wrong)}; 5xx "
+        f"{len(tally.server_errors)}.",
+        "",
+    ]
+    return lines
+
+
+def machine_lines(command: str) -> list[str]:
+    """CPU, cores, versions, date, load and command of this run."""
+    cpu = "unknown"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
+        cpu = next(
+            (line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")),
+            cpu,
+        )
+    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    return [
+        f"- CPU: {cpu}; {os.cpu_count()} logical cores",
+        f"- Python {platform.python_version()}, httpx {httpx.__version__}",
+        f"- Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M UTC}; load average (1, 5, 15 min) at "
+        f"the start: {load}",
+        f"- Command: `{command}`",
+    ]
+
+
+def section(outcomes: Sequence[Outcome], machine: Sequence[str]) -> str:
+    """The load section of ``bench/RESULTS.md``."""
+    config = outcomes[0].config
+    lines = [
+        "## Load on loopback (`bench/load.py`)",
+        "",
+        *machine,
+        "",
+        f"{config.clients} concurrent clients (asyncio, one process) for {config.duration_s:g} s "
+        f"against one server (uvicorn, embedded worker with 2 fit processes) with API keys "
+        f"required; each client draws single-row predicts ({PREDICT_SHARE:.0%}), "
+        f"listings of jobs, models or datasets ({LIST_SHARE:.0%}), job lookups ({JOB_SHARE:.0%}) "
+        f"and small fits ({FIT_SHARE:.0%}, classical AM on 200 rows; at most "
+        f"{config.max_queued_jobs} unfinished per key, then 429 and Retry-After). Latencies are "
+        f"of answered requests below 400, measured by the clients on the same 2 cores as the "
+        f"server.",
+        "",
+    ]
+    for outcome in outcomes:
+        lines += outcome_lines(outcome)
+    return "\n".join(lines)
+
+
+def replace_marked_section(document: str, content: str) -> str:
+    """``document`` with its load section replaced by ``content`` (appended if missing)."""
+    marked = f"{SECTION_START}\n{content.strip()}\n{SECTION_END}"
+    start = document.find(SECTION_START)
+    end = document.find(SECTION_END, start + len(SECTION_START)) if start >= 0 else -1
+    if start >= 0 and end >= 0:
+        return document[:start] + marked + document[end + len(SECTION_END) :]
+    body = document.rstrip()
+    return (body + "\n\n" if body else "") + marked + "\n"
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the load on each backend, print the tables, optionally record them."""
+    parser = argparse.ArgumentParser(prog="python -m bench.load", description=__doc__)
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of load (60)")
+    parser.add_argument("--clients", type=int, default=32, help="concurrent clients (32)")
+    parser.add_argument("--max-requests", type=int, default=500_000, help="at most (500,000)")
+    parser.add_argument("--kill-at", type=float, help="SIGKILL the server after this many s")
+    parser.add_argument("--backends", default="sqlite,postgresql", help="sqlite,postgresql")
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get("MIXREG_BENCH_POSTGRES_URL", DEFAULT_POSTGRES_URL),
+        help="a PostgreSQL server where the database mixreg_load is created and dropped",
+    )
+    parser.add_argument("--write", action="store_true", help="record in bench/RESULTS.md")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    args = parser.parse_args(argv)
+    config = LoadConfig(
+        duration_s=args.duration,
+        clients=args.clients,
+        max_requests=args.max_requests,
+        kill_at_s=args.kill_at,
+    )
+    machine = machine_lines("python -m bench.load " + " ".join(argv or sys.argv[1:]))
+    outcomes = []
+    with tempfile.TemporaryDirectory(prefix="mixreg-load-") as directory:
+        workdir = Path(directory)
+        for backend in args.backends.split(","):
+            if backend == "sqlite":
+                url = f"sqlite:///{workdir / 'load.db'}"
+                outcomes.append(run_backend("SQLite", url, config, workdir))
+            elif backend == "postgresql":
+                with fresh_postgres_database(args.postgres_url) as url:
+                    outcomes.append(run_backend("PostgreSQL", url, config, workdir))
+            else:
+                parser.error(f"unknown backend {backend!r}; use sqlite and/or postgresql")
+    report = section(outcomes, machine)
+    print(report)
+    if args.write:
+        document = args.output.read_text() if args.output.exists() else ""
+        args.output.write_text(replace_marked_section(document, report))
+    problems = [f"{o.backend}: {problem}" for o in outcomes for problem in o.problems]
+    for problem in problems:
+        print(f"# FAILED {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

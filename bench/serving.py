@@ -1,0 +1,882 @@
+"""Serving benchmark: single-row predict throughput beside a bare FastAPI endpoint, 100,000-row
+batches (JSON, .npy and the Open Inference Protocol), and 1,000,000 x 20 uploads (CSV and
+Parquet) with their fits, timed and with peak memory.
+
+Everything runs against the real server as a user gets it (``mixreg serve`` with its default
+settings, a SQLite file in a temporary folder). The bare endpoint is a plain sync FastAPI route
+returning a constant list of k floats (``bench/bare_endpoint.py``), served by uvicorn with the
+same settings, in the same run. The load generator is ``wrk`` (Debian's; ``make bench-serving``
+installs it) or, when it is missing, an async httpx loop; the same one drives both servers.
+
+Peak memory is measured as ``bench.algorithms`` does: the resident-set high-water mark
+(``VmHWM``), reset through ``/proc/<pid>/clear_refs`` before the measured step, minus the
+resident set before it. The API process is measured around each upload; the fit runs the
+worker's fit path (``service.jobs.training.run_job``) in a fresh process, measured around the
+whole job (reading the dataset from the database, fitting, storing the model).
+
+``python -m bench.serving`` writes its section of ``bench/RESULTS.md`` between the lines
+``<!-- serving:start -->`` and ``<!-- serving:end -->`` (appended if missing); ``--quick``
+runs a smaller version and writes only with ``--output``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import io
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUTPUT = REPO_ROOT / "bench" / "RESULTS.md"
+SECTION_START = "<!-- serving:start -->"
+SECTION_END = "<!-- serving:end -->"
+
+N_COMPONENTS = 4
+N_FEATURES = 20
+DATA_SEED = 8
+
+THROUGHPUT_TARGET = 0.9
+P99_TARGET = 1.5
+JSON_BATCH_TARGET_S = 1.0
+BINARY_BATCH_TARGET_S = 0.2
+API_MEMORY_TARGET = 3.0
+WORKER_MEMORY_TARGET = 4.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    load_seconds: int
+    concurrencies: tuple[int, ...]
+    batch_rows: int
+    upload_rows: int
+    repeats: int
+
+
+FULL = Settings(
+    load_seconds=10, concurrencies=(1, 8, 32), batch_rows=100_000, upload_rows=1_000_000, repeats=3
+)
+QUICK = Settings(
+    load_seconds=2, concurrencies=(1, 8, 32), batch_rows=100_000, upload_rows=50_000, repeats=1
+)
+
+
+@dataclass
+class Report:
+    """Markdown of the run, echoed to stdout, with its targets."""
+
+    lines: list[str] = field(default_factory=list)
+    targets: list[tuple[str, str, str, bool]] = field(default_factory=list)
+
+    def add(self, *lines: str) -> None:
+        for line in lines:
+            print(line, flush=True)
+        self.lines.extend(lines)
+
+    def table(self, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+        self.add(
+            "| " + " | ".join(header) + " |",
+            "|" + "|".join("---" for _ in header) + "|",
+            *("| " + " | ".join(row) + " |" for row in rows),
+            "",
+        )
+
+    def target(self, name: str, goal: str, measured: str, met: bool) -> None:
+        self.targets.append((name, goal, measured, met))
+
+
+def log(message: str) -> None:
+    print(f"# {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class ServerProcess:
+    """A server subprocess on a free loopback port, stopped with SIGTERM."""
+
+    def __init__(self, command: list[str], *, env: dict[str, str], log_path: Path) -> None:
+        self.port = free_port()
+        self.command = [part.replace("{port}", str(self.port)) for part in command]
+        self.env = {**os.environ, **env, "MIXREG_PORT": str(self.port)}
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self, ready_path: str, timeout: float = 120) -> None:
+        with self.log_path.open("ab") as output:
+            self.process = subprocess.Popen(
+                self.command, cwd=REPO_ROOT, env=self.env, stdout=output, stderr=subprocess.STDOUT
+            )
+        deadline = time.monotonic() + timeout
+        with httpx.Client(base_url=self.url, timeout=5) as client:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"{self.command[0]} exited early: {self.log_tail()}")
+                method = "POST" if ready_path == "/predict" else "GET"
+                with contextlib.suppress(httpx.TransportError):
+                    if client.request(method, ready_path).status_code == 200:
+                        return
+                time.sleep(0.2)
+        raise RuntimeError(f"{self.command} did not answer within {timeout} s: {self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+
+def mixreg_server(folder: Path, name: str, **settings: str) -> ServerProcess:
+    """``mixreg serve`` with the default settings (plus ``settings``) on a new SQLite file."""
+    mixreg = Path(sys.executable).with_name("mixreg")
+    return ServerProcess(
+        [str(mixreg), "serve", "--host", "127.0.0.1", "--port", "{port}"],
+        env={"MIXREG_DATABASE_URL": f"sqlite:///{folder / f'{name}.db'}", **settings},
+        log_path=folder / f"{name}.log",
+    )
+
+
+def bare_server(folder: Path) -> ServerProcess:
+    """The bare endpoint under ``python -m uvicorn`` with uvicorn's defaults, as ``mixreg serve``
+    runs it (event loop and HTTP parser chosen alike, access log on)."""
+    return ServerProcess(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "bench.bare_endpoint:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "{port}",
+        ],
+        env={"BARE_N_COMPONENTS": str(N_COMPONENTS)},
+        log_path=folder / "bare.log",
+    )
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def proc_status_bytes(pid: int | str, field_name: str) -> int:
+    """A memory field of /proc/<pid>/status (reported in kB) in bytes."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(f"{field_name}:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"/proc/{pid}/status has no {field_name} field")
+
+
+def reset_peak_rss(pid: int | str) -> bool:
+    """Reset the peak RSS of ``pid`` to its current RSS; False if the kernel refuses."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+    except OSError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class MemoryWindow:
+    """The resident set before a step and its high-water mark after it."""
+
+    before: int
+    peak: int
+    reset: bool
+
+    @property
+    def extra(self) -> int:
+        return self.peak - self.before
+
+
+@contextlib.contextmanager
+def measuring(pid: int | str) -> Iterator[list[MemoryWindow]]:
+    """Measure the peak resident set of ``pid`` over the block."""
+    reset = reset_peak_rss(pid)
+    before = proc_status_bytes(pid, "VmRSS" if reset else "VmHWM")
+    windows: list[MemoryWindow] = []
+    yield windows
+    windows.append(MemoryWindow(before, proc_status_bytes(pid, "VmHWM"), reset))
+
+
+def fit_probe(job: dict[str, Any]) -> dict[str, Any]:
+    """Claim the queued job and run the worker's fit path on it in this (fresh) process."""
+    from models_store import repository
+    from models_store.session import make_engine, make_sessionmaker, session_scope
+    from service.jobs import training
+
+    engine = make_engine(job["database_url"])
+    try:
+        with session_scope(make_sessionmaker(engine)) as session:
+            claimed = repository.claim_job(
+                session, job_id=job["job_id"], worker_id="bench-probe", now=dt.datetime.now(dt.UTC)
+            )
+    finally:
+        engine.dispose()
+    if not claimed:
+        raise RuntimeError(f"job {job['job_id']} was not queued")
+    with measuring("self") as windows:
+        started = time.perf_counter()
+        status = training.run_job(job["job_id"], job["database_url"], worker_id="bench-probe")
+        seconds = time.perf_counter() - started
+    window = windows[0]
+    return {
+        "status": status,
+        "seconds": seconds,
+        "peak_extra": window.extra,
+        "peak": window.peak,
+        "reset": window.reset,
+    }
+
+
+def run_fit_probe(job_id: str, database_url: str) -> dict[str, Any]:
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.serving",
+            "--fit-probe",
+            json.dumps({"job_id": job_id, "database_url": database_url}),
+        ],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
+    return result
+
+
+# --------------------------------------------------------------------------- load generators
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    requests_per_s: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+
+
+_UNITS_MS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
+
+
+def _duration_ms(text: str) -> float:
+    match = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
+    if match is None:
+        raise ValueError(f"not a wrk duration: {text}")
+    return float(match.group(1)) * _UNITS_MS[match.group(2)]
+
+
+def wrk_load(url: str, body: bytes, *, connections: int, seconds: int, folder: Path) -> LoadResult:
+    """``wrk`` POSTing ``body`` as JSON over ``connections`` connections (one thread)."""
+    body_path = folder / "body.json"
+    body_path.write_bytes(body)
+    script = folder / "post.lua"
+    script.write_text(
+        'wrk.method = "POST"\n'
+        'wrk.headers["Content-Type"] = "application/json"\n'
+        f'local file = io.open("{body_path}", "rb")\n'
+        "wrk.body = file:read('*a')\n"
+        "file:close()\n"
+    )
+    completed = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    out = completed.stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    p50 = _duration_ms(re.search(r"\s50%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
+    p99 = _duration_ms(re.search(r"\s99%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    socket_errors = re.search(
+        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out
+    )
+    errors = int(non_2xx.group(1)) if non_2xx else 0
+    if socket_errors:
+        errors += sum(int(value) for value in socket_errors.groups())
+    return LoadResult(rps, p50, p99, errors)
+
+
+def httpx_load(
+    url: str, body: bytes, *, connections: int, seconds: int, folder: Path
+) -> LoadResult:
+    """The same load from an async httpx loop: ``connections`` clients in a closed loop."""
+    del folder
+
+    async def run() -> LoadResult:
+        latencies: list[float] = []
+        errors = 0
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        headers = {"content-type": "application/json"}
+        async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+            deadline = time.perf_counter() + seconds
+
+            async def worker() -> None:
+                nonlocal errors
+                while time.perf_counter() < deadline:
+                    started = time.perf_counter()
+                    response = await client.post(url, content=body, headers=headers)
+                    latencies.append(time.perf_counter() - started)
+                    if response.status_code != 200:
+                        errors += 1
+
+            started = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(connections)))
+            elapsed = time.perf_counter() - started
+        latencies.sort()
+        return LoadResult(
+            requests_per_s=len(latencies) / elapsed,
+            p50_ms=1e3 * latencies[len(latencies) // 2],
+            p99_ms=1e3 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+            errors=errors,
+        )
+
+    return asyncio.run(run())
+
+
+# --------------------------------------------------------------------------- data and models
+
+
+def make_data(n_rows: int, seed: int = DATA_SEED) -> tuple[np.ndarray, np.ndarray]:
+    """Rows from k noisy lines in ``N_FEATURES`` features, rounded to 6 decimals (as a CSV
+    export would write them)."""
+    from mixreg.datasets import make_realizable
+
+    X, y, *_ = make_realizable(
+        n_samples=n_rows,
+        n_features=N_FEATURES,
+        n_components=N_COMPONENTS,
+        noise=0.5,
+        random_state=seed,
+    )
+    return np.round(X, 6), np.round(y, 6)
+
+
+def wait_for_job(client: httpx.Client, job_id: str, timeout: float = 600) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        job: dict[str, Any] = client.get(f"/jobs/{job_id}").json()
+        if job["status"] not in ("queued", "running"):
+            return job
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"job {job_id} did not finish within {timeout} s: {job}")
+        time.sleep(0.2)
+
+
+def fit_model(client: httpx.Client) -> tuple[str, np.ndarray]:
+    """Upload 2,000 rows, fit k lines and return the model id and the rows."""
+    X, y = make_data(2000)
+    dataset = client.post("/datasets", json={"X": X.tolist(), "y": y.tolist()})
+    dataset.raise_for_status()
+    job = client.post("/fit", json={"dataset_id": dataset.json()["id"], "k": N_COMPONENTS})
+    job.raise_for_status()
+    finished = wait_for_job(client, job.json()["job_id"])
+    if finished["status"] != "succeeded":
+        raise RuntimeError(f"the fit failed: {finished}")
+    return str(finished["model_id"]), X
+
+
+# --------------------------------------------------------------------------- section 1
+
+
+def run_throughput_section(report: Report, settings: Settings, folder: Path) -> None:
+    load = wrk_load if shutil.which("wrk") else httpx_load
+    generator = (
+        "wrk 1 thread (Debian's wrk)"
+        if load is wrk_load
+        else "an async httpx loop (wrk is not installed: `make bench-serving` installs it)"
+    )
+    if load is httpx_load:
+        log("wrk not found: using an async httpx loop for both servers")
+    server = mixreg_server(folder, "throughput")
+    bare = bare_server(folder)
+    server.start("/healthz")
+    bare.start("/predict")
+    try:
+        with httpx.Client(base_url=server.url, timeout=120) as client:
+            model_id, X = fit_model(client)
+            body = json.dumps({"model_id": model_id, "X": [X[0].tolist()]}).encode()
+            check = client.post(
+                "/predict", content=body, headers={"content-type": "application/json"}
+            )
+            check.raise_for_status()
+        rows = []
+        for connections in settings.concurrencies:
+            results = {}
+            for name, target in (("mixreg", server), ("bare", bare)):
+                url = f"{target.url}/predict"
+                log(f"1) {name}: {connections} connections, {settings.load_seconds} s")
+                load(url, body, connections=connections, seconds=1, folder=folder)  # warm-up
+                results[name] = load(
+                    url, body, connections=connections, seconds=settings.load_seconds, folder=folder
+                )
+            ours, theirs = results["mixreg"], results["bare"]
+            ratio = ours.requests_per_s / theirs.requests_per_s
+            p99_ratio = ours.p99_ms / theirs.p99_ms
+            rows.append(
+                [
+                    str(connections),
+                    f"{ours.requests_per_s:,.0f}",
+                    f"{ours.p50_ms:.2f} / {ours.p99_ms:.2f}",
+                    f"{theirs.requests_per_s:,.0f}",
+                    f"{theirs.p50_ms:.2f} / {theirs.p99_ms:.2f}",
+                    f"{ratio:.2f}x",
+                    f"{p99_ratio:.2f}x",
+                    str(ours.errors + theirs.errors),
+                ]
+            )
+            report.target(
+                f"single-row predict throughput vs bare endpoint, {connections} connections",
+                f"≥ {THROUGHPUT_TARGET}x (aim > 1.0x)",
+                f"{ratio:.2f}x",
+                ratio >= THROUGHPUT_TARGET and ours.errors == 0,
+            )
+            if connections == max(settings.concurrencies):
+                report.target(
+                    f"single-row predict p99 vs bare endpoint, {connections} connections",
+                    f"≤ {P99_TARGET}x",
+                    f"{p99_ratio:.2f}x ({ours.p99_ms:.1f} vs {theirs.p99_ms:.1f} ms)",
+                    p99_ratio <= P99_TARGET,
+                )
+    finally:
+        server.stop()
+        bare.stop()
+    report.add(
+        "### Single-row predict beside a bare FastAPI endpoint",
+        "",
+        f"`POST /predict` with one row of {N_FEATURES} features and a model of k = "
+        f"{N_COMPONENTS} lines, on `mixreg serve` with its defaults (embedded worker on, "
+        "metrics and the body size limit on), against `bench/bare_endpoint.py` — a plain sync "
+        f"FastAPI route returning a constant list of {N_COMPONENTS} floats — under the same "
+        f"uvicorn settings. Load: {generator}, {settings.load_seconds} s per run after a 1 s "
+        "warm-up; the two servers alternate. Latencies in ms.",
+        "",
+    )
+    report.table(
+        [
+            "connections",
+            "mixreg req/s",
+            "mixreg p50 / p99",
+            "bare req/s",
+            "bare p50 / p99",
+            "throughput ratio",
+            "p99 ratio",
+            "errors",
+        ],
+        rows,
+    )
+
+
+# --------------------------------------------------------------------------- section 2
+
+
+def _timed(send: Any, repeats: int) -> tuple[float, Any]:
+    """Median seconds of ``repeats`` calls of ``send`` (after one warm-up) and the last
+    response."""
+    response = send()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        response = send()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), response
+
+
+def run_batch_section(report: Report, settings: Settings, folder: Path) -> None:
+    server = mixreg_server(folder, "batch")
+    server.start("/healthz")
+    rows = []
+    try:
+        with httpx.Client(base_url=server.url, timeout=300) as client:
+            model_id, _ = fit_model(client)
+            X, _ = make_data(settings.batch_rows, seed=DATA_SEED + 1)
+            n = len(X)
+
+            started = time.perf_counter()
+            json_body = json.dumps({"model_id": model_id, "X": X.tolist()}).encode()
+            json_encode = time.perf_counter() - started
+            json_seconds, response = _timed(
+                lambda: client.post(
+                    "/predict", content=json_body, headers={"content-type": "application/json"}
+                ),
+                settings.repeats,
+            )
+            response.raise_for_status()
+            started = time.perf_counter()
+            from_json = np.asarray(response.json()["predictions"])
+            json_decode = time.perf_counter() - started
+
+            started = time.perf_counter()
+            buffer = _npy(X)
+            npy_encode = time.perf_counter() - started
+            npy_seconds, response = _timed(
+                lambda: client.post(
+                    f"/models/{model_id}/predict",
+                    content=buffer,
+                    headers={"content-type": "application/x-npy", "accept": "application/x-npy"},
+                ),
+                settings.repeats,
+            )
+            response.raise_for_status()
+            started = time.perf_counter()
+            from_npy = np.load(io.BytesIO(response.content))
+            npy_decode = time.perf_counter() - started
+
+            header = json.dumps(
+                {
+                    "inputs": [
+                        {
+                            "name": "X",
+                            "shape": list(X.shape),
+                            "datatype": "FP64",
+                            "parameters": {"binary_data_size": X.nbytes},
+                        }
+                    ],
+                    "outputs": [{"name": "predictions", "parameters": {"binary_data": True}}],
+                }
+            ).encode()
+            v2_body = header + np.ascontiguousarray(X, dtype="<f8").tobytes()
+            v2_seconds, response = _timed(
+                lambda: client.post(
+                    f"/v2/models/{model_id}/infer",
+                    content=v2_body,
+                    headers={
+                        "content-type": "application/octet-stream",
+                        "inference-header-content-length": str(len(header)),
+                    },
+                ),
+                settings.repeats,
+            )
+            response.raise_for_status()
+            length = int(response.headers["inference-header-content-length"])
+            from_v2 = np.frombuffer(response.content[length:], dtype="<f8").reshape(n, -1)
+    finally:
+        server.stop()
+    if not (np.array_equal(from_json, from_npy) and np.array_equal(from_npy, from_v2)):
+        raise RuntimeError("the three encodings returned different predictions")
+    for name, seconds, encode, decode, size, target in (
+        (
+            "JSON `POST /predict`",
+            json_seconds,
+            json_encode,
+            json_decode,
+            len(json_body),
+            JSON_BATCH_TARGET_S,
+        ),
+        (
+            ".npy `POST /models/{id}/predict`",
+            npy_seconds,
+            npy_encode,
+            npy_decode,
+            len(buffer),
+            BINARY_BATCH_TARGET_S,
+        ),
+        (
+            "Open Inference Protocol, binary",
+            v2_seconds,
+            0.0,
+            0.0,
+            len(v2_body),
+            BINARY_BATCH_TARGET_S,
+        ),
+    ):
+        rows.append(
+            [
+                name,
+                f"{size / 2**20:.1f}",
+                f"{seconds:.3f}",
+                f"{encode:.3f} / {decode:.3f}",
+                f"< {target} s",
+            ]
+        )
+        report.target(
+            f"{n:,}-row batch, {name}", f"< {target} s", f"{seconds:.3f} s", seconds < target
+        )
+    report.add(
+        f"### A {n:,}-row batch",
+        "",
+        f"{n:,} rows of {N_FEATURES} features, k = {N_COMPONENTS}; end to end = from sending "
+        "the request (body already encoded) to the whole response received, median of "
+        f"{settings.repeats} after a warm-up, on loopback. The client's own encoding of the "
+        "body and decoding of the answer are shown apart. The three answers are checked to be "
+        "the same numbers, bit for bit.",
+        "",
+    )
+    report.table(
+        ["format", "request MiB", "end to end s", "client encode / decode s", "target"], rows
+    )
+
+
+def _npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+# --------------------------------------------------------------------------- section 3
+
+
+def write_upload_files(folder: Path, n_rows: int) -> tuple[Path, Path, int]:
+    """The data as a CSV (6 decimals) and a Parquet file (pyarrow's defaults); also returns
+    the float64 size of X and y."""
+    import pyarrow as pa
+    import pyarrow.csv as pa_csv
+    import pyarrow.parquet as pa_parquet
+
+    X, y = make_data(n_rows, seed=DATA_SEED + 2)
+    table = pa.table({**{f"x{j}": X[:, j] for j in range(N_FEATURES)}, "y": y})
+    csv_path, parquet_path = folder / "upload.csv", folder / "upload.parquet"
+    pa_csv.write_csv(table, csv_path)
+    pa_parquet.write_table(table, parquet_path)
+    return csv_path, parquet_path, X.nbytes + y.nbytes
+
+
+def run_upload_section(report: Report, settings: Settings, folder: Path) -> None:
+    n = settings.upload_rows
+    log(f"3) writing {n:,} x {N_FEATURES} as CSV and Parquet")
+    csv_path, parquet_path, raw_bytes = write_upload_files(folder, n)
+    # Fits run in a probe process (the worker's fit path, measured), not in the server.
+    server = mixreg_server(folder, "upload", MIXREG_EMBEDDED_WORKER="false")
+    server.start("/healthz")
+    database_url = server.env["MIXREG_DATABASE_URL"]
+    upload_rows, fit_rows = [], []
+    try:
+        with httpx.Client(base_url=server.url, timeout=600) as client:
+            for label, path, media_type, fits in (
+                ("CSV", csv_path, "text/csv", ("auto", "am", "subsample")),
+                ("Parquet", parquet_path, "application/vnd.apache.parquet", ("auto",)),
+            ):
+                log(f"3) uploading the {label} file ({path.stat().st_size / 2**20:.0f} MiB)")
+                with measuring(server.pid) as windows, path.open("rb") as file:
+                    started = time.perf_counter()
+                    response = client.post(
+                        "/datasets",
+                        files={"file": (path.name, file, media_type)},
+                        data={"target": "y", "name": f"bench {label}"},
+                    )
+                    seconds = time.perf_counter() - started
+                response.raise_for_status()
+                window = windows[0]
+                dataset_id = response.json()["id"]
+                ratio = window.extra / raw_bytes
+                upload_rows.append(
+                    [
+                        label,
+                        f"{path.stat().st_size / 2**20:.0f}",
+                        f"{seconds:.1f}",
+                        f"{window.extra / 2**20:.0f}",
+                        f"{window.peak / 2**20:.0f}",
+                        f"{ratio:.2f}x",
+                    ]
+                )
+                report.target(
+                    f"{label} upload, API process peak memory ({n:,} x {N_FEATURES})",
+                    f"< {API_MEMORY_TARGET:.0f}x the float64 data",
+                    f"{ratio:.2f}x",
+                    ratio < API_MEMORY_TARGET,
+                )
+                for algorithm in fits:
+                    log(f"3) {algorithm} fit of the {label} dataset in a probe process")
+                    job = client.post(
+                        "/fit",
+                        json={
+                            "dataset_id": dataset_id,
+                            "k": N_COMPONENTS,
+                            "algorithm": algorithm,
+                            "seed": 0,
+                        },
+                    )
+                    job.raise_for_status()
+                    job_id = job.json()["job_id"]
+                    probe = run_fit_probe(job_id, database_url)
+                    finished = client.get(f"/jobs/{job_id}").json()
+                    ratio = probe["peak_extra"] / raw_bytes
+                    fit_rows.append(
+                        [
+                            label,
+                            f"`{algorithm}`" + (" (default)" if algorithm == "auto" else ""),
+                            finished["status"],
+                            f"{probe['seconds']:.1f}",
+                            f"{probe['peak_extra'] / 2**20:.0f}",
+                            f"{probe['peak'] / 2**20:.0f}",
+                            f"{ratio:.2f}x",
+                        ]
+                    )
+                    report.target(
+                        f"{algorithm} fit of the {label} upload, fit process peak memory",
+                        f"< {WORKER_MEMORY_TARGET:.0f}x the float64 data",
+                        f"{ratio:.2f}x ({finished['status']})",
+                        ratio < WORKER_MEMORY_TARGET and finished["status"] == "succeeded",
+                    )
+    finally:
+        server.stop()
+    report.add(
+        f"### Uploading {n:,} x {N_FEATURES} and fitting it",
+        "",
+        f"X and y as float64 take {raw_bytes / 2**20:.0f} MiB. The CSV is written by pyarrow "
+        "with 6 decimals, the Parquet file with pyarrow's defaults; each is uploaded as a "
+        "multipart file (`curl -F file=@... -F target=y` does the same) to `mixreg serve`. "
+        "Peak extra: the API process's resident-set high-water mark during the upload minus "
+        "its resident set before (reset through `/proc/<pid>/clear_refs`); peak: the "
+        "high-water mark itself.",
+        "",
+    )
+    report.table(
+        ["file", "MiB", "upload s", "peak extra MiB", "peak MiB", "peak extra / data"],
+        upload_rows,
+    )
+    report.add(
+        "Each fit (k = 4, seed 0) runs the worker's fit path, `service.jobs.training.run_job`, "
+        "in a fresh process: read the dataset's chunks from the database into the training "
+        "and holdout rows, fit, fit the baseline, store the model. Its peak extra is measured "
+        "over the whole job, as above.",
+        "",
+    )
+    report.table(
+        ["file", "algorithm", "status", "job s", "peak extra MiB", "peak MiB", "peak extra / data"],
+        fit_rows,
+    )
+
+
+# --------------------------------------------------------------------------- main
+
+
+def replace_marked_section(document: str, section: str) -> str:
+    """Put ``section`` between the serving markers of ``document`` (appended if missing)."""
+    marked = f"{SECTION_START}\n{section.strip()}\n{SECTION_END}"
+    start = document.find(SECTION_START)
+    end = document.find(SECTION_END, start + len(SECTION_START)) if start >= 0 else -1
+    if start >= 0 and end >= 0:
+        return document[:start] + marked + document[end + len(SECTION_END) :]
+    body = document.rstrip()
+    return (body + "\n\n" if body else "") + marked + "\n"
+
+
+def machine_lines(command: str) -> list[str]:
+    with open("/proc/cpuinfo") as cpuinfo:
+        cpu = next(
+            (line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")),
+            "unknown",
+        )
+    versions = []
+    for package in ("fastapi", "starlette", "uvicorn", "uvloop", "httptools", "pyarrow"):
+        with contextlib.suppress(Exception):
+            from importlib.metadata import version
+
+            versions.append(f"{package} {version(package)}")
+    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    return [
+        f"- CPU: {cpu}; {os.cpu_count()} logical cores",
+        f"- Python {platform.python_version()}, numpy {np.__version__}, {', '.join(versions)}",
+        f"- Date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}; load average "
+        f"(1, 5, 15 min) at the start: {load}",
+        f"- Command: `{command}`",
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.serving",
+        description="Benchmark predictions and uploads against the real server; write the "
+        "serving section of bench/RESULTS.md.",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"smoke run: {QUICK.load_seconds} s load runs, {QUICK.upload_rows:,}-row uploads",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="Markdown file whose serving section is written (default: bench/RESULTS.md for a "
+        "full run; a quick run writes only when this is given)",
+    )
+    parser.add_argument("--fit-probe", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.fit_probe:
+        print(json.dumps(fit_probe(json.loads(args.fit_probe))))
+        return
+
+    settings = QUICK if args.quick else FULL
+    output = args.output if args.output or args.quick else DEFAULT_OUTPUT
+    command = " ".join(["python -m bench.serving", *(sys.argv[1:] if argv is None else argv)])
+    started = time.perf_counter()
+    body = Report()
+    with tempfile.TemporaryDirectory(prefix="mixreg-bench-serving-") as name:
+        folder = Path(name)
+        run_throughput_section(body, settings, folder)
+        run_batch_section(body, settings, folder)
+        run_upload_section(body, settings, folder)
+    elapsed = time.perf_counter() - started
+    report = Report()
+    report.add("## Serving (issue 8)", "")
+    if args.quick:
+        report.add("**Quick smoke run: shorter load runs and smaller uploads.**", "")
+    report.add("Machine and run:", "", *machine_lines(command), "")
+    report.table(
+        ["target", "goal", "measured", "met"],
+        [
+            [name, goal, measured, "yes" if met else "**no**"]
+            for name, goal, measured, met in body.targets
+        ],
+    )
+    report.add(
+        f"Total time: {elapsed / 60:.1f} min; load average at the end: "
+        f"{', '.join(f'{value:.2f}' for value in os.getloadavg())}.",
+        "",
+    )
+    report.lines.extend(body.lines)
+    if output is not None:
+        document = output.read_text() if output.exists() else ""
+        output.write_text(replace_marked_section(document, "\n".join(report.lines)))
+        log(f"wrote the serving section of {output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,321 @@
+"""The one implementation of every operation, shared by the sync and async clients.
+
+Each operation is a generator that yields what it needs done — a :class:`Call` (an HTTP
+request) or a :class:`Sleep` — and receives the response; it builds the requests, parses the
+answers and raises :class:`MixregError` for problems. The sync client drives it with
+``httpx.Client`` and ``time.sleep``, the async client with ``httpx.AsyncClient`` and
+``asyncio.sleep``, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import uuid
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import httpx
+import numpy as np
+
+from mixreg_client import _data
+from mixreg_client._errors import MixregError
+from mixreg_client._types import Dataset, Job, Model, ModelSummary, Scores, Sweep
+
+T = TypeVar("T")
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+URL_VARIABLE = "MIXREG_URL"
+API_KEY_VARIABLE = "MIXREG_API_KEY"
+PAGE_SIZE = 500
+# Waits between retries of a request that did not reach the server (seconds).
+RETRY_BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One HTTP request to send; ``retry`` says it is safe to send again after a lost
+    connection (reads, and writes made idempotent by their ``Idempotency-Key``)."""
+
+    method: str
+    path: str
+    params: dict[str, Any] | None = None
+    json: Any = None
+    files: dict[str, tuple[str, bytes, str]] | None = None
+    data: dict[str, str] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    retry: bool = True
+
+    def options(self) -> dict[str, Any]:
+        """Keyword arguments of ``httpx.Client.request``."""
+        options: dict[str, Any] = {"headers": self.headers}
+        for name in ("params", "json", "files", "data"):
+            value = getattr(self, name)
+            if value is not None:
+                options[name] = value
+        return options
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Wait this many seconds before going on."""
+
+    seconds: float
+
+
+Step = Call | Sleep
+Operation = Generator[Step, httpx.Response | None, T]
+ProgressCallback = Callable[[Job], object]
+
+
+def resolve_base_url(base_url: str | None) -> str:
+    """``base_url``, else ``MIXREG_URL``, else the default local server; no trailing slash."""
+    url = base_url or os.environ.get(URL_VARIABLE) or DEFAULT_URL
+    return url.rstrip("/")
+
+
+def resolve_api_key(api_key: str | None) -> str | None:
+    """``api_key``, else ``MIXREG_API_KEY``, else none."""
+    return api_key or os.environ.get(API_KEY_VARIABLE) or None
+
+
+def default_headers(api_key: str | None, headers: Mapping[str, str] | None) -> dict[str, str]:
+    """Headers of every request: the API key as a bearer token, and the caller's own."""
+    result = {"Accept": "application/json, application/problem+json"}
+    if api_key:
+        result["Authorization"] = f"Bearer {api_key}"
+    result.update(headers or {})
+    return result
+
+
+def retry_delays(retries: int) -> list[float]:
+    """The waits before each of ``retries`` retries."""
+    return [RETRY_BACKOFF_S[min(index, len(RETRY_BACKOFF_S) - 1)] for index in range(retries)]
+
+
+def _response(received: httpx.Response | None) -> httpx.Response:
+    assert received is not None, "a Call is always answered with its response"
+    return received
+
+
+def _json(response: httpx.Response) -> Any:
+    """The JSON of a successful response; a problem raises :class:`MixregError`."""
+    if not response.is_success:
+        raise MixregError.from_response(response)
+    if response.status_code == 204 or not response.content:
+        return None
+    try:
+        return response.json()
+    except ValueError:
+        raise MixregError(
+            f"{response.request.method} {response.request.url.path} answered "
+            f"{response.status_code} with a body that is not JSON",
+            status=response.status_code,
+            title=response.reason_phrase,
+        ) from None
+
+
+def _content(response: httpx.Response) -> bytes:
+    if not response.is_success:
+        raise MixregError.from_response(response)
+    return response.content
+
+
+def _idempotency_key() -> dict[str, str]:
+    # One key per logical request: its retries reuse it, so the server runs it once.
+    return {"Idempotency-Key": uuid.uuid4().hex}
+
+
+def _id_of(item: str | Dataset | Job | Model | ModelSummary) -> str:
+    return item if isinstance(item, str) else item.id
+
+
+def _paged(path: str, params: dict[str, Any], limit: int | None) -> Operation[list[Any]]:
+    """Every item of a paginated list (or the first ``limit``)."""
+    items: list[Any] = []
+    while limit is None or len(items) < limit:
+        size = PAGE_SIZE if limit is None else min(PAGE_SIZE, limit - len(items))
+        page = _json(
+            _response(
+                (yield Call("GET", path, params={**params, "limit": size, "offset": len(items)}))
+            )
+        )
+        items.extend(page["items"])
+        if not page["items"] or len(items) >= page["total"]:
+            break
+    return items
+
+
+# --- datasets ---
+
+
+def upload(
+    data: Any,
+    y: Any = None,
+    *,
+    target: str | None = None,
+    feature_names: Sequence[str] | None = None,
+    name: str | None = None,
+) -> Operation[Dataset]:
+    """Store a dataset (see :meth:`mixreg_client.Client.upload`)."""
+    file = _data.upload_of(data, y, target=target, feature_names=feature_names, name=name)
+    call = Call(
+        "POST",
+        "/datasets",
+        files={"file": (file.filename, file.content, file.media_type)},
+        data=file.fields,
+        headers=_idempotency_key(),
+    )
+    return Dataset.from_json(_json(_response((yield call))))
+
+
+def get_dataset(dataset_id: str) -> Operation[Dataset]:
+    """One dataset."""
+    return Dataset.from_json(_json(_response((yield Call("GET", f"/datasets/{dataset_id}")))))
+
+
+def list_datasets(limit: int | None) -> Operation[list[Dataset]]:
+    """Datasets, newest first."""
+    items = yield from _paged("/datasets", {}, limit)
+    return [Dataset.from_json(item) for item in items]
+
+
+# --- fits and jobs ---
+
+
+def fit(
+    dataset: str | Dataset,
+    *,
+    k: int | Sequence[int],
+    algorithm: str,
+    params: Mapping[str, Any] | None,
+    fit_intercept: bool,
+    holdout_fraction: float,
+    seed: int,
+    time_budget_s: float | None,
+    name: str | None,
+) -> Operation[Job]:
+    """Queue a fit of a stored dataset; the job as accepted."""
+    body: dict[str, Any] = {
+        "dataset_id": _id_of(dataset),
+        "k": k if isinstance(k, int) else list(k),
+        "algorithm": algorithm,
+        "fit_intercept": fit_intercept,
+        "holdout_fraction": holdout_fraction,
+        "seed": seed,
+    }
+    if params:
+        body["params"] = dict(params)
+    if time_budget_s is not None:
+        body["time_budget_s"] = time_budget_s
+    if name is not None:
+        body["name"] = name
+    accepted = _json(_response((yield Call("POST", "/fit", json=body, headers=_idempotency_key()))))
+    return (yield from get_job(accepted["job_id"]))
+
+
+def get_job(job_id: str) -> Operation[Job]:
+    """A job's state now."""
+    return Job.from_json(_json(_response((yield Call("GET", f"/jobs/{job_id}")))))
+
+
+def list_jobs(status: str | None, limit: int | None) -> Operation[list[Job]]:
+    """Jobs, newest first."""
+    params = {} if status is None else {"status": status}
+    items = yield from _paged("/jobs", params, limit)
+    return [Job.from_json(item) for item in items]
+
+
+def cancel_job(job_id: str) -> Operation[Job]:
+    """Ask for a job to stop; a job that already finished is returned as it is."""
+    response = _response((yield Call("POST", f"/jobs/{job_id}/cancel")))
+    if response.status_code == 409:
+        # Finished meanwhile: nothing to cancel, which is what the caller wanted.
+        return (yield from get_job(job_id))
+    return Job.from_json(_json(response))
+
+
+def wait(
+    job_id: str,
+    *,
+    progress: ProgressCallback | None,
+    timeout: float | None,
+    poll_interval: float,
+) -> Operation[Job]:
+    """Poll a job until it finishes; ``progress`` sees every state read on the way."""
+    deadline = math.inf if timeout is None else time.monotonic() + timeout
+    while True:
+        job = yield from get_job(job_id)
+        if progress is not None:
+            progress(job)
+        if job.done:
+            return job
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"job {job_id} is still {job.status} after {timeout:g} s")
+        yield Sleep(min(poll_interval, max(deadline - time.monotonic(), 0.0)))
+
+
+def sweep(job_id: str) -> Operation[Sweep | None]:
+    """A k sweep's models and scores (None for a single k, or before it succeeded)."""
+    job = yield from get_job(job_id)
+    return job.sweep
+
+
+def job_model(job_id: str) -> Operation[Model]:
+    """The model a succeeded job produced (of a k sweep: the k BIC prefers)."""
+    job = yield from get_job(job_id)
+    if job.model_id is None:
+        why = f": {job.error}" if job.error else ""
+        raise MixregError(f"job {job_id} has no model: it is {job.status}{why}", title="No model")
+    return (yield from get_model(job.model_id))
+
+
+# --- models ---
+
+
+def get_model(model_id: str) -> Operation[Model]:
+    """A model's lines, scores and provenance."""
+    return Model.from_json(_json(_response((yield Call("GET", f"/models/{model_id}")))))
+
+
+def list_models(limit: int | None) -> Operation[list[ModelSummary]]:
+    """Models, newest first."""
+    items = yield from _paged("/models", {}, limit)
+    return [ModelSummary.from_json(item) for item in items]
+
+
+def delete_model(model_id: str) -> Operation[None]:
+    """Delete a model."""
+    _json(_response((yield Call("DELETE", f"/models/{model_id}"))))
+
+
+def predict(model: str | Model | ModelSummary, X: Any) -> Operation[np.ndarray]:
+    """k values per row, shape ``(n, k)``."""
+    body = {"X": _data.feature_matrix(X)}
+    answer = _json(_response((yield Call("POST", f"/models/{_id_of(model)}/predict", json=body))))
+    return np.asarray(answer["predictions"], dtype=np.float64)
+
+
+def score(model: str | Model | ModelSummary, X: Any, y: Any) -> Operation[Scores]:
+    """Predictions with the min-loss and each row's best line."""
+    targets = _data.target_vector(y)
+    body = {"X": _data.feature_matrix(X), "y": targets}
+    answer = _json(_response((yield Call("POST", f"/models/{_id_of(model)}/predict", json=body))))
+    return Scores(
+        predictions=np.asarray(answer["predictions"], dtype=np.float64),
+        y=np.asarray(targets, dtype=np.float64),
+        min_loss=float(answer["min_loss"]),
+        best_component=np.asarray(answer["best_component"], dtype=np.int64),
+    )
+
+
+def model_plot(model_id: str) -> Operation[bytes]:
+    """The PNG picture of a model's fit."""
+    return _content(_response((yield Call("GET", f"/models/{model_id}/plot.png"))))
+
+
+def sweep_plot(job_id: str) -> Operation[bytes]:
+    """The PNG picture of a k sweep: min-loss and BIC against k."""
+    return _content(_response((yield Call("GET", f"/jobs/{job_id}/plot.png"))))

@@ -1,0 +1,190 @@
+"""What an upload sends: NumPy arrays, a pandas DataFrame, or a CSV, Parquet or NPZ file.
+
+Arrays travel as an NPZ archive (exact float64, no JSON text); a CSV file is sent as it is and
+parsed by the server. pandas and pyarrow are never imported here: a DataFrame is read through
+its own methods, and pyarrow is imported only to read a Parquet file.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+FloatArray = NDArray[np.float64]
+
+CSV_SUFFIXES = (".csv",)
+PARQUET_SUFFIXES = (".parquet", ".pq")
+NPZ_SUFFIXES = (".npz",)
+
+
+@dataclass(frozen=True)
+class UploadFile:
+    """A file for a multipart upload, with the form fields that go with it."""
+
+    filename: str
+    content: bytes
+    media_type: str
+    fields: dict[str, str]
+
+
+def is_dataframe(data: object) -> bool:
+    """True for a pandas (or pandas-like) DataFrame, told apart without importing pandas."""
+    return hasattr(data, "columns") and hasattr(data, "to_numpy") and hasattr(data, "drop")
+
+
+def _numbers(values: Any, what: str) -> FloatArray:
+    array = np.asarray(values)
+    if array.dtype.kind not in "biuf":
+        raise ValueError(f"{what} must hold numbers, got dtype {array.dtype}")
+    return np.ascontiguousarray(array, dtype=np.float64)
+
+
+def _npz(X: FloatArray, y: FloatArray, feature_names: Sequence[str] | None) -> bytes:
+    arrays: dict[str, Any] = {"X": X, "y": y}
+    if feature_names is not None:
+        arrays["feature_names"] = np.array([str(name) for name in feature_names], dtype=str)
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def arrays_upload(
+    X: Any, y: Any, *, feature_names: Sequence[str] | None, name: str | None
+) -> UploadFile:
+    """``X`` (n x d) and ``y`` (n) as an NPZ archive."""
+    matrix = _numbers(X, "X")
+    if matrix.ndim == 1:
+        raise ValueError(
+            "X must be 2-dimensional (rows x features); for one feature use X[:, None]"
+        )
+    if matrix.ndim != 2:
+        raise ValueError(f"X must be 2-dimensional (rows x features), got shape {matrix.shape}")
+    target = _numbers(y, "y").ravel()
+    return UploadFile(
+        "data.npz", _npz(matrix, target, feature_names), "application/x-npz", _form(name)
+    )
+
+
+def _form(name: str | None) -> dict[str, str]:
+    return {} if name is None else {"name": name}
+
+
+def _split_columns(
+    columns: Sequence[str], target: str | None, source: str
+) -> tuple[list[str], str]:
+    listed = ", ".join(columns)
+    if target is None:
+        raise ValueError(
+            f"name the target column of the {source} with target=; columns are {listed}"
+        )
+    if target not in columns:
+        raise ValueError(f"the {source} has no column '{target}'; columns are {listed}")
+    features = [column for column in columns if column != target]
+    if not features:
+        raise ValueError(f"the {source} has only the target column '{target}'; add a feature")
+    return features, target
+
+
+def dataframe_upload(frame: Any, *, target: str | None, name: str | None) -> UploadFile:
+    """A DataFrame whose column ``target`` is the target and whose other columns are features."""
+    columns = [str(column) for column in frame.columns]
+    features, target = _split_columns(columns, target, "DataFrame")
+    by_name = dict(zip(columns, frame.columns, strict=True))
+    X = np.column_stack(
+        [_numbers(frame[by_name[column]].to_numpy(), f"column '{column}'") for column in features]
+    )
+    y = _numbers(frame[by_name[target]].to_numpy(), f"column '{target}'")
+    return UploadFile("data.npz", _npz(X, y, features), "application/x-npz", _form(name))
+
+
+def parquet_upload(path: Path, *, target: str | None, name: str | None) -> UploadFile:
+    """A Parquet file read with pyarrow; its column ``target`` is the target."""
+    try:
+        import pyarrow.parquet as parquet
+    except ImportError:
+        raise ImportError("reading a Parquet file needs pyarrow: pip install pyarrow") from None
+    table = parquet.read_table(path)
+    columns = [str(column) for column in table.column_names]
+    features, target = _split_columns(columns, target, f"Parquet file {path.name}")
+
+    def column(column_name: str) -> FloatArray:
+        values = table.column(column_name)
+        if values.null_count:
+            raise ValueError(
+                f"column '{column_name}' of {path.name} has {values.null_count} missing values"
+            )
+        return _numbers(values.to_numpy(), f"column '{column_name}' of {path.name}")
+
+    X = np.column_stack([column(feature) for feature in features])
+    return UploadFile(
+        "data.npz", _npz(X, column(target), features), "application/x-npz", _form(name)
+    )
+
+
+def path_upload(
+    path: str | os.PathLike[str], *, target: str | None, name: str | None
+) -> UploadFile:
+    """A file by its suffix: CSV (sent as is), Parquet (read here) or NPZ (sent as is)."""
+    file = Path(path)
+    suffix = file.suffix.lower()
+    if suffix in PARQUET_SUFFIXES:
+        return parquet_upload(file, target=target, name=name)
+    if suffix not in CSV_SUFFIXES + NPZ_SUFFIXES:
+        raise ValueError(
+            f"cannot tell the format of {file.name}; give a .csv, .parquet or .npz file"
+        )
+    content = file.read_bytes()
+    if suffix in NPZ_SUFFIXES:
+        return UploadFile(file.name, content, "application/x-npz", _form(name))
+    if target is None:
+        raise ValueError(f"name the target column of {file.name} with target=")
+    return UploadFile(file.name, content, "text/csv", {**_form(name), "target": target})
+
+
+def upload_of(
+    data: Any,
+    y: Any = None,
+    *,
+    target: str | None = None,
+    feature_names: Sequence[str] | None = None,
+    name: str | None = None,
+) -> UploadFile:
+    """What to send for ``data``: a path, a DataFrame, or ``X`` with ``y``."""
+    if isinstance(data, str | os.PathLike):
+        if y is not None:
+            raise ValueError("y is given with a file; name the file's target column with target=")
+        return path_upload(data, target=target, name=name)
+    if is_dataframe(data):
+        if y is not None:
+            raise ValueError("y is given with a DataFrame; name its target column with target=")
+        return dataframe_upload(data, target=target, name=name)
+    if y is None:
+        raise ValueError("give the targets y with the feature matrix X")
+    return arrays_upload(data, y, feature_names=feature_names, name=name)
+
+
+def feature_matrix(X: Any) -> list[list[float]]:
+    """Rows to predict, as JSON lists: from an array, a list of rows or a DataFrame."""
+    values = X.to_numpy() if is_dataframe(X) else X
+    matrix = _numbers(values, "X")
+    if matrix.ndim == 1:
+        raise ValueError(
+            "X must be 2-dimensional (rows x features); to predict one row, wrap it: [row]"
+        )
+    rows: list[list[float]] = matrix.tolist()
+    return rows
+
+
+def target_vector(y: Any) -> list[float]:
+    """Targets as a JSON list."""
+    values: list[float] = (
+        _numbers(y.to_numpy() if hasattr(y, "to_numpy") else y, "y").ravel().tolist()
+    )
+    return values

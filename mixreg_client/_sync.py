@@ -1,0 +1,289 @@
+"""The synchronous client, on ``httpx.Client``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+import numpy as np
+
+from mixreg_client import _core
+from mixreg_client._core import Call, Operation, ProgressCallback, Sleep
+from mixreg_client._errors import MixregError
+from mixreg_client._types import Dataset, Job, Model, ModelSummary, Scores, Sweep
+
+T = TypeVar("T")
+
+
+class Client:
+    """A client of a mixreg server.
+
+    Parameters
+    ----------
+    base_url : str, optional
+        The server, e.g. ``"http://127.0.0.1:8000"``; default ``MIXREG_URL`` or that address.
+    api_key : str, optional
+        Sent as ``Authorization: Bearer <key>``; default ``MIXREG_API_KEY``.
+    timeout : float
+        Seconds to wait for each answer.
+    retries : int
+        Times a request that did not reach the server (or whose answer was lost) is sent
+        again. Every request is safe to repeat: writes carry an ``Idempotency-Key``.
+    headers : mapping, optional
+        Extra headers for every request.
+    transport : httpx transport, optional
+        How requests are sent (default: httpx's own), e.g. through a proxy or a test double.
+
+    Every failed request raises :class:`MixregError`, which carries the server's
+    problem+json (``status``, ``detail``, ``errors``).
+
+    Examples
+    --------
+    >>> with Client("http://127.0.0.1:8000") as client:  # doctest: +SKIP
+    ...     dataset = client.upload(X, y)
+    ...     job = client.fit(dataset, k=2).wait()
+    ...     predictions = client.predict(job.model_id, X)  # shape (n, 2)
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        retries: int = 3,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = _core.resolve_base_url(base_url)
+        self._delays = _core.retry_delays(retries)
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            timeout=timeout,
+            headers=_core.default_headers(_core.resolve_api_key(api_key), headers),
+            transport=transport,
+        )
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections."""
+        self._http.close()
+
+    def _send(self, call: Call) -> httpx.Response:
+        delays = self._delays if call.retry else []
+        for attempt in range(len(delays) + 1):
+            try:
+                return self._http.request(call.method, call.path, **call.options())
+            except httpx.TransportError as exc:
+                if attempt == len(delays):
+                    raise MixregError.unreachable(self.base_url, exc) from exc
+                time.sleep(delays[attempt])
+        raise AssertionError("unreachable")
+
+    def _drive(self, operation: Operation[T]) -> T:
+        try:
+            step = next(operation)
+            while True:
+                if isinstance(step, Sleep):
+                    time.sleep(step.seconds)
+                    step = operation.send(None)
+                else:
+                    step = operation.send(self._send(step))
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+
+    # --- datasets ---
+
+    def upload(
+        self,
+        data: Any,
+        y: Any = None,
+        *,
+        target: str | None = None,
+        feature_names: Sequence[str] | None = None,
+        name: str | None = None,
+    ) -> Dataset:
+        """Store a dataset to fit as often as you like.
+
+        Parameters
+        ----------
+        data : array-like, DataFrame, or path
+            The feature matrix ``X`` (n x d, with ``y``); a pandas DataFrame (with
+            ``target``); or the path of a ``.csv`` or ``.parquet`` file (with ``target``) or of
+            an ``.npz`` archive with arrays ``X`` and ``y``.
+        y : array-like, optional
+            The n targets, with a matrix ``X``.
+        target : str, optional
+            The column to predict, for a DataFrame, CSV or Parquet file.
+        feature_names : sequence of str, optional
+            Names of the columns of ``X`` (default ``x0, x1, ...``).
+        name : str, optional
+            A name for the dataset.
+        """
+        return self._drive(
+            _core.upload(data, y, target=target, feature_names=feature_names, name=name)
+        )
+
+    def get_dataset(self, dataset_id: str) -> Dataset:
+        """One dataset's shape and names."""
+        return self._drive(_core.get_dataset(dataset_id))
+
+    def list_datasets(self, *, limit: int | None = None) -> list[Dataset]:
+        """Datasets, newest first (all of them, or the first ``limit``)."""
+        return self._drive(_core.list_datasets(limit))
+
+    # --- fits and jobs ---
+
+    def fit(
+        self,
+        dataset: str | Dataset,
+        *,
+        k: int | Sequence[int],
+        algorithm: str = "auto",
+        params: Mapping[str, Any] | None = None,
+        fit_intercept: bool = True,
+        holdout_fraction: float = 0.2,
+        seed: int = 0,
+        time_budget_s: float | None = None,
+        name: str | None = None,
+    ) -> FitJob:
+        """Queue a fit of a stored dataset and return its job.
+
+        ``k`` is the number of lines, or a list of them for a k sweep (a model per k; BIC
+        picks one). ``algorithm`` and ``params`` are those of ``POST /fit``.
+        """
+        job = self._drive(
+            _core.fit(
+                dataset,
+                k=k,
+                algorithm=algorithm,
+                params=params,
+                fit_intercept=fit_intercept,
+                holdout_fraction=holdout_fraction,
+                seed=seed,
+                time_budget_s=time_budget_s,
+                name=name,
+            )
+        )
+        return FitJob(self, job)
+
+    def job(self, job_id: str) -> FitJob:
+        """A handle on an existing job."""
+        return FitJob(self, self.get_job(job_id))
+
+    def get_job(self, job_id: str) -> Job:
+        """A job's state now."""
+        return self._drive(_core.get_job(job_id))
+
+    def list_jobs(self, *, status: str | None = None, limit: int | None = None) -> list[Job]:
+        """Jobs, newest first; ``status`` keeps only jobs in that state."""
+        return self._drive(_core.list_jobs(status, limit))
+
+    def cancel_job(self, job_id: str) -> Job:
+        """Cancel a job (a finished job is returned as it is)."""
+        return self._drive(_core.cancel_job(job_id))
+
+    def sweep(self, job_id: str) -> Sweep | None:
+        """A k sweep's models and scores per k; None for a single k or an unfinished job."""
+        return self._drive(_core.sweep(job_id))
+
+    # --- models ---
+
+    def list_models(self, *, limit: int | None = None) -> list[ModelSummary]:
+        """Models, newest first (all of them, or the first ``limit``)."""
+        return self._drive(_core.list_models(limit))
+
+    def get_model(self, model_id: str) -> Model:
+        """A model's lines, scores and provenance."""
+        return self._drive(_core.get_model(model_id))
+
+    def delete_model(self, model_id: str) -> None:
+        """Delete a model."""
+        self._drive(_core.delete_model(model_id))
+
+    def predict(self, model: str | Model | ModelSummary, X: Any) -> np.ndarray:
+        """Predictions of every line for every row: an array of shape ``(n, k)``.
+
+        ``X`` is an array or DataFrame of n rows with the model's features, in its order.
+        """
+        return self._drive(_core.predict(model, X))
+
+    def score(self, model: str | Model | ModelSummary, X: Any, y: Any) -> Scores:
+        """Predictions of rows with known targets, their min-loss and each row's best line."""
+        return self._drive(_core.score(model, X, y))
+
+    def model_plot(self, model_id: str) -> bytes:
+        """The PNG picture of a model's fit."""
+        return self._drive(_core.model_plot(model_id))
+
+    def sweep_plot(self, job_id: str) -> bytes:
+        """The PNG picture of a k sweep (min-loss and BIC against k)."""
+        return self._drive(_core.sweep_plot(job_id))
+
+
+class FitJob:
+    """A fit job on the server: wait for it, follow its progress, cancel it."""
+
+    def __init__(self, client: Client, job: Job) -> None:
+        self._client = client
+        self.id = job.id
+        self.last = job
+        """The state read most recently."""
+
+    def __repr__(self) -> str:
+        return f"FitJob(id={self.id!r}, status={self.last.status!r})"
+
+    def refresh(self) -> Job:
+        """Read the job's state now."""
+        self.last = self._client.get_job(self.id)
+        return self.last
+
+    def wait(
+        self,
+        progress: ProgressCallback | None = None,
+        *,
+        timeout: float | None = None,
+        poll_interval: float = 0.25,
+    ) -> Job:
+        """Wait until the job finishes and return its final state (check ``status``).
+
+        ``progress`` is called with each state read (``job.progress.fraction``,
+        ``job.progress.best_min_loss``, ...). Raises ``TimeoutError`` after ``timeout``
+        seconds.
+        """
+
+        def remember(job: Job) -> None:
+            self.last = job
+            if progress is not None:
+                progress(job)
+
+        return self._client._drive(
+            _core.wait(self.id, progress=remember, timeout=timeout, poll_interval=poll_interval)
+        )
+
+    def cancel(self) -> Job:
+        """Ask the server to stop the job (a running fit stops within a second or two)."""
+        self.last = self._client.cancel_job(self.id)
+        return self.last
+
+    def model(self) -> Model:
+        """The model the job produced (of a k sweep: the k BIC prefers)."""
+        return self._client._drive(_core.job_model(self.id))
+
+    def sweep(self) -> Sweep | None:
+        """A k sweep's models and scores per k."""
+        return self._client.sweep(self.id)

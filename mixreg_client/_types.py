@@ -1,0 +1,316 @@
+"""What the server answers, as typed, read-only records (each keeps the whole JSON in ``raw``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+TERMINAL_STATUSES: tuple[str, ...] = ("succeeded", "failed", "cancelled")
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A stored dataset: its shape and names (not its values)."""
+
+    id: str
+    name: str | None
+    n_rows: int
+    n_features: int
+    feature_names: list[str]
+    target_name: str | None
+    created_at: str
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Dataset:
+        """Read the server's JSON."""
+        return cls(
+            id=data["id"],
+            name=data.get("name"),
+            n_rows=int(data["n_rows"]),
+            n_features=int(data["n_features"]),
+            feature_names=list(data["feature_names"]),
+            target_name=data.get("target_name"),
+            created_at=data["created_at"],
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a fit has come."""
+
+    fraction: float
+    iteration: int | None
+    candidates_tried: int | None
+    best_min_loss: float | None
+    n_components: int | None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Progress:
+        """Read the server's JSON."""
+        return cls(
+            fraction=float(data["fraction"]),
+            iteration=_optional_int(data.get("iteration")),
+            candidates_tried=_optional_int(data.get("candidates_tried")),
+            best_min_loss=_optional_float(data.get("best_min_loss")),
+            n_components=_optional_int(data.get("n_components")),
+        )
+
+
+@dataclass(frozen=True)
+class SweepModel:
+    """The model of one k in a k sweep, with its scores."""
+
+    n_components: int
+    model_id: str
+    train_min_loss: float
+    holdout_min_loss: float | None
+    log_likelihood: float
+    bic: float
+    n_parameters: int
+    beats_baseline: bool
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SweepModel:
+        """Read the server's JSON."""
+        return cls(
+            n_components=int(data["n_components"]),
+            model_id=data["model_id"],
+            train_min_loss=float(data["train_min_loss"]),
+            holdout_min_loss=_optional_float(data.get("holdout_min_loss")),
+            log_likelihood=float(data["log_likelihood"]),
+            bic=float(data["bic"]),
+            n_parameters=int(data["n_parameters"]),
+            beats_baseline=bool(data["beats_baseline"]),
+        )
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A k sweep's result: a model per k, and the k with the lowest BIC."""
+
+    best_n_components: int
+    models: list[SweepModel]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Sweep:
+        """Read the server's JSON."""
+        return cls(
+            best_n_components=int(data["best_n_components"]),
+            models=[SweepModel.from_json(entry) for entry in data["models"]],
+        )
+
+
+@dataclass(frozen=True)
+class Job:
+    """A fit job's state at the moment it was read."""
+
+    id: str
+    status: JobStatus
+    name: str | None
+    dataset_id: str
+    algorithm: str
+    n_components: int
+    k_values: list[int] | None
+    progress: Progress
+    attempts: int
+    error: str | None
+    model_id: str | None
+    sweep: Sweep | None
+    warnings: list[str]
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def done(self) -> bool:
+        """The job has finished: succeeded, failed or cancelled."""
+        return self.status in TERMINAL_STATUSES
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Job:
+        """Read the server's JSON."""
+        sweep = data.get("sweep")
+        k_values = data.get("k_values")
+        return cls(
+            id=data["id"],
+            status=data["status"],
+            name=data.get("name"),
+            dataset_id=data["dataset_id"],
+            algorithm=data["algorithm"],
+            n_components=int(data["n_components"]),
+            k_values=None if k_values is None else [int(k) for k in k_values],
+            progress=Progress.from_json(data["progress"]),
+            attempts=int(data["attempts"]),
+            error=data.get("error"),
+            model_id=data.get("model_id"),
+            sweep=None if sweep is None else Sweep.from_json(sweep),
+            warnings=list(data.get("warnings") or []),
+            created_at=data["created_at"],
+            started_at=data.get("started_at"),
+            finished_at=data.get("finished_at"),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Component:
+    """One fitted line: y ≈ coef · x + intercept, with its share of the training rows."""
+
+    coef: list[float]
+    intercept: float
+    share: float
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """A fitted model as listed: its scores, not its lines."""
+
+    id: str
+    name: str | None
+    algorithm: str
+    n_components: int
+    n_features: int
+    train_min_loss: float
+    holdout_min_loss: float | None
+    beats_baseline: bool
+    converged: bool | None
+    bic: float | None
+    warnings: list[str]
+    dataset_id: str
+    job_id: str | None
+    created_at: str
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ModelSummary:
+        """Read the server's JSON."""
+        return cls(**_summary_fields(data), raw=data)
+
+
+def _summary_fields(data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": data["id"],
+        "name": data.get("name"),
+        "algorithm": data["algorithm"],
+        "n_components": int(data["n_components"]),
+        "n_features": int(data["n_features"]),
+        "train_min_loss": float(data["train_min_loss"]),
+        "holdout_min_loss": _optional_float(data.get("holdout_min_loss")),
+        "beats_baseline": bool(data["beats_baseline"]),
+        "converged": data.get("converged"),
+        "bic": _optional_float(data.get("bic")),
+        "warnings": list(data.get("warnings") or []),
+        "dataset_id": data["dataset_id"],
+        "job_id": data.get("job_id"),
+        "created_at": data["created_at"],
+    }
+
+
+@dataclass(frozen=True)
+class Model:
+    """A fitted model: its k lines, scores and provenance."""
+
+    id: str
+    name: str | None
+    algorithm: str
+    n_components: int
+    n_features: int
+    train_min_loss: float
+    holdout_min_loss: float | None
+    beats_baseline: bool
+    converged: bool | None
+    bic: float | None
+    warnings: list[str]
+    dataset_id: str
+    job_id: str | None
+    created_at: str
+    feature_names: list[str]
+    fit_intercept: bool
+    components: list[Component]
+    baseline_holdout_min_loss: float | None
+    baseline_train_min_loss: float
+    params: dict[str, Any]
+    seed: int | None
+    n_train: int
+    n_holdout: int
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def coef(self) -> NDArray[np.float64]:
+        """The coefficients, shape ``(k, n_features)``."""
+        return np.array([component.coef for component in self.components], dtype=np.float64)
+
+    @property
+    def intercept(self) -> NDArray[np.float64]:
+        """The intercepts, shape ``(k,)``."""
+        return np.array([component.intercept for component in self.components], dtype=np.float64)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Model:
+        """Read the server's JSON."""
+        baseline = data["baseline"]
+        return cls(
+            **_summary_fields(data),
+            feature_names=list(data["feature_names"]),
+            fit_intercept=bool(data["fit_intercept"]),
+            components=[
+                Component(
+                    coef=[float(value) for value in item["coef"]],
+                    intercept=float(item["intercept"]),
+                    share=float(item["share"]),
+                )
+                for item in data["components"]
+            ],
+            baseline_holdout_min_loss=_optional_float(baseline.get("holdout_min_loss")),
+            baseline_train_min_loss=float(baseline["train_min_loss"]),
+            params=dict(data.get("params") or {}),
+            seed=_optional_int(data.get("seed")),
+            n_train=int(data["n_train"]),
+            n_holdout=int(data["n_holdout"]),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Predictions of rows with known targets, and how good they are.
+
+    Attributes
+    ----------
+    predictions : ndarray of shape (n, k)
+        One value per row and line.
+    y : ndarray of shape (n,)
+        The targets the predictions were scored against.
+    min_loss : float
+        Mean over the rows of the smallest squared error among the k values.
+    best_component : ndarray of shape (n,)
+        The line closest to each row's target.
+    """
+
+    predictions: NDArray[np.float64]
+    y: NDArray[np.float64]
+    min_loss: float
+    best_component: NDArray[np.int64]
+
+    @property
+    def row_min_loss(self) -> NDArray[np.float64]:
+        """Shape ``(n,)``: each row's smallest squared error."""
+        index = self.best_component[:, np.newaxis]
+        best = np.take_along_axis(self.predictions, index, axis=1)[:, 0]
+        errors: NDArray[np.float64] = (self.y - best) ** 2
+        return errors

@@ -1,0 +1,177 @@
+"""Limits on what one request may make the server do, each a setting named in its refusal.
+
+Strings have fixed bounds in the schemas (``MAX_TEXT_LENGTH``); counts that decide the cost of
+a fit or an upload are checked here against ``Settings``: data too large is a 413, a parameter
+asking for too much work a 422, and more unfinished jobs than a key may have a 429.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from models_store import repository
+from service.api.errors import DataTooLargeError, LimitExceededError, TooManyJobsError
+from service.api.schemas import MAX_TEXT_LENGTH, FitVariant
+from service.config import Settings
+
+RETRY_AFTER_S = 5
+"""What a client told to wait for its jobs (429) is asked to wait before it tries again."""
+
+
+@dataclass(frozen=True)
+class _Limit:
+    setting: str
+
+    @property
+    def variable(self) -> str:
+        return f"MIXREG_{self.setting.upper()}"
+
+    def value(self, settings: Settings) -> Any:
+        return getattr(settings, self.setting)
+
+
+# Algorithm parameters bounded by a setting (a parameter the algorithm lacks is not checked).
+PARAMETER_LIMITS = {
+    "n_partitions": _Limit("max_n_partitions"),
+    "subsample_size": _Limit("max_subsample_size"),
+    "max_iter": _Limit("max_iterations"),
+    "n_init": _Limit("max_n_init"),
+}
+_ROWS = _Limit("max_rows")
+_FEATURES = _Limit("max_features")
+_K = _Limit("max_k")
+_K_SWEEP = _Limit("max_k_sweep")
+_TIME_BUDGET = _Limit("max_time_budget_s")
+_QUEUED_JOBS = _Limit("max_queued_jobs_per_key")
+
+
+def _number(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+def _above(loc: list[str | int], value: float, limit: _Limit, settings: Settings) -> dict[str, Any]:
+    """A validation error (as in ``errors[]`` of a 422) for ``value`` above ``limit``."""
+    location = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
+    maximum = limit.value(settings)
+    return {
+        "loc": ["body", *loc],
+        "msg": f"{location.lstrip('.')} = {_number(value)} is above the limit of "
+        f"{_number(maximum)} ({limit.variable})",
+        "type": "limit_exceeded",
+    }
+
+
+def check_data_shape(
+    n_rows: int, n_features: int | None, *, settings: Settings, what: str = "the data"
+) -> None:
+    """Raise ``DataTooLargeError`` (413) if ``what`` has more rows or features than allowed."""
+    problems = []
+    if n_rows > settings.max_rows:
+        problems.append(
+            f"{what} has {n_rows:,} rows; at most {settings.max_rows:,} are accepted "
+            f"({_ROWS.variable})"
+        )
+    if n_features is not None and n_features > settings.max_features:
+        problems.append(
+            f"{what} has {n_features:,} features; at most {settings.max_features:,} are "
+            f"accepted ({_FEATURES.variable})"
+        )
+    if problems:
+        raise DataTooLargeError("; ".join(problems))
+
+
+def check_names(names: list[str], *, field: str) -> None:
+    """Raise ``LimitExceededError`` if a name (of a CSV column, say) is longer than allowed."""
+    for index, name in enumerate(names):
+        if len(name) > MAX_TEXT_LENGTH:
+            where = f"{field}[{index}]" if len(names) > 1 or field == "feature_names" else field
+            raise LimitExceededError(
+                f"{where} has {len(name):,} characters; a name may have at most {MAX_TEXT_LENGTH}"
+            )
+
+
+def check_upload_names(
+    *, name: str | None, feature_names: list[str], target_name: str | None
+) -> None:
+    """Raise ``LimitExceededError`` if an upload's name, a column name or the target name is
+    longer than a name may be (a JSON body's are bounded by its schema already)."""
+    if name is not None:
+        check_names([name], field="name")
+    check_names(feature_names, field="feature_names")
+    if target_name is not None:
+        check_names([target_name], field="target")
+
+
+def check_fit_request(request: FitVariant, *, settings: Settings) -> None:
+    """Raise if a fit asks for more than the limits: 413 for inline data, else 422 listing
+    every parameter above its limit."""
+    if request.data is not None:
+        check_data_shape(
+            len(request.data.X),
+            len(request.data.X[0]) if request.data.X else None,
+            settings=settings,
+            what="data.X",
+        )
+    errors: list[dict[str, Any]] = []
+    k = request.n_components
+    if isinstance(k, list) and len(k) > settings.max_k_sweep:
+        errors.append(
+            {
+                "loc": ["body", "k"],
+                "msg": f"k lists {len(k)} values; a sweep fits at most {settings.max_k_sweep} "
+                f"({_K_SWEEP.variable}); split it into several jobs",
+                "type": "limit_exceeded",
+            }
+        )
+    if isinstance(k, list):
+        errors.extend(
+            _above(["k", index], value, _K, settings)
+            for index, value in enumerate(k)
+            if value > settings.max_k
+        )
+    elif k > settings.max_k:
+        errors.append(_above(["k"], k, _K, settings))
+    for parameter, limit in PARAMETER_LIMITS.items():
+        value = getattr(request.params, parameter, None)
+        if isinstance(value, int) and value > limit.value(settings):
+            errors.append(_above(["params", parameter], value, limit, settings))
+    budget = request.time_budget_s
+    if budget is not None and budget > settings.max_time_budget_s:
+        errors.append(_above(["time_budget_s"], budget, _TIME_BUDGET, settings))
+    if errors:
+        raise LimitExceededError("; ".join(error["msg"] for error in errors), errors=errors)
+
+
+def check_job_quota(session: Session, *, api_key_id: str | None, settings: Settings) -> None:
+    """Raise ``TooManyJobsError`` (429) if the key already has as many unfinished jobs as it
+    may (without keys, all jobs count together)."""
+    unfinished = repository.count_unfinished_jobs(session, api_key_id=api_key_id)
+    maximum = settings.max_queued_jobs_per_key
+    if unfinished >= maximum:
+        owner = f"API key {api_key_id}" if api_key_id is not None else "this server"
+        raise TooManyJobsError(
+            f"{owner} has {unfinished} jobs queued or running, the most allowed "
+            f"({_QUEUED_JOBS.variable} = {maximum}); retry once some have finished",
+            retry_after_s=RETRY_AFTER_S,
+        )
+
+
+def check_fit_admission(
+    session: Session,
+    *,
+    request: FitVariant,
+    idempotency_key: str | None,
+    api_key_id: str | None,
+    settings: Settings,
+) -> None:
+    """Raise unless a fit may be queued: its parameters and data within the limits, and its key
+    below its number of unfinished jobs (a retry of a job already queued is always answered)."""
+    check_fit_request(request, settings=settings)
+    replay = idempotency_key is not None and (
+        repository.get_job_by_idempotency_key(session, key=idempotency_key) is not None
+    )
+    if not replay:
+        check_job_quota(session, api_key_id=api_key_id, settings=settings)

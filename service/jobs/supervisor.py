@@ -1,0 +1,235 @@
+"""The fit processes of one worker: start a claimed job's fit in a child process and watch it.
+
+Both workers use this: the embedded worker (a thread in an API process that polls the
+``jobs`` table) and the Procrastinate worker (``mixreg worker``). Whichever claimed the job, the
+child runs :func:`service.jobs.training.run_job`, and the supervisor stops a fit whose
+cancellation was requested, kills one that exceeds the job time limit, fails the job of a fit
+process that died, and hands running jobs back on a clean shutdown. Every write is conditional
+on the job still being the worker's own (see ``models_store.repository``).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from models_store import repository
+from models_store.session import session_scope
+from service.api.metrics import ServiceMetrics
+from service.config import Settings
+from service.jobs.training import EXIT_PARENT_LOST, run_job
+
+logger = logging.getLogger(__name__)
+
+# How long a stopped child gets to exit after SIGTERM before it is killed.
+TERMINATE_GRACE_S = 1.0
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_worker_id() -> str:
+    """A worker id that names the machine and the process: ``host:pid:random``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """Why a fit process ended before it finished its job, for the job's error."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"the fit process was killed by {name} before it finished the job"
+    if exitcode == EXIT_PARENT_LOST:
+        return "the fit process lost its worker before it finished the job"
+    return f"the fit process exited with code {exitcode} before it finished the job"
+
+
+@dataclass
+class RunningFit:
+    """A job's fit running in a child process."""
+
+    job_id: str
+    algorithm: str
+    process: BaseProcess
+    started: float
+    # Held open while the fit runs; the child sees end of file if this process dies.
+    alive_writer: Connection
+
+    @property
+    def pid(self) -> int | None:
+        """The fit process's id."""
+        return self.process.pid
+
+
+class FitSupervisor:
+    """Starts the fits of jobs claimed by ``worker_id`` and enforces their end."""
+
+    def __init__(
+        self,
+        *,
+        session_factory: sessionmaker[Session],
+        settings: Settings,
+        worker_id: str,
+        metrics: ServiceMetrics | None = None,
+    ) -> None:
+        self.worker_id = worker_id
+        self._session_factory = session_factory
+        self._settings = settings
+        self._metrics = metrics
+        self._context = multiprocessing.get_context("forkserver")
+        # The fork server imports the fit code once; each fit then starts in milliseconds
+        # instead of re-importing scikit-learn, and no process is forked from this threaded one.
+        # A child also re-runs the server's main script (`mixreg` or `uvicorn`), whose imports
+        # service.cli covers.
+        self._context.set_forkserver_preload(["service.jobs.training", "service.cli"])
+
+    def warm_up(self) -> None:
+        """Start the fork server and wait until it has imported the fit code (seconds), so
+        that the first fit does not wait for it."""
+        process = self._context.Process(target=os.getpid, name="mixreg-fork-server-warm-up")
+        process.start()
+        process.join()
+
+    def start(self, job_id: str, algorithm: str) -> RunningFit | None:
+        """Start the fit of ``job_id``, just claimed by this worker, in a child process.
+
+        Returns None if the process could not be started (the job is then failed).
+        """
+        alive_reader, alive_writer = self._context.Pipe(duplex=False)
+        process = self._context.Process(
+            target=run_job,
+            args=(job_id, self._settings.database_url),
+            kwargs={
+                "heartbeat_interval_s": self._settings.heartbeat_interval_s,
+                "progress_interval_s": self._settings.progress_interval_s,
+                "worker_id": self.worker_id,
+                "worker_alive": alive_reader,
+                "log_format": self._settings.log_format,
+            },
+            name=f"mixreg-fit-{job_id}",
+            daemon=True,
+        )
+        fit = RunningFit(job_id, algorithm, process, time.monotonic(), alive_writer)
+        try:
+            process.start()
+        except OSError as exc:
+            alive_writer.close()
+            self._fail_if_still_running(fit, f"could not start the fit process: {exc}")
+            return None
+        finally:
+            alive_reader.close()
+        # Starting may have waited for the fork server; renew the claim's heartbeat so the job
+        # does not look stale before its fit process beats for itself.
+        with session_scope(self._session_factory) as session:
+            repository.heartbeat(session, job_id=job_id, worker_id=self.worker_id, now=_now())
+        logger.info(
+            "job %s started (%s) by worker %s in process %s",
+            job_id,
+            algorithm,
+            self.worker_id,
+            process.pid,
+        )
+        return fit
+
+    def check(self, fit: RunningFit, *, cancel_requested: bool) -> str | None:
+        """One look at a running fit; return the job's final status once the fit is over.
+
+        A fit process that exited is collected (its job failed if it did not finish it); a fit
+        whose cancellation was requested is stopped and its job cancelled; one over the job
+        time limit is killed and its job failed. None while the fit goes on.
+        """
+        if not fit.process.is_alive():
+            fit.process.join()
+            fit.alive_writer.close()
+            return self._observe(
+                fit, self._fail_if_still_running(fit, describe_exit(fit.process.exitcode))
+            )
+        if cancel_requested:
+            self.end_process(fit)
+            with session_scope(self._session_factory) as session:
+                cancelled = repository.finish_job(
+                    session,
+                    job_id=fit.job_id,
+                    worker_id=self.worker_id,
+                    status="cancelled",
+                    now=_now(),
+                )
+            if cancelled:
+                logger.info("job %s cancelled", fit.job_id)
+                return self._observe(fit, "cancelled")
+            # The fit finished (or lost) the job just before it was stopped.
+            return self._observe(fit, self._status_of(fit.job_id))
+        limit = self._settings.job_time_limit_s
+        if time.monotonic() - fit.started > limit:
+            self.end_process(fit)
+            return self._observe(
+                fit, self._fail_if_still_running(fit, f"time limit of {limit:g} s exceeded")
+            )
+        return None
+
+    def hand_back(self, fit: RunningFit) -> str | None:
+        """Stop ``fit`` for a clean shutdown and put its job straight back in the queue.
+
+        The interrupted attempt is not counted. Returns the job's new status (``queued``, or
+        ``cancelled`` if its cancellation was requested), or None if the job was no longer
+        this worker's.
+        """
+        self.end_process(fit)
+        with session_scope(self._session_factory) as session:
+            status = repository.release_job(
+                session, job_id=fit.job_id, worker_id=self.worker_id, now=_now()
+            )
+        if status == "queued":
+            logger.info("job %s queued again on shutdown", fit.job_id)
+        return status
+
+    @staticmethod
+    def end_process(fit: RunningFit) -> None:
+        """Terminate the fit process (kill it if it does not exit within the grace)."""
+        fit.process.terminate()
+        fit.process.join(TERMINATE_GRACE_S)
+        if fit.process.is_alive():
+            fit.process.kill()
+            fit.process.join()
+        fit.alive_writer.close()
+
+    def _fail_if_still_running(self, fit: RunningFit, error: str) -> str:
+        """Fail the job of a fit that ended without finishing it; return the job's status."""
+        with session_scope(self._session_factory) as session:
+            if repository.finish_job(
+                session,
+                job_id=fit.job_id,
+                worker_id=self.worker_id,
+                status="failed",
+                error=error,
+                now=_now(),
+            ):
+                logger.warning("job %s failed: %s", fit.job_id, error)
+                return "failed"
+        return self._status_of(fit.job_id)
+
+    def _status_of(self, job_id: str) -> str:
+        with session_scope(self._session_factory) as session:
+            job = repository.get_job(session, job_id=job_id)
+            return job.status if job is not None else "failed"
+
+    def _observe(self, fit: RunningFit, status: str) -> str:
+        if self._metrics is not None:
+            self._metrics.observe_fit(
+                algorithm=fit.algorithm, status=status, seconds=time.monotonic() - fit.started
+            )
+        return status

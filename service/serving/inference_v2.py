@@ -1,0 +1,295 @@
+"""The Open Inference Protocol (KServe v2, Triton's HTTP/REST API) for fitted models.
+
+A model is named by its id and has one version, ``"1"``. It has one input, ``X``: an FP64 (or
+FP32, or integer) tensor of shape ``[n, d]``; and one output, ``predictions``: an FP64 tensor
+of shape ``[n, k]``, one value per line for each row.
+
+Tensors travel as JSON (``"data"``, flat in row-major order or nested) or, with the protocol's
+binary tensor data extension, as raw little-endian bytes after the JSON header, whose length is
+given by the ``Inference-Header-Content-Length`` header. A response carries its output in
+binary when the request's output asks for ``"binary_data": true`` or the request's parameters
+set ``"binary_data_output": true`` (as off-the-shelf clients do by default).
+
+Errors are problem+json documents whose ``error`` member repeats the ``detail``, the field
+clients of the protocol read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import ValidationError
+
+from service.api.errors import ProblemError
+from service.api.schemas_v2 import (
+    InferenceRequest,
+    InferenceResponse,
+    MetadataTensor,
+    ModelMetadata,
+    RequestInput,
+    ResponseOutput,
+)
+from service.data import ingest
+from service.serving.prediction import FloatArray, StoredLines, predict_matrix
+
+MODEL_VERSION = "1"
+INPUT_NAME = "X"
+OUTPUT_NAME = "predictions"
+PLATFORM = "mixreg"
+HEADER_LENGTH = "Inference-Header-Content-Length"
+BINARY_MEDIA_TYPE = "application/octet-stream"
+
+# Datatypes an input may have, as little-endian numpy dtypes; every one is read as float64.
+INPUT_DATATYPES: dict[str, np.dtype[Any]] = {
+    name: np.dtype(code)
+    for name, code in {
+        "FP64": "<f8",
+        "FP32": "<f4",
+        "FP16": "<f2",
+        "INT64": "<i8",
+        "INT32": "<i4",
+        "INT16": "<i2",
+        "INT8": "i1",
+        "UINT64": "<u8",
+        "UINT32": "<u4",
+        "UINT16": "<u2",
+        "UINT8": "u1",
+    }.items()
+}
+
+
+class InferenceProtocolError(ProblemError):
+    """An inference request the protocol or the model cannot serve (400)."""
+
+    status = 400
+    slug = "inference-request"
+
+
+def model_metadata(lines: StoredLines) -> ModelMetadata:
+    """What a client needs to call the model: its input and output tensors."""
+    n_components = int(lines.coef.shape[0])
+    return ModelMetadata(
+        name=lines.model_id,
+        versions=[MODEL_VERSION],
+        platform=PLATFORM,
+        inputs=[MetadataTensor(name=INPUT_NAME, datatype="FP64", shape=[-1, lines.n_features])],
+        outputs=[MetadataTensor(name=OUTPUT_NAME, datatype="FP64", shape=[-1, n_components])],
+    )
+
+
+def check_version(model_id: str, version: str | None) -> None:
+    """Raise ``VersionNotFoundError`` (404) unless ``version`` is absent or the only one."""
+    if version is not None and version != MODEL_VERSION:
+        raise VersionNotFoundError(
+            f"model {model_id} has no version '{version}'; its only version is '{MODEL_VERSION}'"
+        )
+
+
+class VersionNotFoundError(ProblemError):
+    """The model exists but not in the version asked for (404)."""
+
+    status = 404
+    slug = "not-found"
+
+
+@dataclass(frozen=True)
+class ParsedInference:
+    """An inference request: its JSON header, the rows of its input, how to answer."""
+
+    request: InferenceRequest
+    X: FloatArray
+    binary_output: bool
+
+
+def split_body(body: bytes, header_length: str | None) -> tuple[bytes, bytes]:
+    """The JSON header and the binary tensor data of a request body."""
+    if header_length is None:
+        return body, b""
+    try:
+        length = int(header_length)
+    except ValueError:
+        raise InferenceProtocolError(
+            f"{HEADER_LENGTH} must be a number of bytes, got '{header_length}'"
+        ) from None
+    if not 0 < length <= len(body):
+        raise InferenceProtocolError(
+            f"{HEADER_LENGTH} is {length} but the body holds {len(body)} bytes; it must give "
+            f"the length of the JSON header at the start of the body"
+        )
+    return body[:length], body[length:]
+
+
+def parse_request(header: bytes) -> InferenceRequest:
+    """The JSON header of an inference request, checked by its schema."""
+    if not header.strip():
+        raise InferenceProtocolError("the inference request is empty; send a JSON header")
+    try:
+        return InferenceRequest.model_validate_json(header)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        message = first["msg"] if not where else f"{where}: {first['msg']}"
+        if first["type"] == "json_invalid":
+            message = f"the inference request header is not valid JSON: {first['msg']}"
+        raise InferenceProtocolError(message) from None
+
+
+def read_inference(lines: StoredLines, header: bytes, binary: bytes) -> ParsedInference:
+    """Check an inference request against the model and read its input rows."""
+    request = parse_request(header)
+    if len(request.inputs) != 1:
+        names = ", ".join(f"'{tensor.name}'" for tensor in request.inputs) or "none"
+        raise InferenceProtocolError(
+            f"model {lines.model_id} has one input, '{INPUT_NAME}'; the request has {names}"
+        )
+    tensor = request.inputs[0]
+    if tensor.name != INPUT_NAME:
+        raise InferenceProtocolError(
+            f"model {lines.model_id} has one input, '{INPUT_NAME}'; the request sends "
+            f"'{tensor.name}'"
+        )
+    X = _input_rows(tensor, binary, n_features=lines.n_features, model_id=lines.model_id)
+    return ParsedInference(request=request, X=X, binary_output=_binary_output(request))
+
+
+def _input_rows(
+    tensor: RequestInput, binary: bytes, *, n_features: int, model_id: str
+) -> FloatArray:
+    dtype = INPUT_DATATYPES.get(tensor.datatype)
+    if dtype is None:
+        raise InferenceProtocolError(
+            f"input '{tensor.name}' has datatype {tensor.datatype}; send FP64 or FP32 (or "
+            f"an integer type)"
+        )
+    if len(tensor.shape) != 2 or tensor.shape[1] != n_features:
+        raise InferenceProtocolError(
+            f"input '{tensor.name}' has shape {tensor.shape}; model {model_id} takes "
+            f"[n, {n_features}]: n rows of {n_features} features"
+        )
+    n_rows = tensor.shape[0]
+    if n_rows < 1:
+        raise InferenceProtocolError(f"input '{tensor.name}' has no rows (shape {tensor.shape})")
+    count = n_rows * n_features
+    binary_size = (tensor.parameters or {}).get("binary_data_size")
+    if binary_size is not None:
+        values = _binary_values(tensor, binary, binary_size, dtype=dtype, count=count)
+    else:
+        if binary:
+            raise InferenceProtocolError(
+                f"the body has {len(binary)} bytes after the JSON header but input "
+                f"'{tensor.name}' gives no binary_data_size"
+            )
+        values = _json_values(tensor, count=count, dtype=dtype)
+    X = np.ascontiguousarray(values.reshape(n_rows, n_features), dtype=np.float64)
+    try:
+        ingest.check_finite_matrix(X, name=tensor.name)
+    except ingest.IngestError as exc:
+        raise InferenceProtocolError(str(exc)) from None
+    return X
+
+
+def _binary_values(
+    tensor: RequestInput, binary: bytes, size: Any, *, dtype: np.dtype[Any], count: int
+) -> NDArray[Any]:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise InferenceProtocolError(
+            f"input '{tensor.name}': binary_data_size must be a number of bytes, got {size!r}"
+        )
+    expected = count * dtype.itemsize
+    if size != expected:
+        raise InferenceProtocolError(
+            f"input '{tensor.name}' of shape {tensor.shape} and datatype {tensor.datatype} "
+            f"needs {expected} bytes, but binary_data_size is {size}"
+        )
+    if len(binary) != size:
+        raise InferenceProtocolError(
+            f"input '{tensor.name}' announces {size} bytes of binary data but the body holds "
+            f"{len(binary)} after the JSON header"
+        )
+    return np.frombuffer(binary, dtype=dtype, count=count)
+
+
+def _json_values(tensor: RequestInput, *, count: int, dtype: np.dtype[Any]) -> NDArray[Any]:
+    if tensor.data is None:
+        raise InferenceProtocolError(
+            f"input '{tensor.name}' has neither data nor parameters.binary_data_size"
+        )
+    flat = _flatten(tensor.data, name=tensor.name)
+    if len(flat) != count:
+        raise InferenceProtocolError(
+            f"input '{tensor.name}' of shape {tensor.shape} needs {count} values, got {len(flat)}"
+        )
+    try:
+        values = np.array(flat, dtype=np.float64)
+    except OverflowError:
+        raise InferenceProtocolError(
+            f"input '{tensor.name}' holds an integer too large for a float64"
+        ) from None
+    if dtype.kind in "iu" and not np.array_equal(values, np.floor(values)):
+        raise InferenceProtocolError(
+            f"input '{tensor.name}' has datatype {tensor.datatype} but holds non-integers"
+        )
+    return values
+
+
+def _flatten(data: list[Any], *, name: str) -> list[float]:
+    """The values of a flat or nested (row-major) ``data`` list; only numbers are allowed."""
+    flat: list[float] = []
+    stack: list[Any] = [iter(data)]
+    while stack:
+        item = next(stack[-1], _END)
+        if item is _END:
+            stack.pop()
+        elif isinstance(item, list):
+            stack.append(iter(item))
+        elif isinstance(item, int | float) and not isinstance(item, bool):
+            flat.append(item)
+        else:
+            raise InferenceProtocolError(
+                f"input '{name}' holds {type(item).__name__} {item!r}; its data must be numbers"
+            )
+    return flat
+
+
+_END = object()
+
+
+def _binary_output(request: InferenceRequest) -> bool:
+    """Whether the answer carries ``predictions`` as binary data."""
+    default = bool((request.parameters or {}).get("binary_data_output", False))
+    if request.outputs is None:
+        return default
+    if len(request.outputs) != 1 or request.outputs[0].name != OUTPUT_NAME:
+        names = ", ".join(f"'{output.name}'" for output in request.outputs) or "none"
+        raise InferenceProtocolError(
+            f"the model has one output, '{OUTPUT_NAME}'; the request asks for {names}"
+        )
+    return bool((request.outputs[0].parameters or {}).get("binary_data", default))
+
+
+def infer(lines: StoredLines, parsed: ParsedInference) -> tuple[bytes, int | None]:
+    """Predict and encode the response: the body and, for binary output, the length of its JSON
+    header (for ``Inference-Header-Content-Length``)."""
+    predictions = predict_matrix(lines, parsed.X)
+    output = ResponseOutput(
+        name=OUTPUT_NAME, datatype="FP64", shape=[int(size) for size in predictions.shape]
+    )
+    raw = b""
+    if parsed.binary_output:
+        raw = np.ascontiguousarray(predictions, dtype="<f8").tobytes()
+        output.parameters = {"binary_data_size": len(raw)}
+    else:
+        output.data = predictions.ravel().tolist()
+    response = InferenceResponse(
+        model_name=lines.model_id,
+        model_version=MODEL_VERSION,
+        id=parsed.request.id,
+        outputs=[output],
+    )
+    header = response.model_dump_json(exclude_none=True).encode()
+    if not parsed.binary_output:
+        return header, None
+    return header + raw, len(header)

@@ -1,0 +1,1 @@
+"""Pictures of fits and the read-only web page."""

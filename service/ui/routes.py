@@ -1,0 +1,217 @@
+"""Pictures of fits (``/models/{id}/plot.png``, ``/jobs/{id}/plot.png``) and the read-only
+web page (``/ui``), rendered on the server from the stored rows.
+
+The routes are plain ``def`` functions, so FastAPI runs them in its worker threads: reading a
+dataset and drawing never block the event loop. Each reads in a short unit of work and draws
+after it has ended, so no database lock is held while matplotlib works.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from sqlalchemy.orm import Session
+
+from models_store import repository
+from models_store.session import session_scope
+from models_store.tables import Job, Model
+from service.api.deps import SessionFactoryDep
+from service.api.errors import ConflictError, NotFoundError
+from service.api.views import job_out, model_out, model_summary
+from service.ui import plots
+
+HERE = Path(__file__).parent
+TEMPLATES = Jinja2Templates(directory=HERE / "templates")
+STATIC_PATH = "/ui/static"
+# Seconds between refreshes of the page: quick while a fit runs, slow when all is quiet.
+REFRESH_ACTIVE_S = 2
+REFRESH_IDLE_S = 15
+PAGE_JOBS = 25
+PAGE_MODELS = 12
+
+router = APIRouter(tags=["plots"])
+pages = APIRouter(include_in_schema=False)
+
+PNG_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"image/png": {}}, "description": "a PNG picture"},
+    304: {"description": "the picture named by If-None-Match has not changed"},
+}
+
+
+def get_picture_cache(request: Request) -> plots.PictureCache:
+    """The app's cache of rendered pictures."""
+    cache: plots.PictureCache = request.app.state.picture_cache
+    return cache
+
+
+PictureCacheDep = Annotated[plots.PictureCache, Depends(get_picture_cache)]
+
+
+def install(app: Any) -> None:
+    """Add the picture routes, the page and its static files to ``app``."""
+    app.state.picture_cache = plots.PictureCache(capacity=64)
+    app.mount(STATIC_PATH, StaticFiles(directory=HERE / "static"), name="ui-static")
+    app.include_router(router)
+    app.include_router(pages)
+
+
+def _title(kind: str, name: str | None, identifier: str) -> str:
+    return f"{kind} {name} ({identifier[:8]})" if name else f"{kind} {identifier}"
+
+
+def _model_picture(session: Session, model: Model) -> plots.ModelPicture:
+    dataset = repository.get_dataset(session, dataset_id=model.dataset_id)
+    if dataset is None:
+        raise NotFoundError(f"the dataset {model.dataset_id} of model {model.id} is gone")
+    X, y = repository.load_dataset_arrays(dataset)
+    shape = (model.n_components, model.n_features)
+    return plots.ModelPicture(
+        title=f"{_title('model', model.name, model.id)}: k={model.n_components}, "
+        f"{model.algorithm}, holdout min-loss "
+        f"{'-' if model.holdout_min_loss is None else f'{model.holdout_min_loss:.4g}'}",
+        coef=np.asarray(model.coef, dtype=np.float64).reshape(shape),
+        intercept=np.asarray(model.intercept, dtype=np.float64),
+        feature_names=list(model.feature_names),
+        target_name=dataset.target_name,
+        loss_history=list(model.loss_history),
+        X=X,
+        y=y,
+    )
+
+
+def _sweep_picture(job: Job) -> plots.SweepPicture:
+    sweep = job.sweep
+    assert sweep is not None
+    entries = sorted(sweep["models"], key=lambda entry: entry["n_components"])
+    return plots.SweepPicture(
+        title=f"{_title('k sweep', job.name, job.id)}, {job.algorithm}",
+        k_values=[entry["n_components"] for entry in entries],
+        train_min_loss=[entry["train_min_loss"] for entry in entries],
+        holdout_min_loss=[entry["holdout_min_loss"] for entry in entries],
+        bic=[entry["bic"] for entry in entries],
+        best_k=sweep["best_n_components"],
+    )
+
+
+def _png_response(request: Request, png: bytes | None, etag: str) -> Response:
+    headers = {"ETag": etag, "Cache-Control": "no-cache"}
+    if png is None:
+        return Response(status_code=304, headers=headers)
+    return Response(png, media_type="image/png", headers=headers)
+
+
+def _unchanged(request: Request, etag: str) -> bool:
+    return etag in [tag.strip() for tag in request.headers.get("if-none-match", "").split(",")]
+
+
+@router.get("/models/{model_id}/plot.png", response_class=Response, responses=PNG_RESPONSE)
+def model_plot(
+    model_id: str, request: Request, session_factory: SessionFactoryDep, cache: PictureCacheDep
+) -> Response:
+    """A picture of the fit: with one feature the rows and the k lines, each row coloured by
+    its best line; with several, each row's target against its best line's prediction; beside
+    it the training loss per iteration."""
+    etag = f'"model-{model_id}"'
+    picture: plots.ModelPicture | None = None
+    with session_scope(session_factory) as session:
+        model = repository.get_model(session, model_id=model_id)
+        if model is None:
+            raise NotFoundError(f"model {model_id} does not exist")
+        png = cache.get(model_id)
+        if png is None and not _unchanged(request, etag):
+            picture = _model_picture(session, model)
+    if _unchanged(request, etag):
+        return _png_response(request, None, etag)
+    if png is None:
+        assert picture is not None
+        png = plots.render_model(picture)
+        cache.put(model_id, png)
+    return _png_response(request, png, etag)
+
+
+@router.get(
+    "/jobs/{job_id}/plot.png",
+    response_class=Response,
+    responses={**PNG_RESPONSE, 409: {"description": "the k sweep has not succeeded (yet)"}},
+)
+def sweep_plot(
+    job_id: str, request: Request, session_factory: SessionFactoryDep, cache: PictureCacheDep
+) -> Response:
+    """A picture of a k sweep: train and holdout min-loss against k, and BIC against k with
+    the preferred k marked."""
+    etag = f'"sweep-{job_id}"'
+    with session_scope(session_factory) as session:
+        job = repository.get_job(session, job_id=job_id)
+        if job is None:
+            raise NotFoundError(f"job {job_id} does not exist")
+        if job.k_values is None:
+            where = (
+                f"; its model's picture is /models/{job.model_id}/plot.png" if job.model_id else ""
+            )
+            raise NotFoundError(f"job {job_id} fits one k, not a k sweep{where}")
+        if job.status != "succeeded" or job.sweep is None:
+            raise ConflictError(
+                f"job {job_id} is {job.status}; its sweep is drawn once it has succeeded"
+            )
+        picture = _sweep_picture(job)
+    if _unchanged(request, etag):
+        return _png_response(request, None, etag)
+    png = cache.get(f"sweep-{job_id}")
+    if png is None:
+        png = plots.render_sweep(picture)
+        cache.put(f"sweep-{job_id}", png)
+    return _png_response(request, png, etag)
+
+
+# --- the page ---
+
+
+@pages.get("/", response_class=RedirectResponse)
+def root() -> RedirectResponse:
+    """The page is the front door for a person with a browser."""
+    return RedirectResponse("/ui")
+
+
+@pages.get("/ui", response_class=HTMLResponse)
+def overview(request: Request, session_factory: SessionFactoryDep) -> HTMLResponse:
+    """Jobs with their progress, and models with their scores and pictures."""
+    with session_scope(session_factory) as session:
+        jobs, jobs_total = repository.list_jobs(session, status=None, limit=PAGE_JOBS, offset=0)
+        models, models_total = repository.list_models(session, limit=PAGE_MODELS, offset=0)
+        counts = repository.count_jobs_by_status(session)
+        job_views = [job_out(job) for job in jobs]
+        model_views = [model_summary(model) for model in models]
+    active = counts.get("queued", 0) + counts.get("running", 0)
+    return TEMPLATES.TemplateResponse(
+        request,
+        "overview.html",
+        {
+            "jobs": job_views,
+            "jobs_total": jobs_total,
+            "models": model_views,
+            "models_total": models_total,
+            "counts": counts,
+            "refresh_s": REFRESH_ACTIVE_S if active else REFRESH_IDLE_S,
+            "now": datetime.now(UTC),
+        },
+    )
+
+
+@pages.get("/ui/models/{model_id}", response_class=HTMLResponse)
+def model_page(request: Request, model_id: str, session_factory: SessionFactoryDep) -> HTMLResponse:
+    """One model: its picture, lines, scores and warnings."""
+    with session_scope(session_factory) as session:
+        model = repository.get_model(session, model_id=model_id)
+        if model is None:
+            raise NotFoundError(f"model {model_id} does not exist")
+        view = model_out(model)
+    return TEMPLATES.TemplateResponse(
+        request, "model.html", {"model": view, "now": datetime.now(UTC)}
+    )

@@ -1,0 +1,216 @@
+"""The user's commands of the ``mixreg`` console script against a real server: fit with a live
+progress bar, predict a CSV, list and show; exit codes and one-line messages; Ctrl-C."""
+
+from __future__ import annotations
+
+import csv
+import os
+import pty
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from .conftest import REPO, Server, mixture_data
+
+pytestmark = pytest.mark.e2e
+
+# A sub-sample search with far more partitions than it can try runs until it is cancelled.
+LONG_FITS_ALLOWED = {"MIXREG_MAX_N_PARTITIONS": str(10**9)}
+LONG_FIT_PARAMS = {"n_partitions": 10**9, "subsample_size": 30}
+
+MIXREG = REPO / ".venv" / "bin" / "mixreg"
+FAST = ["--param", "n_init=4", "--param", "n_partitions=50", "--param", "subsample_size=30"]
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server (SQLite) for the tests of this module."""
+    folder = tmp_path_factory.mktemp("cli")
+    server = Server(
+        database_url=f"sqlite:///{folder / 'mixreg.db'}",
+        log_path=folder / "server.log",
+        settings=LONG_FITS_ALLOWED,
+    )
+    server.start()
+    yield server
+    server.stop()
+    server.client.close()
+
+
+def mixreg(*args: str, url: str | None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    environment = {key: value for key, value in os.environ.items() if key != "MIXREG_URL"}
+    if url is not None:
+        environment["MIXREG_URL"] = url
+    return subprocess.run(
+        [str(MIXREG), *args],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def write_csv(path: Path, X: np.ndarray, y: np.ndarray | None, names=("a", "b", "c")) -> Path:
+    with path.open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow([*names, *(["y"] if y is not None else [])])
+        for index, row in enumerate(X):
+            writer.writerow(
+                [repr(float(v)) for v in row] + ([repr(float(y[index]))] if y is not None else [])
+            )
+    return path
+
+
+def test_fit_predict_list_and_show(live: Server, tmp_path: Path):
+    X, y = mixture_data(n_rows=150, seed=9)
+    data = write_csv(tmp_path / "data.csv", X, y)
+
+    fitted = mixreg(
+        "fit", str(data), "--target", "y", "--k", "2", "--seed", "4", *FAST, url=live.base_url
+    )
+    assert fitted.returncode == 0, fitted.stderr
+    model_id = re.search(r"^model ([0-9a-f]{32})$", fitted.stdout, re.MULTILINE)
+    assert model_id is not None, fitted.stdout
+    model_id = model_id.group(1)
+    model = live.request("GET", f"/models/{model_id}").json()
+    assert f"holdout min-loss  {model['holdout_min_loss']:.4g}" in fitted.stdout
+    assert "line 0            y = " in fitted.stdout and "line 1" in fitted.stdout
+    # The progress bar went to standard error and reached the end.
+    assert "100%" in fitted.stderr and "succeeded" in fitted.stderr
+
+    output = tmp_path / "predictions.csv"
+    predicted = mixreg("predict", model_id, str(data), "-o", str(output), url=live.base_url)
+    assert predicted.returncode == 0, predicted.stderr
+    with output.open() as file:
+        rows = list(csv.reader(file))
+    assert rows[0] == ["component_0", "component_1", "best", "min_loss"]
+    values = np.array([[float(cell) for cell in row] for row in rows[1:]])
+    served = live.request(
+        "POST", f"/models/{model_id}/predict", json={"X": X.tolist(), "y": y.tolist()}
+    ).json()
+    np.testing.assert_array_equal(values[:, :2], np.array(served["predictions"]))
+    np.testing.assert_array_equal(values[:, 2], served["best_component"])
+    assert values[:, 3].mean() == pytest.approx(served["min_loss"], rel=1e-12)
+    assert f"wrote 150 rows x 2 components to {output}" in predicted.stderr
+
+    # Without the target column: one column per component, to standard output.
+    features_only = write_csv(tmp_path / "features.csv", X[:3], None)
+    printed = mixreg("predict", model_id, str(features_only), url=live.base_url)
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout.splitlines()[0] == "component_0,component_1"
+    assert len(printed.stdout.splitlines()) == 4
+
+    listed = mixreg("models", url=live.base_url)
+    assert listed.returncode == 0 and model_id in listed.stdout
+    jobs = mixreg("jobs", url=live.base_url)
+    assert jobs.returncode == 0 and "succeeded" in jobs.stdout and model_id in jobs.stdout
+    shown = mixreg("show", model_id, url=live.base_url)
+    assert shown.returncode == 0 and shown.stdout.startswith(f"model {model_id}")
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["show", "f" * 32], 1, "no model or job has the id ffff"),
+        (["predict", "f" * 32, "{data}"], 1, f"model {'f' * 32} does not exist (404 Not Found)"),
+        (
+            ["fit", "{data}", "--k", "2"],
+            2,
+            "name the column to predict with --target; {data} has the columns a, b, c, y",
+        ),
+        (
+            ["fit", "{bad}", "--target", "y", "--k", "2"],
+            2,
+            "{bad}: CSV line 3, column 'b': 'oops' is not a number",
+        ),
+        (
+            ["fit", "{data}", "--target", "y", "--k", "0"],
+            1,
+            "k: Input should be greater than or equal to 1 (422 Unprocessable Entity)",
+        ),
+    ],
+)
+def test_failures_exit_non_zero_with_one_line(live: Server, tmp_path: Path, args, code, message):
+    data = write_csv(tmp_path / "data.csv", *mixture_data(n_rows=20))
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b,y\n1,2,3\n4,oops,6\n")
+    args = [arg.format(data=data, bad=bad) for arg in args]
+    result = mixreg(*args, url=live.base_url)
+    assert result.returncode == code, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("mixreg: ") and message.format(data=data, bad=bad) in lines[0]
+
+
+def test_an_unreachable_server_exits_3_naming_the_url():
+    result = mixreg("models", "--url", "http://127.0.0.1:9", url=None)
+    assert result.returncode == 3
+    assert result.stderr.startswith("mixreg: cannot reach the mixreg server at http://127.0.0.1:9")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def read_until(fd: int, pattern: str, timeout: float) -> str:
+    """Read the terminal until ``pattern`` appears (or fail after ``timeout`` seconds)."""
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while pattern not in seen:
+        assert time.monotonic() < deadline, f"never saw {pattern!r} in:\n{seen}"
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # the terminal closed: the program exited
+            break
+        seen += chunk.decode(errors="replace")
+    return seen
+
+
+def test_ctrl_c_asks_and_cancels_the_job(live: Server, tmp_path: Path):
+    data = write_csv(tmp_path / "data.csv", *mixture_data(n_rows=400))
+    primary, secondary = pty.openpty()
+    environment = {**os.environ, "MIXREG_URL": live.base_url, "COLUMNS": "120"}
+    process = subprocess.Popen(
+        [
+            str(MIXREG),
+            "fit",
+            str(data),
+            "--target",
+            "y",
+            "--k",
+            "2",
+            "--algorithm",
+            "subsample",
+            "--param",
+            f"n_partitions={LONG_FIT_PARAMS['n_partitions']}",
+            "--param",
+            "subsample_size=30",
+            "--time-budget",
+            "3600",
+        ],
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary,
+        env=environment,
+        start_new_session=True,
+    )
+    os.close(secondary)
+    try:
+        # A terminal gets the live bar; wait until the fit runs.
+        screen = read_until(primary, "running", timeout=60)
+        job_id = live.request("GET", "/jobs", params={"status": "running"}).json()["items"][0]["id"]
+        assert f"job {job_id[:8]}" in screen
+        process.send_signal(signal.SIGINT)
+        read_until(primary, f"Cancel job {job_id}? [y/N]", timeout=30)
+        os.write(primary, b"y\n")
+        assert process.wait(timeout=60) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(primary)
+    assert live.job(job_id)["status"] == "cancelled"

@@ -1,0 +1,254 @@
+"""Uploads read in blocks: CSV (pyarrow, with the csv module naming errors), Parquet, .npy
+pairs and limits; every format reads the same numbers bit for bit, every bad file is named."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from service.data import ingest
+from service.data.ingest import DatasetLimits, DatasetTooLargeError, IngestError
+
+
+def bits(a) -> np.ndarray:
+    return np.asarray(a, dtype=np.float64).view(np.uint64)
+
+
+def awkward_data(n_rows: int = 3000, n_features: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((n_rows, n_features)) * 10.0 ** rng.integers(-100, 100, (n_rows, 1))
+    X[0, :3] = [-0.0, 5e-324, 1 / 3][:n_features]
+    y = rng.standard_normal(n_rows)
+    return X, y
+
+
+def csv_bytes(X: np.ndarray, y: np.ndarray, *, line_end: str = "\n") -> bytes:
+    header = ",".join([f"x{j}" for j in range(X.shape[1])] + ["y"])
+    lines = [header] + [
+        ",".join(repr(float(v)) for v in [*row, target]) for row, target in zip(X, y, strict=True)
+    ]
+    return (line_end.join(lines) + line_end).encode()
+
+
+def parquet_bytes(table: pa.Table, **options) -> bytes:
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, **options)
+    return buffer.getvalue()
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=True)
+    return buffer.getvalue()
+
+
+def staged_arrays(staged: ingest.StagedDataset) -> tuple[np.ndarray, np.ndarray]:
+    with staged:
+        parsed = staged.to_parsed()
+    return parsed.X, parsed.y
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Parse in blocks of a few hundred bytes, so a small file spans many blocks."""
+    monkeypatch.setattr(ingest, "CSV_BLOCK_BYTES", 512)
+    monkeypatch.setattr(ingest, "_TEXT_BLOCK_BYTES", 7)
+    monkeypatch.setattr(ingest, "BLOCK_BYTES", 800)
+
+
+@pytest.mark.parametrize("line_end", ["\n", "\r\n", "\r"])
+def test_csv_in_many_blocks_reads_every_value_bit_exact(small_blocks, line_end):
+    X, y = awkward_data()
+    staged = ingest.read_csv(io.BytesIO(csv_bytes(X, y, line_end=line_end)), target="y")
+    assert (staged.feature_names, staged.target_name) == (["x0", "x1", "x2"], "y")
+    X_read, y_read = staged_arrays(staged)
+    np.testing.assert_array_equal(bits(X_read), bits(X))
+    np.testing.assert_array_equal(bits(y_read), bits(y))
+
+
+def test_csv_rows_the_fast_reader_refuses_are_read_by_the_csv_module(small_blocks):
+    # Blank-looking lines, a quoted value and Python's number syntax: the exact reader
+    # accepts what the csv module and float() accept.
+    content = b'a, y\n1_000,2\n   \n,\n"3.5",4\n'
+    X, y = staged_arrays(ingest.read_csv(io.BytesIO(content), target="y"))
+    np.testing.assert_array_equal(X, [[1000.0], [3.5]])
+    np.testing.assert_array_equal(y, [2.0, 4.0])
+
+
+@pytest.mark.parametrize(
+    ("tail", "message"),
+    [
+        (b"x,4\n", "CSV line 2002, column 'a': 'x' is not a number"),
+        (b"1,nan\n", "CSV line 2002, column 'y' is NaN; all values must be finite numbers"),
+        (b"1\n", "CSV line 2002 has 1 field, expected 2"),
+        (b"1,\n", "CSV line 2002, column 'y' is empty; all values must be finite numbers"),
+        (b"1,2\n\xff\n", "CSV is not UTF-8 text (byte 8008 is invalid)"),
+    ],
+)
+def test_a_bad_value_deep_in_a_csv_is_named_by_its_line(small_blocks, tail, message):
+    content = b"a,y\n" + b"1,2\n" * 2000 + tail
+    with pytest.raises(IngestError) as error:
+        ingest.read_csv(io.BytesIO(content), target="y")
+    assert str(error.value) == message
+
+
+def test_parquet_of_integers_and_floats_in_several_row_groups():
+    X, y = awkward_data(n_rows=1000)
+    single = np.random.default_rng(1).standard_normal(1000).astype(np.float32)
+    table = pa.table(
+        {
+            "count": pa.array(np.arange(1000), pa.int32()),
+            "x0": X[:, 0],
+            "target": y,
+            "x1": pa.array(single),
+        }
+    )
+    staged = ingest.read_parquet(
+        io.BytesIO(parquet_bytes(table, row_group_size=64)), target="target"
+    )
+    assert (staged.feature_names, staged.target_name) == (["count", "x0", "x1"], "target")
+    X_read, y_read = staged_arrays(staged)
+    np.testing.assert_array_equal(X_read[:, 0], np.arange(1000))
+    np.testing.assert_array_equal(bits(X_read[:, 1]), bits(X[:, 0]))
+    np.testing.assert_array_equal(X_read[:, 2], single)
+    np.testing.assert_array_equal(bits(y_read), bits(y))
+
+
+GOOD_PARQUET = parquet_bytes(pa.table({"a": [1.0, 2.0, 3.0], "y": [0.5, 1.5, 2.5]}))
+
+
+@pytest.mark.parametrize(
+    ("content", "target", "message"),
+    [
+        (GOOD_PARQUET[:-20], "y", "file is not a readable Parquet file: Parquet magic bytes not"),
+        (b"PAR1 and nothing else", "y", "file is not a readable Parquet file"),
+        (GOOD_PARQUET, "z", "Parquet file has no column 'z'; columns are a, y"),
+        (GOOD_PARQUET, None, "name the column to predict"),
+        (
+            parquet_bytes(pa.table({"a": ["1", "2"], "y": [1.0, 2.0]})),
+            "y",
+            "Parquet column 'a' holds string, not numbers; every column must hold integers or",
+        ),
+        (
+            parquet_bytes(pa.table({"a": [1.0, None, 3.0], "y": [1.0, 2.0, 3.0]})),
+            "y",
+            "Parquet row 2, column 'a' is missing (null); all values must be finite numbers",
+        ),
+        (
+            parquet_bytes(pa.table({"a": [1.0, 2.0], "y": [1.0, float("inf")]})),
+            "y",
+            "Parquet row 2, column 'y' is infinite; all values must be finite numbers",
+        ),
+        (parquet_bytes(pa.table({"y": [1.0]})), "y", "Parquet file has only the target column"),
+        (
+            parquet_bytes(
+                pa.table({"a": pa.array([], pa.float64()), "y": pa.array([], pa.float64())})
+            ),
+            "y",
+            "Parquet file has no rows",
+        ),
+    ],
+)
+def test_bad_parquet(content, target, message):
+    with pytest.raises(IngestError) as error:
+        ingest.read_parquet(io.BytesIO(content), target=target)
+    assert str(error.value).startswith(message)
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "big-endian", "int32"])
+def test_npy_pairs_in_any_layout_read_bit_exact(small_blocks, layout):
+    X, y = awkward_data(n_rows=500, n_features=4)
+    stored = {
+        "C": X,
+        "F": np.asfortranarray(X),
+        "big-endian": X.astype(">f8"),
+        "int32": np.arange(2000, dtype=np.int32).reshape(500, 4),
+    }[layout]
+    staged = ingest.read_npy_pair(
+        io.BytesIO(npy_bytes(stored)), io.BytesIO(npy_bytes(y)), feature_names=["a", "b", "c", "d"]
+    )
+    assert staged.feature_names == ["a", "b", "c", "d"]
+    X_read, y_read = staged_arrays(staged)
+    np.testing.assert_array_equal(bits(X_read), bits(stored.astype(np.float64)))
+    np.testing.assert_array_equal(bits(y_read), bits(y))
+
+
+@pytest.mark.parametrize(
+    ("X_file", "y_file", "message"),
+    [
+        (b"not numpy", npy_bytes(np.ones(2)), "X.npy is not a .npy file"),
+        (npy_bytes(np.ones((2, 2)))[:-5], npy_bytes(np.ones(2)), "X.npy declares shape (2, 2) of"),
+        (
+            npy_bytes(np.array([[1, "a"]], dtype=object)),
+            npy_bytes(np.ones(1)),
+            "X.npy must hold numbers, got dtype object",
+        ),
+        (npy_bytes(np.ones((2, 2, 2))), npy_bytes(np.ones(2)), "X.npy must be 2-dimensional"),
+        (npy_bytes(np.ones((2, 2))), npy_bytes(np.ones((2, 1))), "y.npy must be 1-dimensional"),
+        (npy_bytes(np.ones((3, 2))), npy_bytes(np.ones(2)), "y has 2 values but X has 3 rows"),
+        (
+            npy_bytes(np.array([[1.0, np.nan]])),
+            npy_bytes(np.ones(1)),
+            "X[0][1] is NaN; all values must be finite numbers",
+        ),
+        (npy_bytes(np.ones((2, 2)) > 0), npy_bytes(np.ones(2)), None),
+    ],
+)
+def test_bad_npy_pairs(X_file, y_file, message):
+    if message is None:  # booleans are numbers to numpy: accepted as 0 and 1
+        X, _ = staged_arrays(
+            ingest.read_npy_pair(io.BytesIO(X_file), io.BytesIO(y_file), feature_names=None)
+        )
+        np.testing.assert_array_equal(X, np.ones((2, 2)))
+        return
+    with pytest.raises(IngestError) as error:
+        ingest.read_npy_pair(io.BytesIO(X_file), io.BytesIO(y_file), feature_names=None)
+    assert str(error.value).startswith(message)
+
+
+def test_limits_stop_an_upload_and_name_the_setting(small_blocks):
+    content = b"a,b,y\n" + b"1,2,3\n" * 2000
+    limits = DatasetLimits(max_rows=1999)
+    with pytest.raises(DatasetTooLargeError) as error:
+        ingest.read_csv(io.BytesIO(content), target="y", limits=limits)
+    assert str(error.value) == (
+        "the dataset has more than 1,999 rows; at most 1,999 are accepted (MIXREG_MAX_ROWS)"
+    )
+    with pytest.raises(DatasetTooLargeError) as error:
+        ingest.read_csv(io.BytesIO(content), target="y", limits=DatasetLimits(max_features=1))
+    assert str(error.value) == (
+        "the dataset has 2 features; at most 1 are accepted (MIXREG_MAX_FEATURES)"
+    )
+    parquet = parquet_bytes(pa.table({"a": np.ones(50), "y": np.ones(50)}))
+    with pytest.raises(DatasetTooLargeError, match="MIXREG_MAX_ROWS"):
+        ingest.read_parquet(io.BytesIO(parquet), target="y", limits=DatasetLimits(max_rows=49))
+    X_file, y_file = npy_bytes(np.ones((50, 3))), npy_bytes(np.ones(50))
+    with pytest.raises(DatasetTooLargeError, match="MIXREG_MAX_ROWS"):
+        ingest.read_npy_pair(
+            io.BytesIO(X_file), io.BytesIO(y_file), feature_names=None, limits=DatasetLimits(10)
+        )
+
+
+def test_staged_rows_read_back_in_blocks_of_any_size():
+    X, y = awkward_data(n_rows=103)
+    with ingest.StagedDataset(feature_names=["a", "b", "c"], target_name="y") as staged:
+        for start in range(0, 103, 10):
+            staged.append(X[start : start + 10], y[start : start + 10])
+        assert staged.n_rows == 103
+        blocks = list(staged.blocks(25))
+    assert [len(block_y) for _, block_y in blocks] == [25, 25, 25, 25, 3]
+    np.testing.assert_array_equal(bits(np.vstack([block for block, _ in blocks])), bits(X))
+    np.testing.assert_array_equal(bits(np.concatenate([block for _, block in blocks])), bits(y))
+
+
+def test_a_staged_block_is_checked_with_its_rows_counted_over_the_upload():
+    with ingest.StagedDataset(feature_names=["a"], target_name=None) as staged:
+        staged.append(np.ones((5, 1)), np.ones(5))
+        with pytest.raises(IngestError, match=r"^X row 6 is too large"):
+            staged.append(np.array([[0.0], [1e200]]), np.ones(2))
+        with pytest.raises(IngestError, match=r"^y\[5\] is NaN"):
+            staged.append(np.ones((1, 1)), np.array([np.nan]))

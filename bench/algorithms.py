@@ -27,7 +27,6 @@ import datetime as dt
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import tempfile
@@ -54,6 +53,7 @@ from bench.reference import (
     reference_predict,
     reference_subsample,
 )
+from bench.sections import keep_sections
 from mixreg import MixtureOfLinearRegressions
 from mixreg.datasets import make_friedman, make_realizable, make_two_regressions
 
@@ -1113,21 +1113,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     report.lines.extend(body.lines)
     if output is not None:
         previous = output.read_text() if output.exists() else ""
-        output.write_text(keep_peers_section("\n".join(report.lines), previous))
+        output.write_text(keep_sections("\n".join(report.lines), previous))
         log(f"wrote {output}")
-
-
-_MARKED_SECTION = re.compile(r"<!-- ([a-z0-9_-]+):start -->.*?<!-- \1:end -->", re.DOTALL)
-
-
-def keep_peers_section(document: str, previous: str) -> str:
-    """``document``, followed by the sections other benchmarks wrote into ``previous``: the
-    peers section (``bench.peers``) and every other ``<!-- name:start -->`` … ``<!-- name:end
-    -->`` section (``bench.serving``, ``bench.load``, ...), in their order."""
-    sections = [match.group(0) for match in _MARKED_SECTION.finditer(previous)]
-    if not sections:
-        return document.rstrip() + "\n"
-    return document.rstrip() + "\n\n" + "\n\n".join(sections) + "\n"
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ import os
 import platform
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,12 +44,12 @@ import numpy as np
 from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
+from bench.sections import free_port, write_section
 from service.auth.keys import add_key, new_key
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUTPUT = REPO_ROOT / "bench" / "RESULTS.md"
-SECTION_START = "<!-- load:start -->"
-SECTION_END = "<!-- load:end -->"
+SECTION = "load"
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 OPERATIONS = ("predict", "fit", "job", "list")
@@ -144,14 +143,6 @@ class Outcome:
 
 
 # --------------------------------------------------------------------------- the server
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class ServerProcess:
@@ -618,17 +609,6 @@ def section(outcomes: Sequence[Outcome], machine: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def replace_marked_section(document: str, content: str) -> str:
-    """``document`` with its load section replaced by ``content`` (appended if missing)."""
-    marked = f"{SECTION_START}\n{content.strip()}\n{SECTION_END}"
-    start = document.find(SECTION_START)
-    end = document.find(SECTION_END, start + len(SECTION_START)) if start >= 0 else -1
-    if start >= 0 and end >= 0:
-        return document[:start] + marked + document[end + len(SECTION_END) :]
-    body = document.rstrip()
-    return (body + "\n\n" if body else "") + marked + "\n"
-
-
 # --------------------------------------------------------------------------- main
 
 
@@ -670,8 +650,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = section(outcomes, machine)
     print(report)
     if args.write:
-        document = args.output.read_text() if args.output.exists() else ""
-        args.output.write_text(replace_marked_section(document, report))
+        write_section(args.output, SECTION, report)
     problems = [f"{o.backend}: {problem}" for o in outcomes for problem in o.problems]
     for problem in problems:
         print(f"# FAILED {problem}", file=sys.stderr)

@@ -80,6 +80,7 @@ from bench.real_data import (
     split_train_test,
 )
 from bench.reference import reference_least_squares, reference_min_loss, reference_predict
+from bench.sections import write_section
 from mixreg.datasets import make_friedman, make_two_regressions
 
 FloatArray = NDArray[np.float64]
@@ -88,8 +89,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO_ROOT / "bench" / "RESULTS.md"
 DEFAULT_RUNS = REPO_ROOT / "bench" / "peers_runs.json"
 RUNS_FORMAT = 1
-SECTION_START = "<!-- peers:start -->"
-SECTION_END = "<!-- peers:end -->"
+SECTION = "peers"
 DATA_SEED = 0
 R_PACKAGES = ("flexmix", "mixtools", "MASS")
 R_METHODS = ("flexmix", "mixtools")
@@ -1103,27 +1103,6 @@ def load_record(path: Path) -> RunRecord:
     return record_from_json(json.loads(path.read_text()))
 
 
-def replace_marked_section(document: str, section: str) -> str:
-    """Put ``section`` between the peers markers of ``document``.
-
-    Only the text between ``<!-- peers:start -->`` and ``<!-- peers:end -->`` is replaced;
-    when the markers are missing (or out of order) the marked section is appended at the end.
-    """
-    marked = f"{SECTION_START}\n{section.strip()}\n{SECTION_END}"
-    start = document.find(SECTION_START)
-    end = document.find(SECTION_END, start + len(SECTION_START)) if start >= 0 else -1
-    if start >= 0 and end >= 0:
-        return document[:start] + marked + document[end + len(SECTION_END) :]
-    body = document.rstrip()
-    return (body + "\n\n" if body else "") + marked + "\n"
-
-
-def write_section(path: Path, section_lines: Sequence[str]) -> None:
-    """Replace (or append) the peers section of ``path``, keeping everything else."""
-    document = path.read_text() if path.exists() else ""
-    path.write_text(replace_marked_section(document, "\n".join(section_lines)))
-
-
 # --------------------------------------------------------------------------- main
 
 
@@ -1236,7 +1215,7 @@ def write_report(section: Sequence[str], output: Path | None) -> int:
     """Print the section, and write it into ``output`` when given."""
     print("\n".join(section), flush=True)
     if output is not None:
-        write_section(output, section)
+        write_section(output, SECTION, "\n".join(section))
         log(f"wrote the peers section of {output}")
     return 0
 

@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,11 +43,11 @@ import psycopg
 from sqlalchemy import make_url
 
 from bench.algorithms import machine_description
+from bench.sections import free_port, write_section
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUTPUT = REPO_ROOT / "bench" / "RESULTS.md"
-SECTION_START = "<!-- scaleout:start -->"
-SECTION_END = "<!-- scaleout:end -->"
+SECTION = "scaleout"
 MIXREG = str(Path(sys.executable).parent / "mixreg")
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DATABASE_NAME = "mixreg_bench_scaleout"
@@ -102,13 +101,6 @@ class Outcome:
 
 def log(message: str) -> None:
     print(f"# {message}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class Process:
@@ -313,17 +305,6 @@ def section(
     return "\n".join(lines) + "\n"
 
 
-def replace_marked_section(document: str, text: str) -> str:
-    """Put ``text`` between the scale-out markers of ``document`` (appended if missing)."""
-    marked = f"{SECTION_START}\n{text.strip()}\n{SECTION_END}"
-    start = document.find(SECTION_START)
-    end = document.find(SECTION_END, start + len(SECTION_START)) if start >= 0 else -1
-    if start >= 0 and end >= 0:
-        return document[:start] + marked + document[end + len(SECTION_END) :]
-    body = document.rstrip()
-    return (body + "\n\n" if body else "") + marked + "\n"
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.scaleout",
@@ -362,8 +343,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     text = section(outcomes, settings, machine, quick=args.quick)
     print(text)
     if output is not None:
-        document = output.read_text() if output.exists() else ""
-        output.write_text(replace_marked_section(document, text))
+        write_section(output, SECTION, text)
         log(f"wrote the scale-out section of {output}")
 
 

@@ -32,7 +32,6 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -46,10 +45,11 @@ from typing import Any
 import httpx
 import numpy as np
 
+from bench.sections import free_port, write_section
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUTPUT = REPO_ROOT / "bench" / "RESULTS.md"
-SECTION_START = "<!-- serving:start -->"
-SECTION_END = "<!-- serving:end -->"
+SECTION = "serving"
 
 N_COMPONENTS = 4
 N_FEATURES = 20
@@ -109,13 +109,6 @@ def log(message: str) -> None:
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class ServerProcess:
@@ -787,17 +780,6 @@ def run_upload_section(report: Report, settings: Settings, folder: Path) -> None
 # --------------------------------------------------------------------------- main
 
 
-def replace_marked_section(document: str, section: str) -> str:
-    """Put ``section`` between the serving markers of ``document`` (appended if missing)."""
-    marked = f"{SECTION_START}\n{section.strip()}\n{SECTION_END}"
-    start = document.find(SECTION_START)
-    end = document.find(SECTION_END, start + len(SECTION_START)) if start >= 0 else -1
-    if start >= 0 and end >= 0:
-        return document[:start] + marked + document[end + len(SECTION_END) :]
-    body = document.rstrip()
-    return (body + "\n\n" if body else "") + marked + "\n"
-
-
 def machine_lines(command: str) -> list[str]:
     with open("/proc/cpuinfo") as cpuinfo:
         cpu = next(
@@ -873,8 +855,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     report.lines.extend(body.lines)
     if output is not None:
-        document = output.read_text() if output.exists() else ""
-        output.write_text(replace_marked_section(document, "\n".join(report.lines)))
+        write_section(output, SECTION, "\n".join(report.lines))
         log(f"wrote the serving section of {output}")
 
 

@@ -2,16 +2,19 @@
 
 PostgreSQL is named by MIXREG_TEST_POSTGRES_URL. When it cannot be reached the PostgreSQL
 variant of a test is skipped on a developer machine, but fails in CI (CI set to 1, true, yes
-or on, see tests/ci.py), where the server is part of the environment.
+or on, see tests/ci.py), where the server is part of the environment. Each test run works in
+a database of its own, created on that server next to the named one and dropped at the end,
+so that two runs (two checkouts, say) never empty each other's tables.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Engine, create_engine, make_url, text
+from sqlalchemy import Connection, Engine, create_engine, make_url, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
@@ -40,17 +43,54 @@ def postgres_url() -> str:
     return empty_postgres_database()
 
 
-def empty_postgres_database() -> str:
-    """Empty the ``public`` schema of the test PostgreSQL database and return its URL (for
-    fixtures of a wider scope than ``postgres_url``'s)."""
-    url = os.environ.get("MIXREG_TEST_POSTGRES_URL", DEFAULT_TEST_POSTGRES_URL)
-    engine = create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": 5})
+# The named database of MIXREG_TEST_POSTGRES_URL -> this run's own database next to it.
+_RUN_DATABASES: dict[str, str] = {}
+
+
+def _connect(url: str, **options: object) -> tuple[Engine, Connection]:
+    engine = create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": 5}, **options)
     try:
-        try:
-            connection = engine.connect()
-        except OperationalError as exc:
-            where = make_url(url).render_as_string(hide_password=True)
-            service_unavailable(f"PostgreSQL not reachable at {where}: {exc.orig or exc}")
+        return engine, engine.connect()
+    except OperationalError as exc:
+        engine.dispose()
+        where = make_url(url).render_as_string(hide_password=True)
+        service_unavailable(f"PostgreSQL not reachable at {where}: {exc.orig or exc}")
+        raise  # service_unavailable fails or skips the test; this is never reached
+
+
+def _run_database(named_url: str) -> str:
+    """The URL of this run's database, created (empty) on first use."""
+    if named_url not in _RUN_DATABASES:
+        named = make_url(named_url)
+        own = named.set(database=f"{named.database}_run_{os.getpid()}")
+        engine, connection = _connect(named_url, isolation_level="AUTOCOMMIT")
+        with connection:
+            # A leftover of an earlier run of the same process id (killed before its end).
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{own.database}" WITH (FORCE)'))
+            connection.execute(text(f'CREATE DATABASE "{own.database}"'))
+        engine.dispose()
+        _RUN_DATABASES[named_url] = own.render_as_string(hide_password=False)
+    return _RUN_DATABASES[named_url]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Drop the databases this run created."""
+    for named_url, own_url in _RUN_DATABASES.items():
+        with contextlib.suppress(Exception):
+            engine = create_engine(named_url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+            with engine.connect() as connection:
+                name = make_url(own_url).database
+                connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            engine.dispose()
+    _RUN_DATABASES.clear()
+
+
+def empty_postgres_database() -> str:
+    """Empty the ``public`` schema of this run's PostgreSQL database and return its URL (for
+    fixtures of a wider scope than ``postgres_url``'s)."""
+    url = _run_database(os.environ.get("MIXREG_TEST_POSTGRES_URL", DEFAULT_TEST_POSTGRES_URL))
+    engine, connection = _connect(url)
+    try:
         with connection, connection.begin():
             # Fail fast rather than hang if a leaked connection still holds a lock.
             connection.execute(text("SET LOCAL lock_timeout = '10s'"))

@@ -13,8 +13,6 @@ from bench.line_pairs import best_pairs, candidate_lines, line_pair_search
 from bench.peers import (
     LEAST_SQUARES,
     LINE_PAIR,
-    SECTION_END,
-    SECTION_START,
     Case,
     CaseResult,
     Lines,
@@ -37,7 +35,6 @@ from bench.peers import (
     ratio,
     ratio_summaries,
     read_peer_fits,
-    replace_marked_section,
     same_loss,
     save_record,
     summary_table,
@@ -293,20 +290,6 @@ def test_case_table_shows_ratios_only_for_mixreg_and_missing_values_as_dashes():
     assert "| 0.400 |" in rows["mixreg auto (default)"]
 
 
-def test_marked_section_is_appended_then_replaced_in_place():
-    document = "# Results\n\nbody of the other benchmark\n"
-    first = replace_marked_section(document, "## Peers\n\nold")
-    assert first.startswith(document.rstrip())
-    assert first.endswith(f"{SECTION_START}\n## Peers\n\nold\n{SECTION_END}\n")
-    edited = first + "\ntext after the section\n"
-    second = replace_marked_section(edited, "## Peers\n\nnew")
-    assert "old" not in second
-    assert second.count(SECTION_START) == 1
-    assert second.endswith("new\n" + SECTION_END + "\n\ntext after the section\n")
-    assert second.startswith(document.rstrip())
-    assert replace_marked_section("", "x") == f"{SECTION_START}\nx\n{SECTION_END}\n"
-
-
 def test_missing_rscript_is_reported_not_raised():
     reason = r_unavailable_reason("no-such-rscript-binary")
     assert reason == "no-such-rscript-binary is not installed"
@@ -473,5 +456,5 @@ def test_summary_only_writes_the_section_from_saved_runs(tmp_path, capsys):
     assert main(["--summary-only", "--runs", str(path), "--output", str(output)]) == 0
     written = output.read_text()
     assert written.startswith("# Results\n\nother section\n")
-    assert SECTION_START in written and "### Best known training min-loss" in written
+    assert "<!-- peers:start -->" in written and "### Best known training min-loss" in written
     assert "### Best known training min-loss" in capsys.readouterr().out

@@ -1,0 +1,57 @@
+"""The sections of ``bench/RESULTS.md`` and what the benchmarks share.
+
+``python -m bench.algorithms`` writes the head of the file; every other benchmark owns one
+section between the lines ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` and rewrites only
+that, so the benchmarks can run (and be re-run) in any order.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from pathlib import Path
+
+_MARKED_SECTION = re.compile(r"<!-- ([a-z0-9_-]+):start -->.*?<!-- \1:end -->", re.DOTALL)
+
+
+def markers(name: str) -> tuple[str, str]:
+    """The lines that open and close the section ``name``."""
+    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+
+
+def replace_section(document: str, name: str, text: str) -> str:
+    """``document`` with the section ``name`` holding ``text``.
+
+    Only the text between the section's markers is replaced; when the markers are missing
+    (or out of order) the section is appended at the end.
+    """
+    start_marker, end_marker = markers(name)
+    marked = f"{start_marker}\n{text.strip()}\n{end_marker}"
+    start = document.find(start_marker)
+    end = document.find(end_marker, start + len(start_marker)) if start >= 0 else -1
+    if start >= 0 and end >= 0:
+        return document[:start] + marked + document[end + len(end_marker) :]
+    body = document.rstrip()
+    return (body + "\n\n" if body else "") + marked + "\n"
+
+
+def write_section(path: Path, name: str, text: str) -> None:
+    """Replace (or append) the section ``name`` of the file ``path``, keeping everything else."""
+    document = path.read_text() if path.exists() else ""
+    path.write_text(replace_section(document, name, text))
+
+
+def keep_sections(document: str, previous: str) -> str:
+    """``document`` followed by every marked section of ``previous``, in their order."""
+    sections = [match.group(0) for match in _MARKED_SECTION.finditer(previous)]
+    if not sections:
+        return document.rstrip() + "\n"
+    return document.rstrip() + "\n\n" + "\n\n".join(sections) + "\n"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port

@@ -31,6 +31,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -117,6 +118,34 @@ class _AdvisoryLock:
             self._connection = None
 
 
+@dataclass(frozen=True)
+class TaskClaim:
+    """What a fit task found: whether it claimed its job, the job's status (``"missing"`` if
+    there is no such job) and its algorithm."""
+
+    claimed: bool
+    found: str
+    algorithm: str
+
+
+def claim_for_task(
+    session_factory: sessionmaker[Session], *, job_id: str, worker_id: str
+) -> TaskClaim:
+    """Claim ``job_id`` for ``worker_id`` if it is still queued, in one unit of work.
+
+    A task retried after its job finished, was cancelled or went to another worker claims
+    nothing and changes no row: the ``jobs`` table, not the queue, says what is left to do.
+    """
+    with session_scope(session_factory) as session:
+        claimed = repository.claim_job(session, job_id=job_id, worker_id=worker_id, now=_now())
+        job = repository.get_job(session, job_id=job_id)
+        return TaskClaim(
+            claimed=claimed,
+            found="missing" if job is None else job.status,
+            algorithm="" if job is None else job.algorithm,
+        )
+
+
 class FitWorker:
     """One ``mixreg worker`` process: up to ``concurrency`` fits at once."""
 
@@ -197,17 +226,11 @@ class FitWorker:
 
     def _claim_and_watch(self, context: procrastinate.JobContext, job_id: str) -> str:
         assert self._session_factory is not None and self._supervisor is not None
-        with session_scope(self._session_factory) as session:
-            claimed = repository.claim_job(
-                session, job_id=job_id, worker_id=self.worker_id, now=_now()
-            )
-            job = repository.get_job(session, job_id=job_id)
-            found = "missing" if job is None else job.status
-            algorithm = "" if job is None else job.algorithm
-        if not claimed:
-            logger.info("job %s is %s, not queued; its task has nothing to do", job_id, found)
-            return f"nothing to do: the job is {found}"
-        fit = self._supervisor.start(job_id, algorithm)
+        claim = claim_for_task(self._session_factory, job_id=job_id, worker_id=self.worker_id)
+        if not claim.claimed:
+            logger.info("job %s is %s, not queued; its task has nothing to do", job_id, claim.found)
+            return f"nothing to do: the job is {claim.found}"
+        fit = self._supervisor.start(job_id, claim.algorithm)
         status = self._status_of(job_id) if fit is None else self._watch(fit, context.abort_reason)
         if status == "cancelled":
             raise JobAborted(f"job {job_id} cancelled")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from models_store.session import make_engine, make_sessionmaker, session_scope
 from models_store.tables import Dataset, Job
 from service.api.schemas import FitRequest
 from service.config import SettingsError, load_settings
+from service.jobs.procrastinate_worker import claim_for_task
 from service.jobs.submit import submit_fit
 from service.jobs.task_queue import FIT_QUEUE, FIT_TASK, FitTaskQueue
 from service.main import create_app
@@ -258,3 +260,48 @@ def test_models_deleted_elsewhere_leave_the_cache(db_sessionmaker):
     assert evict_deleted_models(cache, db_sessionmaker) == [model_ids[1]]
     assert sorted(cache.model_ids()) == sorted([model_ids[0], model_ids[2]])
     assert evict_deleted_models(ModelCache(capacity=8), db_sessionmaker) == []
+
+
+def job_row(session_factory, job_id: str) -> tuple:
+    with session_scope(session_factory) as session:
+        job = repository.get_job(session, job_id=job_id)
+        assert job is not None
+        return (job.status, job.worker_id, job.attempts, job.started_at, job.finished_at)
+
+
+def test_a_task_claims_its_queued_job_once(postgres_sessions):
+    with session_scope(postgres_sessions) as session:
+        job_id = submit(session, FitTaskQueue().enqueue)
+    first = claim_for_task(postgres_sessions, job_id=job_id, worker_id="worker-a")
+    assert (first.claimed, first.found, first.algorithm) == (True, "running", "auto")
+    assert job_row(postgres_sessions, job_id)[:3] == ("running", "worker-a", 1)
+    # The same task delivered again (a retry) finds the job running and leaves it alone.
+    again = claim_for_task(postgres_sessions, job_id=job_id, worker_id="worker-b")
+    assert (again.claimed, again.found) == (False, "running")
+    assert job_row(postgres_sessions, job_id)[:3] == ("running", "worker-a", 1)
+
+
+@pytest.mark.parametrize("state", ["succeeded", "failed", "cancelled", "running elsewhere"])
+def test_a_retried_task_leaves_a_job_that_is_not_queued_alone(postgres_sessions, state):
+    now = datetime.now(UTC)
+    with session_scope(postgres_sessions) as session:
+        job_id = submit(session, FitTaskQueue().enqueue)
+    with session_scope(postgres_sessions) as session:
+        if state == "cancelled":
+            repository.request_cancel(session, job_id=job_id, now=now)
+        else:
+            assert repository.claim_job(session, job_id=job_id, worker_id="worker-a", now=now)
+            if state != "running elsewhere":
+                repository.finish_job(
+                    session, job_id=job_id, worker_id="worker-a", status=state, error=None, now=now
+                )
+    before = job_row(postgres_sessions, job_id)
+    claim = claim_for_task(postgres_sessions, job_id=job_id, worker_id="worker-b")
+    assert not claim.claimed
+    assert claim.found == ("running" if state == "running elsewhere" else state)
+    assert job_row(postgres_sessions, job_id) == before
+
+
+def test_a_task_whose_job_is_gone_claims_nothing(postgres_sessions):
+    claim = claim_for_task(postgres_sessions, job_id="0" * 32, worker_id="worker-b")
+    assert (claim.claimed, claim.found) == (False, "missing")

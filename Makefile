@@ -22,8 +22,10 @@ serve: install ## upgrade the database to the newest migration and serve on $(HO
 	$(BIN)/mixreg serve --host $(HOST) --port $(PORT)
 
 .PHONY: test
+# Two processes, a test file in one at a time (its servers and fixtures stay together): most
+# end-to-end tests wait on servers they start, so two overlap well even on two cores.
 test: install chromium ## run the whole test suite
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 # The web page's test screenshots it in Debian's headless Chromium.
 .PHONY: chromium

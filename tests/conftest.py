@@ -30,6 +30,10 @@ DEFAULT_TEST_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 _BACKEND_FIXTURES = {"sqlite": "sqlite_url", "postgresql": "postgres_url"}
 
+# A test's record_property(REPORT_PROPERTY, text) is printed at the end of the run: the way a
+# test shows figures (fuzzing counts, load tables) that survives output capture and xdist.
+REPORT_PROPERTY = "report"
+
 
 @pytest.fixture
 def sqlite_url(tmp_path) -> str:
@@ -132,3 +136,23 @@ def db_engine(migrated_database_url: str) -> Iterator[Engine]:
 def db_sessionmaker(db_engine: Engine) -> sessionmaker[Session]:
     """A session factory on the migrated database, for use with ``session_scope``."""
     return make_sessionmaker(db_engine)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print what tests recorded under REPORT_PROPERTY, in the order they ran."""
+    reports = [
+        report
+        for outcome in ("passed", "failed")
+        for report in terminalreporter.stats.get(outcome, [])
+        if getattr(report, "when", None) == "call"
+    ]
+    lines = [
+        f"{report.nodeid}\n{value}"
+        for report in sorted(reports, key=lambda report: report.nodeid)
+        for name, value in report.user_properties
+        if name == REPORT_PROPERTY
+    ]
+    if lines:
+        terminalreporter.section("reports")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bench.load import OPERATIONS, LoadConfig, outcome_lines, run_backend
+from tests.conftest import REPORT_PROPERTY
 
 pytestmark = pytest.mark.e2e
 
@@ -18,11 +19,11 @@ TEN_SECONDS = LoadConfig(
 @pytest.mark.parametrize(
     "backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 )
-def test_ten_seconds_of_load_lose_nothing(backend, request, tmp_path, capsys):
+def test_ten_seconds_of_load_lose_nothing(backend, request, tmp_path, record_property):
     url = request.getfixturevalue(f"{'postgres' if backend == 'postgresql' else 'sqlite'}_url")
     outcome = run_backend(backend, url, TEN_SECONDS, tmp_path, log=False)
-    with capsys.disabled():
-        print("\n" + "\n".join(outcome_lines(outcome)))
+    # Printed at the end of the test run (tests/conftest.py).
+    record_property(REPORT_PROPERTY, "\n".join(outcome_lines(outcome)))
     assert outcome.problems == []
     for operation in OPERATIONS:
         assert sum(outcome.tally.statuses[operation].values()) > 0, operation

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from service.auth.keys import add_key, new_key
+from tests.conftest import REPORT_PROPERTY
 from tests.e2e.conftest import REPO, Server
 
 pytestmark = pytest.mark.e2e
@@ -87,15 +88,16 @@ def run_schemathesis(server: Server, report: Path, *options: str) -> dict:
     return summary
 
 
-def report_line(capsys, label: str, summary: dict) -> None:
+def report_line(record_property, label: str, summary: dict) -> None:
+    """Print the number of generated cases at the end of the test run (``tests/conftest.py``)."""
     cases = summary["test_cases"]
     phases = ", ".join(summary["phases"])
-    with capsys.disabled():
-        print(
-            f"\nschemathesis {label}: {cases['generated']} cases generated over "
-            f"{summary['operations']['tested']} operations ({phases}); "
-            f"{cases['with_failures']} with failures, {cases['errored']} errored"
-        )
+    record_property(
+        REPORT_PROPERTY,
+        f"schemathesis {label}: {cases['generated']} cases generated over "
+        f"{summary['operations']['tested']} operations ({phases}); "
+        f"{cases['with_failures']} with failures, {cases['errored']} errored",
+    )
 
 
 def assert_every_operation_and_phase_ran(summary: dict, server: Server) -> None:
@@ -114,19 +116,19 @@ def assert_every_operation_and_phase_ran(summary: dict, server: Server) -> None:
     assert summary["failures"] == [] and summary["errors"] == []
 
 
-def test_schemathesis_with_a_write_key_finds_nothing(served, tmp_path, capsys):
+def test_schemathesis_with_a_write_key_finds_nothing(served, tmp_path, record_property):
     server, key = served
     summary = run_schemathesis(
         server, tmp_path / "with-key.json", "--header", f"Authorization: Bearer {key}"
     )
-    report_line(capsys, "with a write key", summary)
+    report_line(record_property, "with a write key", summary)
     assert_every_operation_and_phase_ran(summary, server)
     assert summary["test_cases"]["generated"] > 500
 
 
-def test_schemathesis_without_a_key_finds_nothing(served, tmp_path, capsys):
+def test_schemathesis_without_a_key_finds_nothing(served, tmp_path, record_property):
     server, _ = served
     summary = run_schemathesis(server, tmp_path / "without-key.json")
-    report_line(capsys, "without a key", summary)
+    report_line(record_property, "without a key", summary)
     assert_every_operation_and_phase_ran(summary, server)
     assert summary["test_cases"]["generated"] > 100

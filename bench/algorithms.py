@@ -34,7 +34,7 @@ import time
 import tracemalloc
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,7 @@ from bench.reference import (
     reference_predict,
     reference_subsample,
 )
-from bench.sections import keep_sections
+from bench.sections import Report, keep_sections, log
 from mixreg import MixtureOfLinearRegressions
 from mixreg.datasets import make_friedman, make_realizable, make_two_regressions
 
@@ -122,34 +122,6 @@ QUICK = Settings(
     scale_rows=100_000,
     scale_partitions=100,
 )
-
-
-@dataclass
-class Report:
-    """Markdown of the run, built section by section and echoed to stdout."""
-
-    lines: list[str] = field(default_factory=list)
-    targets: list[tuple[str, str, str, bool]] = field(default_factory=list)
-
-    def add(self, *lines: str) -> None:
-        for line in lines:
-            print(line, flush=True)
-        self.lines.extend(lines)
-
-    def table(self, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-        self.add(
-            "| " + " | ".join(header) + " |",
-            "|" + "|".join("---" for _ in header) + "|",
-            *("| " + " | ".join(row) + " |" for row in rows),
-            "",
-        )
-
-    def target(self, name: str, goal: str, measured: str, met: bool) -> None:
-        self.targets.append((name, goal, measured, met))
-
-
-def log(message: str) -> None:
-    print(f"# {message}", file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- machine

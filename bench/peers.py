@@ -80,7 +80,7 @@ from bench.real_data import (
     split_train_test,
 )
 from bench.reference import reference_least_squares, reference_min_loss, reference_predict
-from bench.sections import write_section
+from bench.sections import log, write_section
 from mixreg.datasets import make_friedman, make_two_regressions
 
 FloatArray = NDArray[np.float64]
@@ -1104,10 +1104,6 @@ def load_record(path: Path) -> RunRecord:
 
 
 # --------------------------------------------------------------------------- main
-
-
-def log(message: str) -> None:
-    print(f"# {message}", file=sys.stderr, flush=True)
 
 
 def run_case(case: Case, settings: Settings, algorithms: Sequence[str]) -> CaseResult:

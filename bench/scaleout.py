@@ -43,7 +43,7 @@ import psycopg
 from sqlalchemy import make_url
 
 from bench.algorithms import machine_description
-from bench.sections import free_port, write_section
+from bench.sections import free_port, log, write_section
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUTPUT = REPO_ROOT / "bench" / "RESULTS.md"
@@ -97,10 +97,6 @@ class Outcome:
     @property
     def fits_per_minute(self) -> float:
         return self.n_fits / (self.wall_seconds / 60)
-
-
-def log(message: str) -> None:
-    print(f"# {message}", file=sys.stderr, flush=True)
 
 
 class Process:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import re
 import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _MARKED_SECTION = re.compile(r"<!-- ([a-z0-9_-]+):start -->.*?<!-- \1:end -->", re.DOTALL)
@@ -55,3 +58,33 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+@dataclass
+class Report:
+    """Markdown of a run, built section by section and echoed to stdout, with its targets
+    (name, goal, measured, met)."""
+
+    lines: list[str] = field(default_factory=list)
+    targets: list[tuple[str, str, str, bool]] = field(default_factory=list)
+
+    def add(self, *lines: str) -> None:
+        for line in lines:
+            print(line, flush=True)
+        self.lines.extend(lines)
+
+    def table(self, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+        self.add(
+            "| " + " | ".join(header) + " |",
+            "|" + "|".join("---" for _ in header) + "|",
+            *("| " + " | ".join(row) + " |" for row in rows),
+            "",
+        )
+
+    def target(self, name: str, goal: str, measured: str, met: bool) -> None:
+        self.targets.append((name, goal, measured, met))
+
+
+def log(message: str) -> None:
+    """A progress line on standard error (standard output carries the report)."""
+    print(f"# {message}", file=sys.stderr, flush=True)

@@ -38,14 +38,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 
-from bench.sections import free_port, write_section
+from bench.sections import Report, free_port, log, write_section
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUTPUT = REPO_ROOT / "bench" / "RESULTS.md"
@@ -78,34 +78,6 @@ FULL = Settings(
 QUICK = Settings(
     load_seconds=2, concurrencies=(1, 8, 32), batch_rows=100_000, upload_rows=50_000, repeats=1
 )
-
-
-@dataclass
-class Report:
-    """Markdown of the run, echoed to stdout, with its targets."""
-
-    lines: list[str] = field(default_factory=list)
-    targets: list[tuple[str, str, str, bool]] = field(default_factory=list)
-
-    def add(self, *lines: str) -> None:
-        for line in lines:
-            print(line, flush=True)
-        self.lines.extend(lines)
-
-    def table(self, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-        self.add(
-            "| " + " | ".join(header) + " |",
-            "|" + "|".join("---" for _ in header) + "|",
-            *("| " + " | ".join(row) + " |" for row in rows),
-            "",
-        )
-
-    def target(self, name: str, goal: str, measured: str, met: bool) -> None:
-        self.targets.append((name, goal, measured, met))
-
-
-def log(message: str) -> None:
-    print(f"# {message}", file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- processes

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bench.load import OPERATIONS, LoadConfig, outcome_lines, run_backend
-from tests.conftest import REPORT_PROPERTY
+from tests.reporting import REPORT_PROPERTY
 
 pytestmark = pytest.mark.e2e
 

@@ -25,7 +25,7 @@ import yaml
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.pool import NullPool
 
-from tests.conftest import empty_postgres_database
+from tests.postgres import empty_postgres_database
 
 from .conftest import FAST_WORKER, REPO, TERMINAL, Server, mixture_data
 from .test_e2e_jobs import is_fitting

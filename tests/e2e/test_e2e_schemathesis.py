@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from service.auth.keys import add_key, new_key
-from tests.conftest import REPORT_PROPERTY
 from tests.e2e.conftest import REPO, Server
+from tests.reporting import REPORT_PROPERTY
 
 pytestmark = pytest.mark.e2e
 

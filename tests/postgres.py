@@ -1,0 +1,76 @@
+"""The test PostgreSQL database: this run's own, next to the one MIXREG_TEST_POSTGRES_URL names.
+
+Each test run (each pytest-xdist process too) creates a database of its own on that server and
+drops it at the end, so that two runs never empty each other's tables. Tests import these
+helpers from here, never from ``conftest.py``, so that one registry of created databases exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from sqlalchemy import Connection, Engine, create_engine, make_url, text
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.pool import NullPool
+
+from tests.ci import service_unavailable
+
+DEFAULT_TEST_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+# The named database of MIXREG_TEST_POSTGRES_URL -> this run's own database next to it.
+_RUN_DATABASES: dict[str, str] = {}
+
+
+def _connect(url: str, **options: object) -> tuple[Engine, Connection]:
+    engine = create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": 5}, **options)
+    try:
+        return engine, engine.connect()
+    except OperationalError as exc:
+        engine.dispose()
+        where = make_url(url).render_as_string(hide_password=True)
+        service_unavailable(f"PostgreSQL not reachable at {where}: {exc.orig or exc}")
+        raise  # service_unavailable fails or skips the test; this is never reached
+
+
+def _run_database(named_url: str) -> str:
+    """The URL of this run's database, created (empty) on first use."""
+    if named_url not in _RUN_DATABASES:
+        named = make_url(named_url)
+        own = named.set(database=f"{named.database}_run_{os.getpid()}")
+        engine, connection = _connect(named_url, isolation_level="AUTOCOMMIT")
+        with connection:
+            # A leftover of an earlier run of the same process id (killed before its end).
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{own.database}" WITH (FORCE)'))
+            connection.execute(text(f'CREATE DATABASE "{own.database}"'))
+        engine.dispose()
+        _RUN_DATABASES[named_url] = own.render_as_string(hide_password=False)
+    return _RUN_DATABASES[named_url]
+
+
+def drop_run_databases() -> None:
+    """Drop the databases this run created (at the end of the run)."""
+    for named_url, own_url in _RUN_DATABASES.items():
+        with contextlib.suppress(Exception):  # a server gone by now has nothing to drop
+            engine = create_engine(named_url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+            with engine.connect() as connection:
+                name = make_url(own_url).database
+                connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            engine.dispose()
+    _RUN_DATABASES.clear()
+
+
+def empty_postgres_database() -> str:
+    """Empty the ``public`` schema of this run's PostgreSQL database and return its URL (for
+    fixtures of a wider scope than ``postgres_url``'s)."""
+    url = _run_database(os.environ.get("MIXREG_TEST_POSTGRES_URL", DEFAULT_TEST_POSTGRES_URL))
+    engine, connection = _connect(url)
+    try:
+        with connection, connection.begin():
+            # Fail fast rather than hang if a leaked connection still holds a lock.
+            connection.execute(text("SET LOCAL lock_timeout = '10s'"))
+            connection.execute(text("DROP SCHEMA public CASCADE"))
+            connection.execute(text("CREATE SCHEMA public"))
+    finally:
+        engine.dispose()
+    return url

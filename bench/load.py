@@ -27,8 +27,6 @@ import datetime as dt
 import os
 import platform
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,9 +42,15 @@ import numpy as np
 from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
-from bench.sections import free_port, write_section
+from bench.sections import write_section
+from bench.servers import ServerProcess
 from service.auth.keys import add_key, new_key
 
+# The app as the tests serve it, quiet but for warnings (the load makes many requests).
+UVICORN_APP = [
+    *(sys.executable, "-m", "uvicorn", "--factory", "service.main:create_app"),
+    *("--host", "127.0.0.1", "--port", "{port}", "--log-level", "warning"),
+]
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUTPUT = REPO_ROOT / "bench" / "RESULTS.md"
 SECTION = "load"
@@ -143,70 +147,6 @@ class Outcome:
 
 
 # --------------------------------------------------------------------------- the server
-
-
-class ServerProcess:
-    """``uvicorn --factory service.main:create_app`` on loopback, with a log file."""
-
-    def __init__(self, *, env: dict[str, str], log_path: Path) -> None:
-        self.port = free_port()
-        self.env = env
-        self.log_path = log_path
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout_s: float = 60) -> None:
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "uvicorn",
-                    "--factory",
-                    "service.main:create_app",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(self.port),
-                    "--log-level",
-                    "warning",
-                ],
-                cwd=REPO_ROOT,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + timeout_s
-        with httpx.Client(base_url=self.base_url, timeout=5) as client:
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    raise RuntimeError(f"server exited early:\n{self.log()}")
-                with contextlib.suppress(httpx.TransportError):
-                    if client.get("/readyz").status_code == 200:
-                        return
-                time.sleep(0.1)
-        raise RuntimeError(f"server not ready within {timeout_s} s:\n{self.log()}")
-
-    def kill(self) -> None:
-        """SIGKILL: no clean shutdown, as in a crash."""
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait()
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
 
 
 # --------------------------------------------------------------------------- the load
@@ -469,14 +409,18 @@ def run_backend(
         MIXREG_API_KEYS_FILE=str(key_file),
         MIXREG_MAX_QUEUED_JOBS_PER_KEY=str(config.max_queued_jobs),
     )
-    server = ServerProcess(env=environment, log_path=workdir / f"{backend}-server.log")
+    server = ServerProcess(
+        UVICORN_APP,
+        env=environment,
+        log_path=workdir / f"{backend}-server.log",
+    )
     server.start()
     try:
         headers = {"Authorization": f"Bearer {made.key}"}
-        with httpx.Client(base_url=server.base_url, headers=headers, timeout=60) as client:
+        with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
             dataset_id, model_id, setup_job_id = prepare(client)
             load = Load(
-                base_url=server.base_url,
+                base_url=server.url,
                 api_key=made.key,
                 config=config,
                 dataset_id=dataset_id,

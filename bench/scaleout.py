@@ -43,7 +43,8 @@ import psycopg
 from sqlalchemy import make_url
 
 from bench.algorithms import machine_description
-from bench.sections import free_port, log, write_section
+from bench.sections import log, write_section
+from bench.servers import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUTPUT = REPO_ROOT / "bench" / "RESULTS.md"

@@ -1,4 +1,4 @@
-"""The sections of ``bench/RESULTS.md`` and what the benchmarks share.
+"""The sections of ``bench/RESULTS.md``, and the report and progress lines that fill them.
 
 ``python -m bench.algorithms`` writes the head of the file; every other benchmark owns one
 section between the lines ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` and rewrites only
@@ -8,7 +8,6 @@ that, so the benchmarks can run (and be re-run) in any order.
 from __future__ import annotations
 
 import re
-import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,14 +49,6 @@ def keep_sections(document: str, previous: str) -> str:
     if not sections:
         return document.rstrip() + "\n"
     return document.rstrip() + "\n\n" + "\n\n".join(sections) + "\n"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @dataclass

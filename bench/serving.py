@@ -31,7 +31,6 @@ import os
 import platform
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -45,7 +44,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.sections import Report, free_port, log, write_section
+from bench.sections import Report, log, write_section
+from bench.servers import ServerProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUTPUT = REPO_ROOT / "bench" / "RESULTS.md"
@@ -83,62 +83,12 @@ QUICK = Settings(
 # --------------------------------------------------------------------------- processes
 
 
-class ServerProcess:
-    """A server subprocess on a free loopback port, stopped with SIGTERM."""
-
-    def __init__(self, command: list[str], *, env: dict[str, str], log_path: Path) -> None:
-        self.port = free_port()
-        self.command = [part.replace("{port}", str(self.port)) for part in command]
-        self.env = {**os.environ, **env, "MIXREG_PORT": str(self.port)}
-        self.log_path = log_path
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def start(self, ready_path: str, timeout: float = 120) -> None:
-        with self.log_path.open("ab") as output:
-            self.process = subprocess.Popen(
-                self.command, cwd=REPO_ROOT, env=self.env, stdout=output, stderr=subprocess.STDOUT
-            )
-        deadline = time.monotonic() + timeout
-        with httpx.Client(base_url=self.url, timeout=5) as client:
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    raise RuntimeError(f"{self.command[0]} exited early: {self.log_tail()}")
-                method = "POST" if ready_path == "/predict" else "GET"
-                with contextlib.suppress(httpx.TransportError):
-                    if client.request(method, ready_path).status_code == 200:
-                        return
-                time.sleep(0.2)
-        raise RuntimeError(f"{self.command} did not answer within {timeout} s: {self.log_tail()}")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
-
-    def log_tail(self) -> str:
-        return self.log_path.read_text(errors="replace")[-3000:]
-
-
 def mixreg_server(folder: Path, name: str, **settings: str) -> ServerProcess:
     """``mixreg serve`` with the default settings (plus ``settings``) on a new SQLite file."""
     mixreg = Path(sys.executable).with_name("mixreg")
     return ServerProcess(
         [str(mixreg), "serve", "--host", "127.0.0.1", "--port", "{port}"],
-        env={"MIXREG_DATABASE_URL": f"sqlite:///{folder / f'{name}.db'}", **settings},
+        env={**os.environ, "MIXREG_DATABASE_URL": f"sqlite:///{folder / f'{name}.db'}", **settings},
         log_path=folder / f"{name}.log",
     )
 
@@ -157,7 +107,7 @@ def bare_server(folder: Path) -> ServerProcess:
             "--port",
             "{port}",
         ],
-        env={"BARE_N_COMPONENTS": str(N_COMPONENTS)},
+        env={**os.environ, "BARE_N_COMPONENTS": str(N_COMPONENTS)},
         log_path=folder / "bare.log",
     )
 
@@ -402,7 +352,7 @@ def run_throughput_section(report: Report, settings: Settings, folder: Path) -> 
     server = mixreg_server(folder, "throughput")
     bare = bare_server(folder)
     server.start("/healthz")
-    bare.start("/predict")
+    bare.start("/predict", method="POST")
     try:
         with httpx.Client(base_url=server.url, timeout=120) as client:
             model_id, X = fit_model(client)

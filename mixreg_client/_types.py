@@ -221,24 +221,10 @@ def _summary_fields(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class Model:
-    """A fitted model: its k lines, scores and provenance."""
+@dataclass(frozen=True, kw_only=True)
+class Model(ModelSummary):
+    """A fitted model: its scores and provenance (as listed), and its k lines."""
 
-    id: str
-    name: str | None
-    algorithm: str
-    n_components: int
-    n_features: int
-    train_min_loss: float
-    holdout_min_loss: float | None
-    beats_baseline: bool
-    converged: bool | None
-    bic: float | None
-    warnings: list[str]
-    dataset_id: str
-    job_id: str | None
-    created_at: str
     feature_names: list[str]
     fit_intercept: bool
     components: list[Component]
@@ -248,7 +234,6 @@ class Model:
     seed: int | None
     n_train: int
     n_holdout: int
-    raw: dict[str, Any] = field(repr=False, compare=False)
 
     @property
     def coef(self) -> NDArray[np.float64]:

@@ -23,10 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -40,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import sklearn
 import threadpoolctl
 from numpy.typing import NDArray
 from sklearn.exceptions import ConvergenceWarning
@@ -53,7 +49,7 @@ from bench.reference import (
     reference_predict,
     reference_subsample,
 )
-from bench.sections import Report, keep_sections, log
+from bench.sections import Report, keep_sections, load_average, log, machine_lines
 from mixreg import MixtureOfLinearRegressions
 from mixreg.datasets import make_friedman, make_realizable, make_two_regressions
 
@@ -125,40 +121,6 @@ QUICK = Settings(
 
 
 # --------------------------------------------------------------------------- machine
-
-
-def machine_description(command: str) -> list[str]:
-    """CPU, cores, RAM, library versions, BLAS, date and command of this run."""
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as cpuinfo:
-        for line in cpuinfo:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    with open("/proc/meminfo") as meminfo:
-        total_kib = next(int(line.split()[1]) for line in meminfo if line.startswith("MemTotal"))
-    blas = [
-        f"{info['internal_api']} {info.get('version')} ({info.get('threading_layer', '?')}, "
-        f"{info['num_threads']} threads, {info.get('architecture', '?')}) "
-        f"from {Path(info['filepath']).name}"
-        for info in threadpoolctl.threadpool_info()
-        if info["user_api"] == "blas"
-    ]
-    return [
-        f"- CPU: {cpu}; {os.cpu_count()} logical cores "
-        f"({len(os.sched_getaffinity(0))} usable by this process)",
-        f"- RAM: {total_kib / 2**20:.1f} GiB",
-        f"- Python {platform.python_version()}, numpy {np.__version__}, "
-        f"scikit-learn {sklearn.__version__}",
-        f"- BLAS: {'; '.join(blas) or 'none reported by threadpoolctl'}",
-        f"- Date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}; load average "
-        f"(1, 5, 15 min) at the start: {_load_average()}",
-        f"- Command: `{command}`",
-    ]
-
-
-def _load_average() -> str:
-    return ", ".join(f"{load:.2f}" for load in os.getloadavg())
 
 
 # --------------------------------------------------------------------------- section a
@@ -1060,7 +1022,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     report.add("# mixreg algorithm benchmarks", "")
     if args.quick:
         report.add("**Quick smoke run: fewer seeds, partitions and rows than the benchmark.**", "")
-    report.add("Machine and run:", "", *machine_description(command), "")
+    report.add("Machine and run:", "", *machine_lines(command), "")
     body = Report()
     test_losses = run_paper_section(body, settings)
     run_default_targets(body, settings, test_losses)
@@ -1079,7 +1041,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     report.add(
         f"Total benchmark time: {elapsed / 60:.1f} min; load average (1, 5, 15 min) at the end: "
-        f"{_load_average()} (timings are wall times on a machine shared with other work).",
+        f"{load_average()} (timings are wall times on a machine shared with other work).",
         "",
     )
     report.lines.extend(body.lines)

@@ -23,9 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime as dt
 import os
-import platform
 import random
 import sys
 import tempfile
@@ -42,7 +40,7 @@ import numpy as np
 from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
-from bench.sections import write_section
+from bench.sections import machine_lines, write_section
 from bench.servers import ServerProcess
 from service.auth.keys import add_key, new_key
 
@@ -512,24 +510,6 @@ def outcome_lines(outcome: Outcome) -> list[str]:
     return lines
 
 
-def machine_lines(command: str) -> list[str]:
-    """CPU, cores, versions, date, load and command of this run."""
-    cpu = "unknown"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
-        cpu = next(
-            (line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")),
-            cpu,
-        )
-    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
-    return [
-        f"- CPU: {cpu}; {os.cpu_count()} logical cores",
-        f"- Python {platform.python_version()}, httpx {httpx.__version__}",
-        f"- Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M UTC}; load average (1, 5, 15 min) at "
-        f"the start: {load}",
-        f"- Command: `{command}`",
-    ]
-
-
 def section(outcomes: Sequence[Outcome], machine: Sequence[str]) -> str:
     """The load section of ``bench/RESULTS.md``."""
     config = outcomes[0].config
@@ -578,7 +558,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_requests=args.max_requests,
         kill_at_s=args.kill_at,
     )
-    machine = machine_lines("python -m bench.load " + " ".join(argv or sys.argv[1:]))
+    machine = machine_lines("python -m bench.load " + " ".join(argv or sys.argv[1:]), ("httpx",))
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="mixreg-load-") as directory:
         workdir = Path(directory)

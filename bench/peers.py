@@ -39,12 +39,9 @@ import argparse
 import contextlib
 import csv
 import dataclasses
-import datetime as dt
 import inspect
 import json
 import math
-import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -57,7 +54,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import sklearn
 from numpy.typing import NDArray
 
 import mixreg
@@ -80,7 +76,7 @@ from bench.real_data import (
     split_train_test,
 )
 from bench.reference import reference_least_squares, reference_min_loss, reference_predict
-from bench.sections import log, write_section
+from bench.sections import load_average, log, machine_lines, write_section
 from mixreg.datasets import make_friedman, make_two_regressions
 
 FloatArray = NDArray[np.float64]
@@ -942,29 +938,6 @@ def data_table(cases: Sequence[CaseInfo]) -> list[str]:
     )
 
 
-def machine_lines(command: str, r_description: str) -> list[str]:
-    """CPU, cores, software versions, date, load and command of this run."""
-    cpu = "unknown"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
-        cpu = next(
-            (line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")),
-            cpu,
-        )
-    return [
-        f"- CPU: {cpu}; {os.cpu_count()} logical cores "
-        f"({len(os.sched_getaffinity(0))} usable by this process)",
-        f"- Python {platform.python_version()}, numpy {np.__version__}, "
-        f"scikit-learn {sklearn.__version__}; {r_description}",
-        f"- Date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}; load average "
-        f"(1, 5, 15 min) at the start: {load_average()}",
-        f"- Command: `{command}`",
-    ]
-
-
-def load_average() -> str:
-    return ", ".join(f"{load:.2f}" for load in os.getloadavg())
-
-
 @dataclass(frozen=True)
 class RunRecord:
     """Everything the peers section is built from; saved to and read from a JSON file."""
@@ -1182,7 +1155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     output = args.output if args.output or args.quick else DEFAULT_OUTPUT
     runs_path = args.runs if args.runs or args.quick else DEFAULT_RUNS
     command = _command_line(sys.argv[1:] if argv is None else argv)
-    header_lines = machine_lines(command, r_versions())
+    header_lines = machine_lines(command, also=r_versions())
     started = time.perf_counter()
     skipped: list[str] = []
     cases = all_cases(skipped)

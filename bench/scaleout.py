@@ -42,8 +42,7 @@ import numpy as np
 import psycopg
 from sqlalchemy import make_url
 
-from bench.algorithms import machine_description
-from bench.sections import log, write_section
+from bench.sections import log, machine_lines, write_section
 from bench.servers import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -328,7 +327,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if problem is not None:
         print(f"scale-out benchmark skipped: {problem}")
         return
-    machine = machine_description(command)
+    machine = machine_lines(command)
     with (
         bench_database(server_url) as database_url,
         tempfile.TemporaryDirectory(prefix="mixreg-bench-scaleout-") as name,

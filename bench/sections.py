@@ -7,11 +7,18 @@ that, so the benchmarks can run (and be re-run) in any order.
 
 from __future__ import annotations
 
+import datetime as dt
+import os
+import platform
 import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+
+import numpy  # noqa: F401  (loaded, so that its BLAS is reported)
+import threadpoolctl
 
 _MARKED_SECTION = re.compile(r"<!-- ([a-z0-9_-]+):start -->.*?<!-- \1:end -->", re.DOTALL)
 
@@ -79,3 +86,47 @@ class Report:
 def log(message: str) -> None:
     """A progress line on standard error (standard output carries the report)."""
     print(f"# {message}", file=sys.stderr, flush=True)
+
+
+def machine_lines(
+    command: str, packages: Sequence[str] = ("numpy", "scikit-learn"), also: str | None = None
+) -> list[str]:
+    """The machine and the run, for the head of a section: CPU, cores, RAM, the versions of
+    Python and ``packages`` (and ``also``, e.g. R's), BLAS, date, load average at the start
+    and the command."""
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as cpuinfo:
+        cpu = next(
+            (line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")),
+            cpu,
+        )
+    with open("/proc/meminfo") as meminfo:
+        total_kib = next(int(line.split()[1]) for line in meminfo if line.startswith("MemTotal"))
+    versions = [f"Python {platform.python_version()}"]
+    for package in packages:
+        try:
+            versions.append(f"{package} {version(package)}")
+        except PackageNotFoundError:
+            versions.append(f"{package} not installed")
+    blas = [
+        f"{info['internal_api']} {info.get('version')} ({info.get('threading_layer', '?')}, "
+        f"{info['num_threads']} threads, {info.get('architecture', '?')}) "
+        f"from {Path(info['filepath']).name}"
+        for info in threadpoolctl.threadpool_info()
+        if info["user_api"] == "blas"
+    ]
+    return [
+        f"- CPU: {cpu}; {os.cpu_count()} logical cores "
+        f"({len(os.sched_getaffinity(0))} usable by this process)",
+        f"- RAM: {total_kib / 2**20:.1f} GiB",
+        f"- {', '.join(versions)}" + (f"; {also}" if also else ""),
+        f"- BLAS: {'; '.join(blas) or 'none reported by threadpoolctl'}",
+        f"- Date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}; load average "
+        f"(1, 5, 15 min) at the start: {load_average()}",
+        f"- Command: `{command}`",
+    ]
+
+
+def load_average() -> str:
+    """The load averages over 1, 5 and 15 minutes."""
+    return ", ".join(f"{value:.2f}" for value in os.getloadavg())

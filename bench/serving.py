@@ -28,7 +28,6 @@ import datetime as dt
 import io
 import json
 import os
-import platform
 import re
 import shutil
 import statistics
@@ -44,7 +43,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.sections import Report, log, write_section
+from bench.sections import Report, load_average, log, machine_lines, write_section
 from bench.servers import ServerProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +51,7 @@ DEFAULT_OUTPUT = REPO_ROOT / "bench" / "RESULTS.md"
 SECTION = "serving"
 
 N_COMPONENTS = 4
+SERVING_PACKAGES = ("numpy", "fastapi", "starlette", "uvicorn", "uvloop", "httptools", "pyarrow")
 N_FEATURES = 20
 DATA_SEED = 8
 
@@ -702,28 +702,6 @@ def run_upload_section(report: Report, settings: Settings, folder: Path) -> None
 # --------------------------------------------------------------------------- main
 
 
-def machine_lines(command: str) -> list[str]:
-    with open("/proc/cpuinfo") as cpuinfo:
-        cpu = next(
-            (line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")),
-            "unknown",
-        )
-    versions = []
-    for package in ("fastapi", "starlette", "uvicorn", "uvloop", "httptools", "pyarrow"):
-        with contextlib.suppress(Exception):
-            from importlib.metadata import version
-
-            versions.append(f"{package} {version(package)}")
-    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
-    return [
-        f"- CPU: {cpu}; {os.cpu_count()} logical cores",
-        f"- Python {platform.python_version()}, numpy {np.__version__}, {', '.join(versions)}",
-        f"- Date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}; load average "
-        f"(1, 5, 15 min) at the start: {load}",
-        f"- Command: `{command}`",
-    ]
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.serving",
@@ -762,7 +740,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     report.add("## Serving (issue 8)", "")
     if args.quick:
         report.add("**Quick smoke run: shorter load runs and smaller uploads.**", "")
-    report.add("Machine and run:", "", *machine_lines(command), "")
+    report.add("Machine and run:", "", *machine_lines(command, SERVING_PACKAGES), "")
     report.table(
         ["target", "goal", "measured", "met"],
         [
@@ -771,8 +749,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         ],
     )
     report.add(
-        f"Total time: {elapsed / 60:.1f} min; load average at the end: "
-        f"{', '.join(f'{value:.2f}' for value in os.getloadavg())}.",
+        f"Total time: {elapsed / 60:.1f} min; load average at the end: {load_average()}.",
         "",
     )
     report.lines.extend(body.lines)

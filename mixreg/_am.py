@@ -10,7 +10,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._loss import assign
-from ._lstsq import lstsq_by_labels, normal_equations_by_label, pseudo_inverse
+from ._lstsq import gram_matrix, lstsq_by_labels, pseudo_inverse
 
 FloatArray = NDArray[np.float64]
 StepCallback = Callable[[int, float], None]
@@ -97,10 +97,7 @@ def whitening_preconditioner(Z: FloatArray) -> FloatArray:
     -------
     ndarray of shape (n_params, n_params)
     """
-    gram, _, _ = normal_equations_by_label(
-        Z, np.zeros(Z.shape[0]), np.zeros((1, Z.shape[0]), dtype=np.intp), 1
-    )
-    return pseudo_inverse(gram[0, 0])
+    return pseudo_inverse(gram_matrix(Z))
 
 
 class _GradientSteps:

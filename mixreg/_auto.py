@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from ._am import SolverResult, classic_am_batch
 from ._em import em_batch
-from ._lstsq import lstsq_weighted_subsets
+from ._lstsq import lstsq_row_sets
 from ._solvers import (
     FitContext,
     fit_subsample,
@@ -136,11 +136,10 @@ def lines_of_random_rows(ctx: FitContext, count: int) -> FloatArray:
     """
     n_samples, n_params = ctx.Z.shape
     size = min(n_samples, 2 * n_params)
-    membership = np.zeros((count, n_samples))
-    for line in range(count):
-        membership[line, ctx.rng.choice(n_samples, size=size, replace=False)] = 1.0
-    theta: FloatArray = lstsq_weighted_subsets(ctx.Z, ctx.y, membership)
-    return theta
+    # Row sets are drawn one line at a time (a short loop over lines, not rows) and gathered:
+    # memory is a batch of (lines, 2p, p), never (lines, n_samples) or (n_samples, p^2).
+    row_sets = np.stack([ctx.rng.choice(n_samples, size=size, replace=False) for _ in range(count)])
+    return lstsq_row_sets(ctx.Z, ctx.y, row_sets)
 
 
 def random_rows_lines(ctx: FitContext) -> FloatArray:

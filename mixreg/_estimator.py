@@ -60,50 +60,84 @@ def as_generator(random_state: Any) -> np.random.Generator:
 MAX_ABS_Y = 1e150
 
 
-def _max_row_norm(X: FloatArray, block_rows: int = 1 << 16) -> float:
-    """Largest Euclidean norm of a row, without overflow for huge entries or a copy of X."""
-    largest = max(abs(float(X.max())), abs(float(X.min())))
-    if largest == 0.0 or not np.isfinite(largest):
-        return largest
-    squared = 0.0
+def _column_extent(X: FloatArray, block_rows: int = 1 << 16) -> FloatArray:
+    """Largest absolute value of every column, without a copy of X."""
+    extent = np.zeros(X.shape[1])
     for start in range(0, X.shape[0], block_rows):
-        block = X[start : start + block_rows] / largest
-        squared = max(squared, float(np.max(np.einsum("ij,ij->i", block, block))))
-    return largest * float(np.sqrt(squared))
+        np.maximum(extent, np.abs(X[start : start + block_rows]).max(axis=0), out=extent)
+    return extent
 
 
 @dataclass(frozen=True)
 class _Scaling:
-    """The paper's scaling: max row norm of X and max |y| both 1, so step sizes keep meaning."""
+    """Standardized units: each feature centred and scaled, then the paper's scaling.
 
-    x_scale: float
+    With an intercept, each feature is centred on its mean and y on its mean (as
+    scikit-learn's ``LinearRegression`` does before it solves): a feature far from zero (a
+    year, a timestamp, a price) then loses no precision, and the units the algorithms see
+    do not depend on the location or scale of any feature or of y, so every algorithm is
+    equivariant under affine changes of the data. Each feature is divided by its standard
+    deviation, then all by the largest row norm, and y by its largest absolute deviation:
+    max row norm of X and max |y| are 1, as in the paper, so step sizes keep their meaning.
+    """
+
+    x_mean: FloatArray
+    x_scale: FloatArray
+    y_mean: float
     y_scale: float
     fit_intercept: bool
 
     @classmethod
-    def of(cls, X: FloatArray, y: FloatArray, fit_intercept: bool) -> _Scaling:
-        y_scale = float(np.max(np.abs(y)))
-        if y_scale > MAX_ABS_Y:
+    def of(
+        cls, X: FloatArray, y: FloatArray, fit_intercept: bool
+    ) -> tuple[_Scaling, FloatArray, FloatArray]:
+        """The scaling of (X, y), with the design matrix and target in its units."""
+        y_extent = float(np.max(np.abs(y)))
+        if y_extent > MAX_ABS_Y:
             raise ValueError(
-                f"|y| reaches {y_scale:.3g}: squared errors of such values overflow a float64; "
+                f"|y| reaches {y_extent:.3g}: squared errors of such values overflow a float64; "
                 f"scale y down (|y| <= {MAX_ABS_Y:.0e})"
             )
-        return cls(_max_row_norm(X) or 1.0, y_scale or 1.0, fit_intercept)
-
-    def design(self, X: FloatArray) -> FloatArray:
-        """Scaled design matrix, with a column of ones when an intercept is fitted."""
         n_samples, n_features = X.shape
-        Z = np.empty((n_samples, n_features + self.fit_intercept))
-        # Divide rather than multiply by the reciprocal, which overflows for subnormal scales.
-        np.divide(X, self.x_scale, out=Z[:, :n_features])
-        if self.fit_intercept:
+        # Divided by a power of two above each column's extent first (exact: no rounding is
+        # added to features far from zero), so neither a sum nor a square overflows.
+        _, exponent = np.frexp(_column_extent(X))
+        extent = np.ldexp(1.0, np.minimum(exponent, 1023))
+        Z = np.empty((n_samples, n_features + fit_intercept))
+        features = Z[:, :n_features]
+        np.divide(X, extent, out=features)
+        x_mean = np.zeros(n_features)
+        if fit_intercept:
+            x_mean = features.mean(axis=0)
+            features -= x_mean
             Z[:, n_features] = 1.0
-        return Z
+        spread = np.sqrt(np.einsum("ij,ij->j", features, features) / n_samples)
+        spread[spread <= np.finfo(np.float64).tiny] = 1.0
+        features /= spread
+        row_norm = float(np.sqrt(np.max(np.einsum("ij,ij->i", features, features))))
+        row_norm = row_norm if row_norm > 0.0 else 1.0
+        features /= row_norm
+        y_mean = float(np.mean(y)) if fit_intercept else 0.0
+        y_centred = y - y_mean
+        y_scale = float(np.max(np.abs(y_centred))) or 1.0
+        scaling = cls(
+            x_mean=x_mean * extent,
+            x_scale=extent * spread * row_norm,
+            y_mean=y_mean,
+            y_scale=y_scale,
+            fit_intercept=fit_intercept,
+        )
+        return scaling, Z, y_centred / y_scale
 
     def to_scaled(self, lines: FloatArray) -> FloatArray:
         """Caller-unit lines (coefficients then intercept) to scaled-space parameters."""
-        theta = lines / self.y_scale
-        theta[:, : theta.shape[1] - self.fit_intercept] *= self.x_scale
+        n_features = self.x_scale.size
+        theta = np.array(lines, dtype=np.float64) / self.y_scale
+        if self.fit_intercept:
+            theta[:, n_features] += (
+                lines[:, :n_features] @ self.x_mean - self.y_mean
+            ) / self.y_scale
+        theta[:, :n_features] *= self.x_scale
         return theta
 
     def to_caller(self, theta: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -112,19 +146,19 @@ class _Scaling:
         Raises ValueError when a slope is beyond a float64's range (features tiny next to the
         targets): such lines cannot be written down.
         """
-        n_features = theta.shape[1] - self.fit_intercept
+        n_features = self.x_scale.size
         # Multiply, then divide: y_scale / x_scale alone may overflow, and 0 * inf is NaN.
-        with np.errstate(over="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):
             coef = theta[:, :n_features] * self.y_scale / self.x_scale
-        if not np.isfinite(coef).all():
-            raise ValueError(
-                f"the fitted slopes overflow a float64: the largest row of X has norm "
-                f"{self.x_scale:.3g} while |y| reaches {self.y_scale:.3g}; scale X up or y down"
-            )
-        if self.fit_intercept:
-            intercept = theta[:, n_features] * self.y_scale
-        else:
             intercept = np.zeros(theta.shape[0])
+            if self.fit_intercept:
+                intercept = self.y_mean + theta[:, n_features] * self.y_scale - coef @ self.x_mean
+        if not (np.isfinite(coef).all() and np.isfinite(intercept).all()):
+            raise ValueError(
+                f"the fitted lines overflow a float64: a feature spreads over "
+                f"{float(self.x_scale.min()):.3g} while y spreads over {self.y_scale:.3g}; "
+                f"scale X up or y down"
+            )
         return coef, intercept
 
 
@@ -386,13 +420,13 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         X_arr, y_arr = check_X_y(X, y)
         n_samples, n_features = X_arr.shape
         params = self.resolved_parameters(n_samples, n_features)
-        scaling = _Scaling.of(X_arr, y_arr, bool(self.fit_intercept))
+        scaling, Z, y_scaled = _Scaling.of(X_arr, y_arr, bool(self.fit_intercept))
         if params.get("init") is not None:
             params["init"] = scaling.to_scaled(params["init"])
         budget = params.get("time_budget")
         ctx = FitContext(
-            Z=scaling.design(X_arr),
-            y=y_arr / scaling.y_scale,
+            Z=Z,
+            y=y_scaled,
             n_components=int(self.n_components),
             n_features=n_features,
             params=params,

@@ -11,7 +11,7 @@ from numpy.typing import NDArray
 
 from ._am import SolverResult
 from ._loss import CandidateScorer, assign
-from ._lstsq import lstsq_by_label, lstsq_weighted_subsets
+from ._lstsq import lstsq_by_label, lstsq_by_labels
 from ._ransac import ransac_lines
 
 FloatArray = NDArray[np.float64]
@@ -127,10 +127,7 @@ def fit_candidates(
     """
     n_partitions = labels.shape[0]
     if base == "ls":
-        membership = (labels[:, None, :] == np.arange(n_components)[None, :, None]).astype(
-            np.float64
-        )
-        theta = lstsq_weighted_subsets(Z, y, membership.reshape(-1, labels.shape[1]))
+        theta, _ = lstsq_by_labels(Z, y, labels, n_components)
     else:
         parts, sizes = parts_from_labels(labels, n_components)
         theta = ransac_lines(

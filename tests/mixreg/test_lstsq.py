@@ -6,8 +6,8 @@ import pytest
 import mixreg._lstsq
 from mixreg._lstsq import (
     lstsq_by_label,
+    lstsq_row_sets,
     lstsq_weighted,
-    lstsq_weighted_subsets,
     solve_normal_equations,
 )
 
@@ -84,32 +84,27 @@ def test_fewer_rows_than_parameters_is_finite_and_fits_the_rows(no_float_errors)
     np.testing.assert_allclose(Z @ theta, y, atol=1e-8)
 
 
-def test_lstsq_weighted_subsets_matches_lstsq_per_subset(no_float_errors):
+def test_lstsq_row_sets_matches_lstsq_per_set(no_float_errors):
     rng = np.random.default_rng(5)
     Z = np.column_stack([rng.normal(size=(12, 2)), np.ones(12)])
     y = rng.normal(size=12)
-    membership = (rng.random((6, 12)) < 0.6).astype(np.float64)
-    membership[:, :4] = 1.0  # every subset has full rank
-    membership[0, 5] = 3.0  # a row counted three times
-    theta = lstsq_weighted_subsets(Z, y, membership)
+    row_sets = rng.integers(0, 12, size=(6, 7))
+    row_sets[0, :2] = 5  # a row counted twice
+    theta = lstsq_row_sets(Z, y, row_sets)
     assert theta.shape == (6, 3)
-    for solution, weights in zip(theta, membership, strict=True):
-        rows = np.repeat(np.arange(12), weights.astype(int))
+    for solution, rows in zip(theta, row_sets, strict=True):
         np.testing.assert_allclose(solution, numpy_lstsq(Z[rows], y[rows]), rtol=1e-8, atol=1e-10)
 
 
-def test_lstsq_weighted_subsets_empty_and_single_row_subsets(no_float_errors):
+def test_lstsq_row_sets_of_one_or_two_rows_fit_them(no_float_errors):
     rng = np.random.default_rng(6)
     Z = np.column_stack([rng.normal(size=5), np.ones(5)])
     y = rng.normal(size=5)
-    membership = np.zeros((3, 5))
-    membership[1, 2] = 1.0  # one row: infinitely many lines through it
-    membership[2, [0, 1]] = 1.0  # two distinct rows: an exact line
-    theta = lstsq_weighted_subsets(Z, y, membership)
-    assert np.all(np.isfinite(theta))
-    np.testing.assert_array_equal(theta[0], [0.0, 0.0])
-    assert Z[2] @ theta[1] == pytest.approx(y[2], rel=1e-8)
-    np.testing.assert_allclose(theta[2], np.linalg.solve(Z[:2], y[:2]), rtol=1e-8)
+    one = lstsq_row_sets(Z, y, np.array([[2]]))[0]
+    # One row: a flat line through it (the minimum-norm slope, as LinearRegression gives).
+    np.testing.assert_allclose(one, [0.0, y[2]], atol=1e-12)
+    two = lstsq_row_sets(Z, y, np.array([[0, 1]]))[0]
+    np.testing.assert_allclose(two, np.linalg.solve(Z[:2], y[:2]), rtol=1e-8)
 
 
 def test_lstsq_by_label_matches_lstsq_per_part(no_float_errors):

@@ -8,7 +8,13 @@ combination, plus classical AM and EM for a Gaussian mixture of regressions, and
 ``select_n_components`` chooses k by BIC.
 """
 
-from ._estimator import MAX_ABS_Y, MAX_EXHAUSTIVE_PARTITIONS, MixtureOfLinearRegressions
+from ._estimator import (
+    MAX_ABS_Y,
+    MAX_EXHAUSTIVE_PARTITIONS,
+    DegenerateFitWarning,
+    MixtureOfLinearRegressions,
+    minimum_rows_per_line,
+)
 from ._loss import min_loss, predict_lines
 from ._selection import (
     ComponentsFit,
@@ -27,11 +33,13 @@ __all__ = [
     "MAX_ABS_Y",
     "MAX_EXHAUSTIVE_PARTITIONS",
     "ComponentsFit",
+    "DegenerateFitWarning",
     "MixtureOfLinearRegressions",
     "MixtureScore",
     "NComponentsSelection",
     "check_n_components_list",
     "min_loss",
+    "minimum_rows_per_line",
     "mixture_score",
     "predict_lines",
     "preferred_n_components",

@@ -10,7 +10,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._loss import assign
-from ._lstsq import gram_matrix, lstsq_by_labels, pseudo_inverse
+from ._lstsq import gram_matrix, lstsq_by_labels, pseudo_inverse, refit_exactly
 
 FloatArray = NDArray[np.float64]
 StepCallback = Callable[[int, float], None]
@@ -470,3 +470,46 @@ def classic_am(
         n_iter=int(batch.n_iter[0]),
         converged=bool(batch.converged[0]),
     )
+
+
+# Exact refits after the search: a few rounds at most (each is one pass over the rows).
+_EXACT_REFIT_ROUNDS = 5
+
+
+def refit_exactly_until_stable(
+    Z: FloatArray, y: FloatArray, theta: FloatArray, *, deadline: float | None = None
+) -> FloatArray:
+    """Refit each line on the rows it wins to working precision, until the partition is stable.
+
+    Classical AM steps with :func:`~mixreg._lstsq.refit_exactly`: each line ends as the
+    least-squares line of the rows it predicts best (``LinearRegression`` on those rows), and
+    the min-loss never increases. A line that wins no rows keeps its value. Stops when the
+    partition no longer changes, after a few rounds, or once ``deadline`` has passed (after
+    one round).
+
+    Parameters
+    ----------
+    Z : ndarray of shape (n_samples, n_params)
+    y : ndarray of shape (n_samples,)
+    theta : ndarray of shape (n_components, n_params)
+
+    Returns
+    -------
+    ndarray of shape (n_components, n_params)
+    """
+    residuals, labels = assign(Z, y, theta)
+    loss = float(np.mean(np.min(residuals * residuals, axis=0)))
+    for _ in range(_EXACT_REFIT_ROUNDS):
+        fitted, counts = refit_exactly(Z, y, labels, theta.shape[0])
+        candidate = np.where((counts > 0)[:, None], fitted, theta)
+        residuals, new_labels = assign(Z, y, candidate)
+        new_loss = float(np.mean(np.min(residuals * residuals, axis=0)))
+        if new_loss > loss * (1.0 + 1e-12):
+            break
+        theta, loss = candidate, new_loss
+        if np.array_equal(new_labels, labels) or (
+            deadline is not None and time.monotonic() > deadline
+        ):
+            break
+        labels = new_labels
+    return theta

@@ -14,12 +14,12 @@ from numpy.typing import ArrayLike, NDArray
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
-from ._am import SolverResult
+from ._am import SolverResult, refit_exactly_until_stable
 from ._auto import AutoResult, default_n_init, fit_auto
 from ._em import EMResult
 from ._loss import assign, predict_lines, row_min_losses, single_threaded_blas
 from ._solvers import SOLVERS, FitContext
-from ._subsample import largest_enumerable_size, stirling2
+from ._subsample import capped_stirling2, largest_enumerable_size
 from ._validation import (
     PARAMETER_NAMES,
     check_algorithm,
@@ -33,6 +33,9 @@ ProgressCallback = Callable[[float, dict[str, Any]], None]
 
 # Algorithm 2 refuses to enumerate more partitions than this.
 MAX_EXHAUSTIVE_PARTITIONS = 100_000
+# With one line there is one partition of any sub-sample: its default size is then the other
+# sub-sample algorithms' default.
+DEFAULT_EXHAUSTIVE_SIZE_LIMIT = 150
 
 _SOLVERS: dict[str, Callable[[FitContext], SolverResult]] = {**SOLVERS, "auto": fit_auto}
 
@@ -169,6 +172,40 @@ def _in_caller_units(losses: ArrayLike, loss_scale: float) -> FloatArray:
     with np.errstate(over="ignore"):
         values = np.asarray(losses, dtype=np.float64) * loss_scale
     return np.minimum(values, np.finfo(np.float64).max)
+
+
+def _ends_in_least_squares(algorithm: str) -> bool:
+    """Whether the algorithm ends at a fixed point of classical AM: each line the least-squares
+    line of the rows it wins (the other algorithms keep their own, documented last step)."""
+    return algorithm == "auto"
+
+
+class DegenerateFitWarning(UserWarning):
+    """Some fitted lines own too few training rows to be estimated (a degenerate fit)."""
+
+
+def minimum_rows_per_line(n_params: int) -> int:
+    """Rows a line must own: one more than its coefficients, so its noise has a residual."""
+    return n_params + 1
+
+
+def _warn_if_degenerate(rows_per_line: FloatArray, n_params: int) -> None:
+    """Warn when a line owns fewer rows than its coefficients need, plus one for its noise."""
+    needed = minimum_rows_per_line(n_params)
+    owned = np.rint(rows_per_line).astype(int)
+    few = np.flatnonzero(owned < needed)
+    if few.size == 0:
+        return
+    k = owned.size
+    warnings.warn(
+        f"{few.size} of the {k} lines own fewer than the {needed} training rows a line with "
+        f"{n_params} coefficients needs (they own {', '.join(str(owned[j]) for j in few)} "
+        f"rows): such lines fit a handful of rows exactly and say nothing about new ones; "
+        f"fit fewer lines (n_components) or give more rows (at least {k * needed} for "
+        f"{k} lines)",
+        DegenerateFitWarning,
+        stacklevel=2,
+    )
 
 
 def _warn_if_unconverged(
@@ -384,16 +421,18 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             )
         if algorithm == "subsample-exhaustive":
             k = int(self.n_components)
+            largest = largest_enumerable_size(
+                k, MAX_EXHAUSTIVE_PARTITIONS, limit=DEFAULT_EXHAUSTIVE_SIZE_LIMIT
+            )
             if params["subsample_size"] is None:
-                params["subsample_size"] = largest_enumerable_size(k, MAX_EXHAUSTIVE_PARTITIONS)
-            count = stirling2(params["subsample_size"], k)
-            if count > MAX_EXHAUSTIVE_PARTITIONS:
-                largest = largest_enumerable_size(k, MAX_EXHAUSTIVE_PARTITIONS)
+                params["subsample_size"] = largest
+            size = params["subsample_size"]
+            if capped_stirling2(size, k, MAX_EXHAUSTIVE_PARTITIONS) > MAX_EXHAUSTIVE_PARTITIONS:
                 raise ValueError(
-                    f"subsample-exhaustive would try all {count:,} partitions of "
-                    f"{params['subsample_size']} rows into {k} parts, more than the cap of "
-                    f"{MAX_EXHAUSTIVE_PARTITIONS:,}; use subsample_size <= {largest}, or "
-                    f"algorithm='subsample', which tries n_partitions random partitions"
+                    f"subsample-exhaustive would try more than {MAX_EXHAUSTIVE_PARTITIONS:,} "
+                    f"partitions (the cap) of subsample_size={size} rows into {k} parts; use "
+                    f"subsample_size <= {largest}, or algorithm='subsample', which tries "
+                    f"n_partitions random partitions"
                 )
         return params
 
@@ -438,6 +477,15 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         )
         with single_threaded_blas():
             result = _SOLVERS[self.algorithm](ctx)
+            if _ends_in_least_squares(self.algorithm):
+                before = result.loss
+                result.theta = refit_exactly_until_stable(
+                    ctx.Z, ctx.y, result.theta, deadline=ctx.deadline
+                )
+                residuals, _ = assign(ctx.Z, ctx.y, result.theta)
+                after = float(np.mean(np.min(residuals * residuals, axis=0)))
+                if after < before * (1.0 - 1e-9):
+                    result.loss_history = [*result.loss_history, after]
 
         coef, intercept = scaling.to_caller(result.theta)
         residuals, labels = assign(ctx.Z, ctx.y, result.theta)
@@ -463,6 +511,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
                 candidate.to_dict(ctx.loss_scale) for candidate in result.candidates
             ]
         _warn_if_unconverged(self.algorithm, result, params, ctx.deadline)
+        _warn_if_degenerate(self.shares_ * n_samples, ctx.Z.shape[1])
         ctx.report(
             1.0,
             iteration=result.n_iter,

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from functools import cache
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ._am import SolverResult
 from ._loss import CandidateScorer, assign
-from ._lstsq import lstsq_by_label, lstsq_by_labels
+from ._lstsq import lstsq_by_labels, refit_exactly
 from ._ransac import ransac_lines
 
 FloatArray = NDArray[np.float64]
@@ -23,22 +22,49 @@ BASES = ("ls", "ransac")
 # Candidate partitions handled per batch: bounds memory and sets how often the time budget
 # and the progress callback are checked.
 _PARTITIONS_PER_BATCH = 128
+_BATCH_LABELS = 1 << 20
 
 
-@cache
 def stirling2(n: int, k: int) -> int:
-    """Number of partitions of ``n`` labelled items into ``k`` non-empty unlabelled parts."""
-    if n == k:
-        return 1
+    """Number of partitions of ``n`` labelled items into ``k`` non-empty unlabelled parts.
+
+    Computed row by row (``S(m, j) = j S(m-1, j) + S(m-1, j-1)``) in ``O(n k)`` integer
+    operations, without recursion.
+    """
+    return _stirling2_row(n, k, cap=None)
+
+
+def capped_stirling2(n: int, k: int, cap: int) -> int:
+    """``min(stirling2(n, k), cap + 1)``: whether the count exceeds ``cap``, cheaply.
+
+    ``S(m, k)`` never decreases with ``m``, so the rows stop as soon as the count passes
+    ``cap``; the numbers stay small whatever ``n``.
+    """
+    return _stirling2_row(n, k, cap=cap)
+
+
+def _stirling2_row(n: int, k: int, cap: int | None) -> int:
     if k == 0 or k > n:
-        return 0
-    return k * stirling2(n - 1, k) + stirling2(n - 1, k - 1)
+        return int(n == k)
+    row = [1] + [0] * k  # S(0, j)
+    for m in range(1, n + 1):
+        for j in range(min(m, k), 0, -1):
+            row[j] = j * row[j] + row[j - 1]
+            if cap is not None:
+                row[j] = min(row[j], cap + 1)
+        row[0] = 0
+        if cap is not None and row[k] > cap:
+            return cap + 1
+    return row[k]
 
 
-def largest_enumerable_size(n_components: int, cap: int) -> int:
-    """Largest sub-sample size whose partition count into ``n_components`` parts is <= cap."""
+def largest_enumerable_size(n_components: int, cap: int, limit: int) -> int:
+    """Largest sub-sample size, at most ``limit``, whose partition count is at most ``cap``.
+
+    With one part every size has exactly one partition, so the answer is ``limit``.
+    """
     size = n_components
-    while stirling2(size + 1, n_components) <= cap:
+    while size < limit and capped_stirling2(size + 1, n_components, cap) <= cap:
         size += 1
     return size
 
@@ -153,7 +179,7 @@ def refit(
     n_components = theta.shape[0]
     _, labels = assign(Z, y, theta)
     if base == "ls":
-        fitted, counts = lstsq_by_label(Z, y, labels, n_components)
+        fitted, counts = refit_exactly(Z, y, labels, n_components)
     else:
         parts, counts = parts_from_labels(labels[None, :], n_components)
         fitted = ransac_lines(
@@ -246,13 +272,20 @@ def random_partition_batches(
     rng: np.random.Generator, n_partitions: int, size: int, n_components: int
 ) -> Iterator[IntArray]:
     """Algorithm 3's ``n_partitions`` random partitions, in batches."""
-    for start in range(0, n_partitions, _PARTITIONS_PER_BATCH):
-        count = min(_PARTITIONS_PER_BATCH, n_partitions - start)
+    per_batch = _partitions_per_batch(size)
+    for start in range(0, n_partitions, per_batch):
+        count = min(per_batch, n_partitions - start)
         yield random_partitions(rng, count, size, n_components)
 
 
 def exhaustive_partition_batches(size: int, n_components: int) -> Iterator[IntArray]:
     """Algorithm 2's partitions (all of them), in batches."""
     labels = all_partitions(size, n_components)
-    for start in range(0, labels.shape[0], _PARTITIONS_PER_BATCH):
-        yield labels[start : start + _PARTITIONS_PER_BATCH]
+    per_batch = _partitions_per_batch(size)
+    for start in range(0, labels.shape[0], per_batch):
+        yield labels[start : start + per_batch]
+
+
+def _partitions_per_batch(size: int) -> int:
+    """Partitions per batch: at most 128, and at most 2^20 labels (8 MiB) however large A."""
+    return max(1, min(_PARTITIONS_PER_BATCH, _BATCH_LABELS // max(size, 1)))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.optimize import linear_sum_assignment
 
-from mixreg import ALGORITHMS, MixtureOfLinearRegressions
+from mixreg import ALGORITHMS, DegenerateFitWarning, MixtureOfLinearRegressions
 from mixreg.datasets import make_friedman, make_realizable
 
 NOISE = 0.1
@@ -275,7 +275,10 @@ def test_a_line_that_wins_no_rows_stays_finite_with_share_zero(algorithm):
     X, y, coef, intercept, _ = realizable_problem()
     far_line = np.array([0.0, 0.0, 1e3])
     init = np.vstack([as_lines(coef, intercept), far_line])
-    estimator = MixtureOfLinearRegressions(3, algorithm=algorithm, init=init, max_iter=20).fit(X, y)
+    # Such a fit is degenerate, and says so.
+    with pytest.warns(DegenerateFitWarning, match="1 of the 3 lines own fewer than the 4"):
+        estimator = MixtureOfLinearRegressions(3, algorithm=algorithm, init=init, max_iter=20)
+        estimator.fit(X, y)
     assert np.all(np.isfinite(estimator.coef_)) and np.all(np.isfinite(estimator.intercept_))
     assert estimator.shares_[-1] == 0.0
     assert np.all(estimator.shares_[:2] > 0.4)

@@ -140,8 +140,8 @@ def em_batch(
     """EM from many starts at once; each stops when its log-likelihood settles.
 
     Every iteration of all the starts still running is one E-step and one M-step over
-    stacked arrays; a start leaves the batch when the relative change of its mean
-    log-likelihood is at most ``tol``.
+    stacked arrays; a start leaves the batch when its mean log-likelihood per row changes by at
+    most ``tol``.
 
     Parameters
     ----------
@@ -170,11 +170,9 @@ def em_batch(
         settled = np.zeros(active.size, dtype=bool)
         for position, start in enumerate(active.tolist()):
             if iteration > 0:
-                previous = likelihoods[start][-1]
-                change = abs(previous - log_likelihood[position]) / max(
-                    abs(previous), np.finfo(np.float64).tiny
-                )
-                settled[position] = change <= tol
+                # An absolute change of the mean log-likelihood per row (as scikit-learn's
+                # GaussianMixture): its value can be near zero, so a relative one means little.
+                settled[position] = abs(log_likelihood[position] - likelihoods[start][-1]) <= tol
             likelihoods[start].append(float(log_likelihood[position]))
             losses[start].append(float(loss[position]))
         if iteration > 0 and callback is not None:
@@ -212,8 +210,8 @@ def em(
 ) -> EMResult:
     """Fit a Gaussian mixture of regressions by EM, starting from the given lines.
 
-    Model: ``y | z ~ sum_j w_j N(<z, theta_j>, sigma_j^2)``. Stops when the relative change of
-    the mean log-likelihood is at most ``tol`` or after ``max_iter`` iterations. A line whose
+    Model: ``y | z ~ sum_j w_j N(<z, theta_j>, sigma_j^2)``. Stops when the mean
+    log-likelihood per row changes by at most ``tol`` or after ``max_iter`` iterations. A line whose
     weight collapses keeps finite parameters (weights and variances are floored).
 
     Returns

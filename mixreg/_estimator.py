@@ -221,9 +221,11 @@ def _warn_if_unconverged(
     if deadline is not None and time.monotonic() > deadline:
         return
     history, quantity = result.loss_history, "min-loss"
-    if isinstance(result, EMResult) and result.log_likelihood_history:
-        history, quantity = result.log_likelihood_history, "log-likelihood"
     change = abs(history[-2] - history[-1]) / max(abs(history[-2]), np.finfo(float).tiny)
+    how = "relative"
+    if isinstance(result, EMResult) and result.log_likelihood_history:
+        history, quantity = result.log_likelihood_history, "mean log-likelihood per row"
+        change, how = abs(history[-2] - history[-1]), "absolute"
     what = {
         "auto": "the polish of the best candidate by classical AM",
         "em": "EM",
@@ -236,7 +238,7 @@ def _warn_if_unconverged(
         advice += f" or tol (now {params['tol']:g})"
     warnings.warn(
         f"{what} stopped at max_iter={max_iter} before converging: the {quantity} still changed "
-        f"by {change:.2g} (relative) in the last iteration, above tol={params['tol']:g}; "
+        f"by {change:.2g} ({how}) in the last iteration, above tol={params['tol']:g}; "
         f"{advice}",
         ConvergenceWarning,
         stacklevel=3,
@@ -294,10 +296,11 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         The paper's T (``am``, ``am-classic``, ``subsample+am``, ``em``); for ``auto``, the
         classical AM iterations of each candidate's polish.
     tol : float, default=1e-6
-        Stop when the relative change of the min-loss (of the log-likelihood for ``em``)
-        between iterations is at most ``tol``.
+        Stop when the relative change of the min-loss between iterations is at most ``tol``;
+        for ``em``, when the mean log-likelihood per row changes by at most ``tol``.
     n_init : int, default=1 (size-aware for ``auto``)
-        Random starts (``am``, ``am-classic``, ``em``); the lowest training min-loss is kept.
+        Random starts (``am``, ``am-classic``, ``em``); the lowest training min-loss is kept
+        (for ``em``, the highest log-likelihood).
         For ``auto``, the number of random starts, from 100 on small data down to 4 on large
         data (``n_init // 4`` EM restarts, at most 10, run beside them).
     init : array-like of shape (n_components, n_features + fit_intercept), optional
@@ -329,11 +332,15 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         followed by the loss after the refit (sub-sample algorithms); for ``subsample+am`` the
         search's history followed by AM's.
     n_iter_ : int
-        Iterations run (AM, EM), or candidate line sets tried (``subsample``,
+        Iterations run (AM, EM; for ``auto``, the classical AM iterations of the chosen
+        candidate's polish), or candidate line sets tried (``subsample``,
         ``subsample-exhaustive``).
     n_candidates_ : int
         Candidate line sets tried (sub-sample algorithms; 0 otherwise).
     converged_ : bool
+        Whether the fit stopped by its own rule: ``tol`` or a fixed point (iterative
+        algorithms and the polish of ``auto``), every partition tried (sub-sample
+        algorithms). False when ``max_iter`` or the time budget stopped it.
     train_loss_ : float
         Training min-loss of the fitted lines.
     weights_, noise_variance_ : ndarray of shape (n_components,)

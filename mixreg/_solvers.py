@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._am import SolverResult, classic_am_batch, gradient_am
-from ._em import em
+from ._em import EMResult, em
 from ._lstsq import lstsq_by_labels
 from ._subsample import (
     exhaustive_partition_batches,
@@ -93,12 +93,20 @@ def random_partition_lines(ctx: FitContext) -> FloatArray:
     return lines
 
 
+def _quality(result: SolverResult) -> float:
+    """What restarts compare, lower is better: EM's negative final log-likelihood (EM
+    maximizes it, not the min-loss), the min-loss for the other algorithms."""
+    if isinstance(result, EMResult) and result.log_likelihood_history:
+        return -result.log_likelihood_history[-1]
+    return result.loss
+
+
 def restarts(
     ctx: FitContext,
     solve: Callable[..., SolverResult],
     random_start: Callable[[FitContext], FloatArray],
 ) -> SolverResult:
-    """Run ``n_init`` starts (or the given ``init``) and keep the lowest training min-loss."""
+    """Run ``n_init`` starts (or the given ``init``) and keep the best (see :func:`_quality`)."""
     n_init, max_iter = ctx.params["n_init"], ctx.params["max_iter"]
     results: list[SolverResult] = []
     for start in range(n_init):
@@ -115,7 +123,7 @@ def restarts(
         results.append(solve(theta0, callback=on_step))
         if ctx.deadline is not None and time.monotonic() > ctx.deadline:
             break
-    return min(results, key=lambda result: result.loss)
+    return min(results, key=_quality)
 
 
 def iterative(

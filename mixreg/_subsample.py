@@ -221,7 +221,9 @@ def subsample_search(
     -------
     SolverResult
         ``loss_history`` holds the best candidate's min-loss after each batch, then the
-        min-loss after the refit; ``n_iter`` and ``n_candidates`` count the candidates tried.
+        min-loss after the refit; ``n_iter`` and ``n_candidates`` count the candidates tried;
+        ``converged`` says whether every partition was tried (not when the deadline cut the
+        search short).
     """
     Z_sub, y_sub = Z[subsample], y[subsample]
     scorer = CandidateScorer(Z, y)
@@ -249,6 +251,9 @@ def subsample_search(
             callback(result.n_candidates, best_loss)
         if deadline is not None and time.monotonic() > deadline:
             break
+    else:
+        # Every partition was tried: the search ran to its end, not to the time budget's.
+        result.converged = True
     if best_theta is None:
         raise ValueError("no partition of the sub-sample was tried")
     result.theta = refit(
@@ -264,7 +269,6 @@ def subsample_search(
     best = residuals[labels, np.arange(Z.shape[0])]
     result.loss_history.append(float(best @ best) / Z.shape[0])
     result.n_iter = result.n_candidates
-    result.converged = True
     return result
 
 

@@ -22,6 +22,7 @@ from ._selection import (
     NComponentsSelection,
     check_n_components_list,
     mixture_score,
+    nested_scores,
     preferred_n_components,
     select_n_components,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "min_loss",
     "minimum_rows_per_line",
     "mixture_score",
+    "nested_scores",
     "predict_lines",
     "preferred_n_components",
     "select_n_components",

@@ -136,6 +136,7 @@ def em_batch(
     tol: float,
     deadline: float | None = None,
     callback: StepCallback | None = None,
+    variance_floor: float | None = None,
 ) -> EMBatchResult:
     """EM from many starts at once; each stops when its log-likelihood settles.
 
@@ -148,10 +149,13 @@ def em_batch(
     thetas : ndarray of shape (n_starts, n_components, n_params)
     callback : callable, optional
         Called after every iteration with (iteration, smallest min-loss of the running starts).
+    variance_floor : float, optional
+        Smallest noise variance of a line; by default a tiny fraction of ``var(y)``.
     """
     thetas = np.array(thetas, dtype=np.float64)
     n_starts, n_components, _ = thetas.shape
-    variance_floor = _VARIANCE_FLOOR * max(float(np.var(y)), 0.0) + 1e-300
+    if variance_floor is None:
+        variance_floor = _VARIANCE_FLOOR * max(float(np.var(y)), 0.0) + 1e-300
     weights = np.empty((n_starts, n_components))
     variances = np.empty((n_starts, n_components))
     for start in range(n_starts):

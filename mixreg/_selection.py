@@ -10,6 +10,7 @@ the Bayesian information criterion of that mixture.
 from __future__ import annotations
 
 import numbers
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,16 +18,29 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._estimator import MixtureOfLinearRegressions
-from ._loss import predict_lines
+from ._em import em_batch
+from ._estimator import (
+    DegenerateFitWarning,
+    MixtureOfLinearRegressions,
+    _Scaling,
+    minimum_rows_per_line,
+)
+from ._loss import single_threaded_blas
+from ._lstsq import refit_exactly
 from ._validation import check_X_y
 
 FloatArray = NDArray[np.float64]
 ProgressCallback = Callable[[float, dict[str, Any]], None]
 
-# Noise variances are floored at this fraction of var(y) (as EM floors them), so a line that
-# fits a few rows exactly cannot make the likelihood infinite.
-_VARIANCE_FLOOR = 1e-8
+# EM steps from the fitted lines to the maximum of the mixture likelihood near them; they
+# stop earlier once the mean log-likelihood per row changes by less than the tolerance.
+_SCORE_EM_STEPS = 100
+_SCORE_EM_TOL = 1e-7
+# Noise variances are floored at this fraction of the residual variance of one
+# least-squares line: a line through a few rows cannot make the likelihood grow without bound,
+# and the floor, the same for every k on the same rows, keeps the mixtures of different k
+# comparable (the likelihood of k + 1 lines is never below that of k).
+VARIANCE_FLOOR_SHARE = 1e-2
 
 
 @dataclass(frozen=True)
@@ -34,7 +48,7 @@ class MixtureScore:
     """A fitted set of lines read as a Gaussian mixture of regressions."""
 
     log_likelihood: float
-    """Total log-likelihood of the rows."""
+    """Total log-likelihood of the rows at the mixture's maximum near the lines."""
     n_parameters: int
     """Coefficients and intercepts of every line, its variance, and k - 1 free weights."""
     bic: float
@@ -44,7 +58,13 @@ class MixtureScore:
 def mixture_score(
     X: ArrayLike, y: ArrayLike, coef: ArrayLike, intercept: ArrayLike, *, fit_intercept: bool
 ) -> MixtureScore:
-    """BIC of lines read as a Gaussian mixture (shares as weights, per-line noise variance).
+    """BIC of lines read as a Gaussian mixture of regressions, at its maximized likelihood.
+
+    The lines' hard partition gives the starting weights (shares) and noise variances (mean
+    squared residual of the rows each line predicts best); EM steps then climb to the maximum
+    of the mixture likelihood near them, with each variance floored at
+    :data:`VARIANCE_FLOOR_SHARE` times the residual variance of one least-squares line (so a
+    line through a handful of rows cannot make the likelihood unbounded).
 
     Parameters
     ----------
@@ -64,25 +84,59 @@ def mixture_score(
     intercept_arr = np.asarray(intercept, dtype=np.float64)
     n_samples = X_arr.shape[0]
     n_components, n_features = coef_arr.shape
-    squared = (predict_lines(X_arr, coef_arr, intercept_arr) - y_arr[:, None]) ** 2
-    labels = np.argmin(squared, axis=1)
-    counts = np.bincount(labels, minlength=n_components)
-    shares = counts / n_samples
-    won = np.bincount(labels, weights=squared[np.arange(n_samples), labels], minlength=n_components)
-    floor = _VARIANCE_FLOOR * float(np.var(y_arr)) + np.finfo(np.float64).tiny
-    variances = np.maximum(won / np.maximum(counts, 1), floor)
-    # Lines that predict no row best have weight 0: they add nothing to the likelihood.
-    used = shares > 0
-    log_density = (
-        np.log(shares[used])
-        - 0.5 * np.log(2.0 * np.pi * variances[used])
-        - squared[:, used] / (2.0 * variances[used])
+    scaling, Z, y_scaled = _Scaling.of(X_arr, y_arr, fit_intercept)
+    lines = np.column_stack([coef_arr, intercept_arr]) if fit_intercept else coef_arr
+    with single_threaded_blas():
+        one_line, _ = refit_exactly(Z, y_scaled, np.zeros(n_samples, dtype=np.intp), 1)
+        residual = y_scaled - Z @ one_line[0]
+        floor = VARIANCE_FLOOR_SHARE * float(residual @ residual) / n_samples
+        batch = em_batch(
+            Z,
+            y_scaled,
+            scaling.to_scaled(lines)[None],
+            max_iter=_SCORE_EM_STEPS,
+            tol=_SCORE_EM_TOL,
+            variance_floor=max(floor, np.finfo(np.float64).tiny),
+        )
+    # The density of y is that of the scaled target divided by the scale.
+    log_likelihood = n_samples * (
+        batch.log_likelihood_histories[0][-1] - float(np.log(scaling.y_scale))
     )
-    top = log_density.max(axis=1)
-    log_likelihood = float(np.sum(top + np.log(np.exp(log_density - top[:, None]).sum(axis=1))))
     n_parameters = n_components * (n_features + fit_intercept) + n_components + n_components - 1
+    return _score(log_likelihood, n_parameters, n_samples)
+
+
+def _score(log_likelihood: float, n_parameters: int, n_samples: int) -> MixtureScore:
     bic = -2.0 * log_likelihood + n_parameters * float(np.log(n_samples))
     return MixtureScore(log_likelihood=log_likelihood, n_parameters=n_parameters, bic=bic)
+
+
+def nested_scores(scores: Sequence[tuple[int, MixtureScore]], n_samples: int) -> list[MixtureScore]:
+    """Scores of a sweep on the same rows, with a likelihood that never falls as k grows.
+
+    A mixture of k lines contains every mixture of fewer lines (the extra lines with weight
+    zero), so its maximized likelihood is at least theirs; when EM from the fitted k lines
+    ends below a smaller k's, the smaller k's value is the better bound and is kept (with
+    the k lines' number of parameters, so the BIC still pays for them).
+
+    Parameters
+    ----------
+    scores : sequence of (k, MixtureScore)
+        In any order.
+    n_samples : int
+        Training rows.
+
+    Returns
+    -------
+    list of MixtureScore
+        In the order given.
+    """
+    best_below = -np.inf
+    nested: dict[int, MixtureScore] = {}
+    for k, score in sorted(scores, key=lambda pair: pair[0]):
+        best_below = max(best_below, score.log_likelihood)
+        nested[k] = _score(best_below, score.n_parameters, n_samples)
+    return [nested[k] for k, _ in scores]
 
 
 @dataclass(frozen=True)
@@ -110,8 +164,14 @@ class NComponentsSelection:
         )
 
 
-def check_n_components_list(n_components: Any, n_samples: int | None = None) -> list[int]:
-    """The k values of a sweep, in increasing order, or ValueError naming what is wrong."""
+def check_n_components_list(
+    n_components: Any, n_samples: int | None = None, n_params: int | None = None
+) -> list[int]:
+    """The k values of a sweep, in increasing order, or ValueError naming what is wrong.
+
+    With ``n_samples`` and ``n_params`` (features plus the intercept), a k whose lines cannot
+    each own :func:`~mixreg.minimum_rows_per_line` training rows is refused too.
+    """
     if isinstance(n_components, str | bytes) or not isinstance(n_components, Sequence):
         raise ValueError(f"n_components must be a list of integers; got {n_components!r}")
     if len(n_components) == 0:
@@ -127,8 +187,26 @@ def check_n_components_list(n_components: Any, n_samples: int | None = None) -> 
         seen.add(k)
         if n_samples is not None and k > n_samples:
             raise ValueError(f"n_components[{position}]={k} exceeds the {n_samples} training rows")
+        if (
+            n_samples is not None
+            and n_params is not None
+            and too_many_lines(k, n_samples, n_params)
+        ):
+            raise ValueError(
+                f"n_components[{position}]={k}: {k} lines need at least "
+                f"{k * minimum_rows_per_line(n_params)} training rows "
+                f"({minimum_rows_per_line(n_params)} per line of {n_params} coefficients), "
+                f"there are {n_samples}; sweep at most "
+                f"{max(1, n_samples // minimum_rows_per_line(n_params))} lines"
+            )
         values.append(k)
     return sorted(values)
+
+
+def too_many_lines(n_components: int, n_samples: int, n_params: int) -> bool:
+    """Whether ``n_components`` lines cannot each own enough of ``n_samples`` rows to be fitted
+    and have a noise estimate (:func:`~mixreg.minimum_rows_per_line`)."""
+    return n_components > 1 and n_components * minimum_rows_per_line(n_params) > n_samples
 
 
 def select_n_components(
@@ -162,8 +240,26 @@ def select_n_components(
         Ties in BIC go to the smaller k.
     """
     X_arr, y_arr = check_X_y(X, y)
-    values = check_n_components_list(n_components, X_arr.shape[0])
-    fits: list[ComponentsFit] = []
+    n_samples, n_features = X_arr.shape
+    n_params = n_features + bool(params.get("fit_intercept", True))
+    requested = check_n_components_list(n_components, n_samples)
+    values = [k for k in requested if not too_many_lines(k, n_samples, n_params)]
+    skipped = [k for k in requested if k not in values]
+    if not values:
+        raise ValueError(
+            f"every k of n_components={list(requested)} needs more than the {n_samples} "
+            f"training rows ({minimum_rows_per_line(n_params)} per line); try k=1"
+        )
+    if skipped:
+        warnings.warn(
+            f"k={', '.join(map(str, skipped))} skipped: {n_samples} training rows cannot give "
+            f"each of k lines the {minimum_rows_per_line(n_params)} rows a line of {n_params} "
+            f"coefficients needs; at most {n_samples // minimum_rows_per_line(n_params)} lines",
+            DegenerateFitWarning,
+            stacklevel=2,
+        )
+    estimators: list[MixtureOfLinearRegressions] = []
+    scores: list[tuple[int, MixtureScore]] = []
     for position, k in enumerate(values):
         sweep_progress = None
         if progress is not None:
@@ -175,6 +271,7 @@ def select_n_components(
 
         estimator = MixtureOfLinearRegressions(n_components=k, **params)
         estimator.fit(X_arr, y_arr, progress=sweep_progress)
+        estimators.append(estimator)
         score = mixture_score(
             X_arr,
             y_arr,
@@ -182,7 +279,13 @@ def select_n_components(
             estimator.intercept_,
             fit_intercept=bool(estimator.fit_intercept),
         )
-        fits.append(ComponentsFit(k, estimator, estimator.train_loss_, score))
+        scores.append((k, score))
+    fits = [
+        ComponentsFit(k, estimator, estimator.train_loss_, score)
+        for k, estimator, score in zip(
+            values, estimators, nested_scores(scores, n_samples), strict=True
+        )
+    ]
     best = preferred_n_components([(fit.n_components, fit.score.bic) for fit in fits])
     return NComponentsSelection(fits=fits, best_n_components=best)
 

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from mixreg import check_n_components_list
 from models_store import repository
 from models_store.tables import Dataset, Job
 from service.api.errors import ConflictError, InvalidInputError, NotFoundError
@@ -91,6 +92,11 @@ def check_fit(spec: FitSpec, *, n_rows: int, n_features: int) -> dict[str, Any]:
     largest_k = max(spec.k_values or (spec.n_components,))
     if largest_k > n_train:
         raise InvalidInputError(too_few_training_rows(spec, largest_k, n_rows=n_rows))
+    if spec.k_values is not None:
+        try:
+            check_n_components_list(spec.k_values, n_train, n_features + bool(spec.fit_intercept))
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from None
     resolved: dict[str, Any] = {}
     for k in spec.k_values or (spec.n_components,):
         try:

@@ -39,6 +39,7 @@ from mixreg import (
     MixtureScore,
     min_loss,
     mixture_score,
+    nested_scores,
     predict_lines,
     preferred_n_components,
 )
@@ -403,6 +404,9 @@ def fit_split(
             )
             for position, k in enumerate(all_k)
         ]
+    # k lines contain every mixture of fewer: their likelihood never falls as k grows.
+    scores = nested_scores([(fit.n_components, fit.score) for fit in fits], len(y_train))
+    fits = [replace(fit, score=score) for fit, score in zip(fits, scores, strict=True)]
     best = preferred_n_components([(fit.n_components, fit.score.bic) for fit in fits])
     return FittedSweep(fits=fits, best_n_components=best)
 

@@ -17,44 +17,73 @@ from mixreg import (
 from mixreg.datasets import make_realizable
 
 
-def bic_by_hand(X, y, coef, intercept):
-    """The mixture's BIC written out row by row."""
-    n, k = len(y), len(intercept)
-    predictions = [[x @ c + b for c, b in zip(coef, intercept, strict=True)] for x in X]
-    best = [
-        min(range(k), key=lambda j, row=row, t=t: (t - row[j]) ** 2)
-        for row, t in zip(predictions, y, strict=True)
-    ]
-    shares = [best.count(j) / n for j in range(k)]
-    variances = []
-    for j in range(k):
-        won = [(t - row[j]) ** 2 for row, t, b in zip(predictions, y, best, strict=True) if b == j]
-        variances.append(max(sum(won) / max(len(won), 1), 1e-8 * float(np.var(y))))
-    log_likelihood = 0.0
-    for row, t in zip(predictions, y, strict=True):
+def hard_reading(X, y, coef, intercept, floor):
+    """Weights and variances of lines read from the rows each predicts best."""
+    residuals = y[:, None] - X @ coef.T - intercept
+    best = np.argmin(residuals**2, axis=1)
+    k = len(intercept)
+    counts = np.bincount(best, minlength=k)
+    won = np.bincount(best, weights=residuals[np.arange(len(y)), best] ** 2, minlength=k)
+    variances = np.maximum(np.where(counts > 0, won / np.maximum(counts, 1), floor), floor)
+    weights = np.maximum(counts / len(y), 1e-12)
+    return weights / weights.sum(), variances
+
+
+def log_likelihood_of(X, y, coef, intercept, weights, variances):
+    total = 0.0
+    for x, t in zip(X, y, strict=True):
         density = sum(
-            shares[j]
-            / math.sqrt(2 * math.pi * variances[j])
-            * math.exp(-((t - row[j]) ** 2) / (2 * variances[j]))
-            for j in range(k)
-            if shares[j] > 0
+            w / math.sqrt(2 * math.pi * v) * math.exp(-((t - x @ c - b) ** 2) / (2 * v))
+            for c, b, w, v in zip(coef, intercept, weights, variances, strict=True)
         )
-        log_likelihood += math.log(density)
-    n_parameters = k * (X.shape[1] + 1) + k + (k - 1)
-    return log_likelihood, n_parameters, -2 * log_likelihood + n_parameters * math.log(n)
+        total += math.log(density)
+    return total
 
 
-def test_mixture_score_matches_the_formula_written_out():
+def em_by_hand(X, y, coef, intercept, iterations=500):
+    """EM for the mixture from the lines' hard reading, variances floored at 1% of one
+    least-squares line's residual variance; returns the final total log-likelihood."""
+    design = np.column_stack([X, np.ones(len(y))])
+    one_line = np.linalg.lstsq(design, y, rcond=None)[0]
+    floor = 0.01 * np.mean((y - design @ one_line) ** 2)
+    lines = np.column_stack([coef, intercept])
+    weights, variances = hard_reading(X, y, coef, intercept, floor)
+    for _ in range(iterations):
+        log_density = (
+            np.log(weights)
+            - 0.5 * np.log(2 * np.pi * variances)
+            - (y[:, None] - design @ lines.T) ** 2 / (2 * variances)
+        )
+        responsibilities = np.exp(log_density - log_density.max(axis=1, keepdims=True))
+        responsibilities /= responsibilities.sum(axis=1, keepdims=True)
+        for j in range(len(lines)):
+            root = np.sqrt(responsibilities[:, j])
+            if responsibilities[:, j].sum() > 1e-9:
+                lines[j] = np.linalg.lstsq(design * root[:, None], y * root, rcond=None)[0]
+        mass = responsibilities.sum(axis=0)
+        squared = (y[:, None] - design @ lines.T) ** 2
+        variances = np.maximum((responsibilities * squared).sum(axis=0) / mass, floor)
+        weights = np.maximum(mass / len(y), 1e-12)
+        weights /= weights.sum()
+    return log_likelihood_of(X, y, lines[:, :-1], lines[:, -1], weights, variances), floor
+
+
+def test_mixture_score_is_the_mixture_likelihood_climbed_by_em_from_the_lines():
     rng = np.random.default_rng(0)
     X = rng.standard_normal((25, 2))
     y = rng.standard_normal(25)
     coef = np.array([[1.0, -0.5], [0.2, 0.3], [50.0, 50.0]])  # the third line wins no row
     intercept = np.array([0.1, -0.2, 100.0])
     score = mixture_score(X, y, coef, intercept, fit_intercept=True)
-    log_likelihood, n_parameters, bic = bic_by_hand(X, y, coef, intercept)
-    assert score.log_likelihood == pytest.approx(log_likelihood, rel=1e-10)
-    assert score.n_parameters == n_parameters == 3 * 3 + 3 + 2
-    assert score.bic == pytest.approx(bic, rel=1e-10)
+    climbed, floor = em_by_hand(X, y, coef, intercept)
+    start = log_likelihood_of(X, y, coef, intercept, *hard_reading(X, y, coef, intercept, floor))
+    assert score.log_likelihood > start + 1.0, "EM did not climb from the lines' reading"
+    assert score.log_likelihood == pytest.approx(climbed, abs=1e-3)
+    n_parameters = 3 * 3 + 3 + 2
+    assert score.n_parameters == n_parameters
+    assert score.bic == pytest.approx(
+        -2 * score.log_likelihood + n_parameters * math.log(25), rel=1e-12
+    )
     without_intercept = mixture_score(X, y, coef, intercept, fit_intercept=False)
     assert without_intercept.n_parameters == n_parameters - 3
 

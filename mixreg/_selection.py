@@ -35,7 +35,7 @@ ProgressCallback = Callable[[float, dict[str, Any]], None]
 # EM steps from the fitted lines to the maximum of the mixture likelihood near them; they
 # stop earlier once the mean log-likelihood per row changes by less than the tolerance.
 _SCORE_EM_STEPS = 100
-_SCORE_EM_TOL = 1e-7
+_SCORE_EM_TOL = 1e-9
 # Noise variances are floored at this fraction of the residual variance of one
 # least-squares line: a line through a few rows cannot make the likelihood grow without bound,
 # and the floor, the same for every k on the same rows, keeps the mixtures of different k

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mixreg import MixtureOfLinearRegressions, mixture_score
+from mixreg import MixtureOfLinearRegressions, mixture_score, nested_scores
 from mixreg.datasets import make_realizable
 from models_store import repository
 from models_store.session import session_scope
@@ -93,12 +93,21 @@ def test_a_k_sweep_stores_a_model_per_k_and_prefers_the_true_k(
             len(train), 2
         )
         assert model["params"]["n_init"] == resolved["n_init"]
-        # BIC of the stored lines as a Gaussian mixture on the training rows.
+    # BIC of the stored lines as a Gaussian mixture on the training rows (maximized by EM
+    # from the lines, so equal up to its stopping rule), never less likely than fewer lines.
+    scores = []
+    for entry in sweep["models"]:
+        model = client.get(entry["model_url"]).json()
         coef = [component["coef"] for component in model["components"]]
         intercept = [component["intercept"] for component in model["components"]]
         score = mixture_score(X[train], y[train], coef, intercept, fit_intercept=True)
-        assert model["bic"] == pytest.approx(score.bic, rel=1e-12)
-        assert model["log_likelihood"] == pytest.approx(score.log_likelihood, rel=1e-12)
+        scores.append((entry["n_components"], score))
+    nested = nested_scores(scores, len(train))
+    for entry, score in zip(sweep["models"], nested, strict=True):
+        assert entry["bic"] == pytest.approx(score.bic, rel=1e-7)
+        assert entry["log_likelihood"] == pytest.approx(score.log_likelihood, rel=1e-7)
+    likelihoods = [entry["log_likelihood"] for entry in sweep["models"]]
+    assert likelihoods == sorted(likelihoods)
     # One line ties with the least-squares baseline; three beat it, without warnings.
     assert [entry["beats_baseline"] for entry in sweep["models"]] == [False] + [True] * 4
     assert job["warnings"] == []
@@ -245,14 +254,16 @@ def test_a_fit_worse_than_the_baseline_says_so(
     reference = model["baseline"][f"{rows}_min_loss" if rows == "holdout" else "train_min_loss"]
     assert loss > 1000 * reference
     assert model["beats_baseline"] is False
-    # tol=0 asks for exactly max_iter iterations: the only warning is the comparison.
-    [warning] = model["warnings"]
+    # tol=0 asks for exactly max_iter iterations: no convergence warning; the lines far from
+    # the data leave one of them with no rows, which says so too.
+    degenerate, warning = model["warnings"]
+    assert degenerate.startswith("1 of the 2 lines own fewer than the 4 training rows")
     assert warning.startswith(
         f"{rows} min-loss {loss:.6g} is above the one-line least-squares baseline's "
         f"{reference:.6g}: the 2 lines "
     )
     assert "try algorithm 'auto'" in warning
-    assert job["warnings"] == [warning]
+    assert job["warnings"] == [degenerate, warning]
     listed = client.get("/models").json()["items"][0]
     assert listed["beats_baseline"] is False
 

@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ._am import SolverResult, classic_am_batch
+from ._am import BatchResult, SolverResult, classic_am_batch
 from ._em import em_batch
 from ._lstsq import lstsq_row_sets
+from ._moves import reseed_by_residual, split_and_free
 from ._solvers import (
     FitContext,
     fit_subsample,
@@ -47,11 +48,16 @@ _RANDOM_START_WORK = 1e9
 _TYPICAL_POLISH_ITERATIONS = 30
 # EM restarts run beside the random starts: as R's flexmix and mixtools users do, 10 at most.
 MAX_EM_RESTARTS = 10
-# Local search around the best: n_init // 5 starts per round, at most n_init // 10 rounds.
-REPLACEMENTS_PER_ROUND_SHARE = 5
-ROUNDS_SHARE = 10
-# Rounds stop after this many in a row that did not improve the best.
-PATIENCE = 2
+# Starts of each move per round of the local search around the best.
+SPLITS, RESEEDS, REPLACEMENTS = 8, 8, 4
+PATIENCE = 3
+"""Rounds of moves stop after this many in a row that improved the best by IMPROVEMENT or less."""
+IMPROVEMENT = 1e-4
+"""Relative improvement of the best min-loss that counts as progress."""
+MAX_ROUNDS = 1000
+EXPLORE_TOL = 1e-4
+SCREEN_ITERATIONS = 5
+SURVIVORS = 5
 # EM's own defaults (those of algorithm="em").
 EM_MAX_ITER, EM_TOL = 200, 1e-6
 # Algorithm 3 with RANSAC fits ~20 trial lines per part: it gets a fifth of the partitions
@@ -228,24 +234,55 @@ class _Search:
         return progress
 
     def polish(
-        self, on: FitContext, source: str, starts: FloatArray, seconds: float, phase: float
+        self,
+        on: FitContext,
+        source: str | list[str],
+        starts: FloatArray,
+        seconds: float,
+        phase: float,
+        *,
+        tol: float | None = None,
+        keep: int | None = None,
     ) -> None:
-        """Polish ``starts`` by classical AM on ``on``'s rows and record them."""
+        """Polish ``starts`` by classical AM on ``on``'s rows and record them.
+
+        ``source`` names the source of every start, or of each. The polish runs to ``tol`` (by
+        default the fit's). With ``keep``, every start first runs :data:`SCREEN_ITERATIONS`
+        iterations and only the ``keep`` lowest go on: the others are recorded as they are.
+        """
+        n_starts = starts.shape[0]
+        sources = [source] * n_starts if isinstance(source, str) else source
+        tol = on.params["tol"] if tol is None else tol
+        max_iter = on.params["max_iter"]
         started = time.monotonic()
-        batch = classic_am_batch(
-            on.Z,
-            on.y,
-            starts,
-            max_iter=on.params["max_iter"],
-            tol=on.params["tol"],
-            deadline=on.deadline,
-            callback=lambda iteration, loss: self.report(phase, loss),
-        )
-        share = (seconds + time.monotonic() - started) / starts.shape[0]
+
+        def run(lines: FloatArray, iterations: int) -> BatchResult:
+            return classic_am_batch(
+                on.Z,
+                on.y,
+                lines,
+                max_iter=iterations,
+                tol=tol,
+                deadline=on.deadline,
+                callback=lambda iteration, loss: self.report(phase, loss),
+            )
+
+        screened = keep is not None and keep < n_starts and max_iter > SCREEN_ITERATIONS
+        batch = run(starts, SCREEN_ITERATIONS if screened else max_iter)
+        if screened:
+            ranked = np.argsort(batch.losses, kind="stable")[:keep]
+            going_on = ranked[~batch.converged[ranked]]
+            rest = run(batch.thetas[going_on], max_iter - SCREEN_ITERATIONS)
+            batch.thetas[going_on] = rest.thetas
+            batch.n_iter[going_on] += rest.n_iter
+            batch.converged[going_on] = rest.converged
+            for position, index in enumerate(going_on):
+                batch.loss_histories[index] += rest.loss_histories[position][1:]
+        share = (seconds + time.monotonic() - started) / n_starts
         for index, history in enumerate(batch.loss_histories):
             self.candidates.append(
                 Candidate(
-                    source=source,
+                    source=sources[index],
                     min_loss_before=history[0],
                     min_loss_after=history[-1],
                     seconds=share,
@@ -299,42 +336,65 @@ def fit_auto(ctx: FitContext) -> AutoResult:
         started = time.monotonic()
         starts = make_starts(replace(sample, progress=search.source_progress(position)))
         search.polish(sample, source, starts, time.monotonic() - started, position + 1)
-    _replace_lines_of_the_best(search, sample, len(sources))
+    _improve_the_best(search, sample, len(sources))
     if sample is ctx:
         return search.result(range(len(search.candidates)))
     return _polish_finalists(search)
 
 
-def _replace_lines_of_the_best(search: _Search, sample: FitContext, phase: int) -> None:
-    """Local search around the best candidate: swap one of its lines for a fresh one, polish.
+def _improve_the_best(search: _Search, sample: FitContext, phase: int) -> None:
+    """Rounds of moves from the best candidates, while they still improve the best.
 
-    Each round polishes ``n_init // 5`` copies of the best line set so far, each with one line
-    (chosen at random) replaced by the least-squares line of a small random set of rows. A
-    poor local minimum of classical AM usually has one misplaced line; the others are worth
-    keeping. Rounds stop after two in a row that do not improve the best, or after
-    ``n_init // 10`` rounds.
+    Each round polishes, as one batch, line sets made from the best candidate so far: its
+    worst-fitting line split in two with a slot freed elsewhere (:func:`split_and_free`, from
+    the best candidate not yet split), a line moved to where the others fit worst
+    (:func:`reseed_by_residual`), and a line replaced by the line of a few random rows. The
+    rounds stop after :data:`PATIENCE` in a row that improved the best min-loss by a relative
+    :data:`IMPROVEMENT` or less.
     """
-    n_init, n_components = sample.params["n_init"], sample.n_components
-    per_round = max(2, n_init // REPLACEMENTS_PER_ROUND_SHARE)
-    rounds = max(1, n_init // ROUNDS_SHARE)
+    n_components = sample.n_components
+    split_from: list[FloatArray] = []
     stale = 0
-    for round_number in range(rounds):
+    for _ in range(MAX_ROUNDS):
         if _past(sample.deadline):
             return
         started = time.monotonic()
-        best = search.polished[int(np.argmin([c.min_loss_after for c in search.candidates]))]
-        starts = np.repeat(best[None], per_round, axis=0)
-        replaced = sample.rng.integers(0, n_components, size=per_round)
-        starts[np.arange(per_round), replaced] = lines_of_random_rows(sample, per_round)
+        losses = np.array([c.min_loss_after for c in search.candidates])
+        best = search.polished[int(np.argmin(losses))]
+        groups: list[tuple[str, FloatArray]] = []
+        base = next(
+            (
+                search.polished[index]
+                for index in np.argsort(losses, kind="stable")
+                if not any(np.allclose(search.polished[index], seen) for seen in split_from)
+            ),
+            None,
+        )
+        if base is not None:
+            split_from.append(base)
+            groups.append(("split and free", split_and_free(sample.Z, sample.y, base, SPLITS)))
+        groups.append(
+            (
+                "reseed by residual",
+                reseed_by_residual(sample.Z, sample.y, best, RESEEDS, sample.rng),
+            )
+        )
+        replaced = np.repeat(best[None], REPLACEMENTS, axis=0)
+        which = sample.rng.integers(0, n_components, size=REPLACEMENTS)
+        replaced[np.arange(REPLACEMENTS), which] = lines_of_random_rows(sample, REPLACEMENTS)
+        groups.append(("replace a line", replaced))
         before = search.best_loss
         search.polish(
             sample,
-            "replace a line",
-            starts,
+            [source for source, starts in groups for _ in range(starts.shape[0])],
+            np.concatenate([starts for _, starts in groups]),
             time.monotonic() - started,
-            phase + (round_number + 1) / rounds,
+            phase + 0.5,
+            tol=EXPLORE_TOL,
+            keep=SURVIVORS,
         )
-        stale = 0 if search.best_loss < before else stale + 1
+        improvement = (before - search.best_loss) / max(before, np.finfo(np.float64).tiny)
+        stale = 0 if improvement > IMPROVEMENT else stale + 1
         if stale == PATIENCE:
             return
 

@@ -463,13 +463,29 @@ def claim_next_job(session: Session, *, worker_id: str, now: datetime) -> Job | 
         lost.append(job_id)
 
 
-def _owned_by(worker_id: str) -> tuple[ColumnElement[bool], ...]:
-    return (Job.status == "running", Job.worker_id == worker_id)
+def _owned_by(worker_id: str, attempt: int | None = None) -> tuple[ColumnElement[bool], ...]:
+    owned = (Job.status == "running", Job.worker_id == worker_id)
+    # A worker may claim a job again after the reaper took it away: only the current attempt
+    # is the worker's own.
+    return owned if attempt is None else (*owned, Job.attempts == attempt)
 
 
-def heartbeat(session: Session, *, job_id: str, worker_id: str, now: datetime) -> bool:
-    """Record that ``worker_id`` still runs ``job_id``; False if the job is no longer its own."""
-    return _update_job(session, job_id, *_owned_by(worker_id), heartbeat_at=now)
+def database_now(session: Session) -> datetime:
+    """The time by the database's clock (PostgreSQL: the server's; SQLite, a local file: this
+    machine's), so that workers on several machines judge heartbeats by one clock."""
+    if session.get_bind().dialect.name == "postgresql":
+        now = session.scalar(text("SELECT statement_timestamp()"))
+        assert isinstance(now, datetime)
+        return now.astimezone(UTC)
+    return _utcnow()
+
+
+def heartbeat(
+    session: Session, *, job_id: str, worker_id: str, now: datetime, attempt: int | None = None
+) -> bool:
+    """Record that ``worker_id`` still runs ``job_id`` (in its attempt ``attempt``, if given);
+    False if the job, or that attempt, is no longer its own."""
+    return _update_job(session, job_id, *_owned_by(worker_id, attempt), heartbeat_at=now)
 
 
 def update_progress(
@@ -483,15 +499,17 @@ def update_progress(
     best_loss: float | None,
     now: datetime,
     n_components: int | None = None,
+    attempt: int | None = None,
 ) -> bool:
-    """Record progress (which also counts as a heartbeat); False if the job is not owned.
+    """Record progress (which also counts as a heartbeat); False if the job (or its attempt
+    ``attempt``, if given) is not owned.
 
     ``n_components`` is the k being fitted (of a k sweep).
     """
     return _update_job(
         session,
         job_id,
-        *_owned_by(worker_id),
+        *_owned_by(worker_id, attempt),
         progress_fraction=fraction,
         progress_iteration=iteration,
         progress_candidates=candidates,
@@ -534,12 +552,14 @@ def finish_job(
     model_id: str | None = None,
     sweep: Mapping[str, Any] | None = None,
     warnings: Sequence[str] = (),
+    attempt: int | None = None,
 ) -> bool:
-    """Move a running job owned by ``worker_id`` to a terminal ``status``.
+    """Move a running job owned by ``worker_id`` (in its attempt ``attempt``, if given) to a
+    terminal ``status``.
 
     ``sweep`` is the result of a k sweep, ``warnings`` what the fit found poor. Returns False
     if the job was taken away meanwhile (requeued by the reaper, or claimed by another
-    worker), in which case nothing is written.
+    worker or again), in which case nothing is written.
     """
     if status not in TERMINAL_JOB_STATUSES:
         raise ValueError(f"status must be one of {TERMINAL_JOB_STATUSES}, got {status!r}")
@@ -553,7 +573,7 @@ def finish_job(
     }
     if status == "succeeded":
         values["progress_fraction"] = 1.0
-    return _update_job(session, job_id, *_owned_by(worker_id), **values)
+    return _update_job(session, job_id, *_owned_by(worker_id, attempt), **values)
 
 
 # A job handed back to the queue: no owner, no run in progress.

@@ -20,9 +20,11 @@ from sqlalchemy import (
     ColumnElement,
     CursorResult,
     Select,
+    case,
     delete,
     func,
     insert,
+    literal,
     select,
     text,
     update,
@@ -30,6 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session, object_session
 from sqlalchemy.sql.dml import Delete, Update
 
+from models_store.base import UTCDateTime
 from models_store.codecs import (
     decode_matrix,
     decode_vector,
@@ -159,6 +162,32 @@ def create_dataset_from_blocks(
 
     Each block becomes one chunk, written as it comes, so only one block needs to be in memory.
     """
+    dataset = start_dataset(
+        session,
+        n_features=n_features,
+        feature_names=feature_names,
+        target_name=target_name,
+        name=name,
+    )
+    n_rows = 0
+    for X_block, y_block in blocks:
+        n_rows += add_dataset_chunk(session, dataset=dataset, X=X_block, y=y_block)
+    return complete_dataset(session, dataset=dataset, n_rows=n_rows)
+
+
+def start_dataset(
+    session: Session,
+    *,
+    n_features: int,
+    feature_names: Sequence[str] | None,
+    target_name: str | None,
+    name: str | None,
+) -> Dataset:
+    """Insert a dataset with no rows yet: invisible to every read until
+    :func:`complete_dataset` gives it its rows (a stored dataset has at least one row).
+
+    Without ``feature_names`` the features are called ``x0, x1, ...``.
+    """
     names = list(feature_names) if feature_names is not None else None
     if names is None:
         names = [f"x{j}" for j in range(n_features)]
@@ -175,36 +204,61 @@ def create_dataset_from_blocks(
     )
     session.add(dataset)
     session.flush()
-    n_rows = 0
-    position = 0
-    for X_block, y_block in blocks:
-        X_array = np.asarray(X_block, dtype=np.float64)
-        y_array = np.asarray(y_block, dtype=np.float64)
-        _check_block(X_array, y_array, n_features)
-        if len(y_array) == 0:
-            continue
-        # A Core insert: the chunk's bytes are not kept in the session's identity map.
-        session.execute(
-            insert(DatasetChunk).values(
-                dataset_id=dataset.id,
-                position=position,
-                n_rows=len(y_array),
-                x_data=encode_matrix(X_array),
-                y_data=encode_vector(y_array),
-            )
+    return dataset
+
+
+def add_dataset_chunk(session: Session, *, dataset: Dataset, X: FloatArray, y: FloatArray) -> int:
+    """Append the rows ``(X, y)`` to ``dataset`` (started by :func:`start_dataset`) as its next
+    chunk; return how many rows it holds (none stored for an empty block).
+
+    ``dataset.n_rows`` is not touched; the chunk's position follows the chunks stored so far,
+    so a dataset may be written in several units of work.
+    """
+    X_array = np.asarray(X, dtype=np.float64)
+    y_array = np.asarray(y, dtype=np.float64)
+    _check_block(X_array, y_array, dataset.n_features)
+    if len(y_array) == 0:
+        return 0
+    position = session.scalar(
+        select(func.coalesce(func.max(DatasetChunk.position) + 1, 0)).where(
+            DatasetChunk.dataset_id == dataset.id
         )
-        n_rows += len(y_array)
-        position += 1
+    )
+    # A Core insert: the chunk's bytes are not kept in the session's identity map.
+    session.execute(
+        insert(DatasetChunk).values(
+            dataset_id=dataset.id,
+            position=position,
+            n_rows=len(y_array),
+            x_data=encode_matrix(X_array),
+            y_data=encode_vector(y_array),
+        )
+    )
+    return len(y_array)
+
+
+def complete_dataset(session: Session, *, dataset: Dataset, n_rows: int) -> Dataset:
+    """Give ``dataset`` its ``n_rows`` rows, stored as chunks by :func:`add_dataset_chunk`: from
+    now on reads see it."""
     if n_rows == 0:
         raise ValueError("a dataset needs at least one row")
+    dataset = session.merge(dataset)
     dataset.n_rows = n_rows
     session.flush()
     return dataset
 
 
+def delete_incomplete_dataset(session: Session, *, dataset_id: str) -> None:
+    """Delete a dataset that :func:`complete_dataset` never completed, and its chunks."""
+    _execute_counting(session, delete(Dataset).where(Dataset.id == dataset_id, Dataset.n_rows == 0))
+
+
 def get_dataset(session: Session, *, dataset_id: str) -> Dataset | None:
-    """Return the dataset with this id, or None."""
-    return session.get(Dataset, dataset_id) if _is_id(dataset_id) else None
+    """Return the dataset with this id, or None (also while it is being stored)."""
+    if not _is_id(dataset_id):
+        return None
+    dataset = session.get(Dataset, dataset_id)
+    return dataset if dataset is not None and dataset.n_rows > 0 else None
 
 
 def iter_dataset_blocks(
@@ -266,8 +320,8 @@ def set_dataset_idempotency_key(
 
 
 def list_datasets(session: Session, *, limit: int, offset: int) -> tuple[list[Dataset], int]:
-    """Return a page of datasets, newest first, and the total count."""
-    query = select(Dataset)
+    """Return a page of datasets, newest first, and the total count (stored ones only)."""
+    query = select(Dataset).where(Dataset.n_rows > 0)
     _check_page(limit, offset)
     page = session.scalars(
         query.order_by(Dataset.created_at.desc(), Dataset.id.desc()).limit(limit).offset(offset)
@@ -409,13 +463,29 @@ def claim_next_job(session: Session, *, worker_id: str, now: datetime) -> Job | 
         lost.append(job_id)
 
 
-def _owned_by(worker_id: str) -> tuple[ColumnElement[bool], ...]:
-    return (Job.status == "running", Job.worker_id == worker_id)
+def _owned_by(worker_id: str, attempt: int | None = None) -> tuple[ColumnElement[bool], ...]:
+    owned = (Job.status == "running", Job.worker_id == worker_id)
+    # A worker may claim a job again after the reaper took it away: only the current attempt
+    # is the worker's own.
+    return owned if attempt is None else (*owned, Job.attempts == attempt)
 
 
-def heartbeat(session: Session, *, job_id: str, worker_id: str, now: datetime) -> bool:
-    """Record that ``worker_id`` still runs ``job_id``; False if the job is no longer its own."""
-    return _update_job(session, job_id, *_owned_by(worker_id), heartbeat_at=now)
+def database_now(session: Session) -> datetime:
+    """The time by the database's clock (PostgreSQL: the server's; SQLite, a local file: this
+    machine's), so that workers on several machines judge heartbeats by one clock."""
+    if session.get_bind().dialect.name == "postgresql":
+        now = session.scalar(text("SELECT statement_timestamp()"))
+        assert isinstance(now, datetime)
+        return now.astimezone(UTC)
+    return _utcnow()
+
+
+def heartbeat(
+    session: Session, *, job_id: str, worker_id: str, now: datetime, attempt: int | None = None
+) -> bool:
+    """Record that ``worker_id`` still runs ``job_id`` (in its attempt ``attempt``, if given);
+    False if the job, or that attempt, is no longer its own."""
+    return _update_job(session, job_id, *_owned_by(worker_id, attempt), heartbeat_at=now)
 
 
 def update_progress(
@@ -429,15 +499,17 @@ def update_progress(
     best_loss: float | None,
     now: datetime,
     n_components: int | None = None,
+    attempt: int | None = None,
 ) -> bool:
-    """Record progress (which also counts as a heartbeat); False if the job is not owned.
+    """Record progress (which also counts as a heartbeat); False if the job (or its attempt
+    ``attempt``, if given) is not owned.
 
     ``n_components`` is the k being fitted (of a k sweep).
     """
     return _update_job(
         session,
         job_id,
-        *_owned_by(worker_id),
+        *_owned_by(worker_id, attempt),
         progress_fraction=fraction,
         progress_iteration=iteration,
         progress_candidates=candidates,
@@ -450,19 +522,22 @@ def update_progress(
 def request_cancel(session: Session, *, job_id: str, now: datetime | None = None) -> Job | None:
     """Cancel a job: a queued job is cancelled at once, a running one is flagged for its worker.
 
+    One conditional statement does both, so no state change can slip in between a look at the
+    job's status and the write (a requeue of the running job would otherwise lose the cancel).
     A finished job is returned unchanged; None if there is no such job.
     """
+    if not _is_id(job_id):
+        return None
     now = now or _utcnow()
-    cancelled_while_queued = _update_job(
+    queued = Job.status == "queued"
+    _update_job(
         session,
         job_id,
-        Job.status == "queued",
-        status="cancelled",
+        Job.status.in_(("queued", "running")),
         cancel_requested=True,
-        finished_at=now,
+        status=case((queued, "cancelled"), else_=Job.status),
+        finished_at=case((queued, literal(now, UTCDateTime())), else_=Job.finished_at),
     )
-    if not cancelled_while_queued:
-        _update_job(session, job_id, Job.status == "running", cancel_requested=True)
     return session.get(Job, job_id)
 
 
@@ -477,12 +552,14 @@ def finish_job(
     model_id: str | None = None,
     sweep: Mapping[str, Any] | None = None,
     warnings: Sequence[str] = (),
+    attempt: int | None = None,
 ) -> bool:
-    """Move a running job owned by ``worker_id`` to a terminal ``status``.
+    """Move a running job owned by ``worker_id`` (in its attempt ``attempt``, if given) to a
+    terminal ``status``.
 
     ``sweep`` is the result of a k sweep, ``warnings`` what the fit found poor. Returns False
     if the job was taken away meanwhile (requeued by the reaper, or claimed by another
-    worker), in which case nothing is written.
+    worker or again), in which case nothing is written.
     """
     if status not in TERMINAL_JOB_STATUSES:
         raise ValueError(f"status must be one of {TERMINAL_JOB_STATUSES}, got {status!r}")
@@ -496,7 +573,7 @@ def finish_job(
     }
     if status == "succeeded":
         values["progress_fraction"] = 1.0
-    return _update_job(session, job_id, *_owned_by(worker_id), **values)
+    return _update_job(session, job_id, *_owned_by(worker_id, attempt), **values)
 
 
 # A job handed back to the queue: no owner, no run in progress.
@@ -554,7 +631,12 @@ def _recover_stale(session: Session, job: _StaleJob, *, now: datetime) -> str | 
     if job.cancel_requested:
         values = {"status": "cancelled", "finished_at": now}
     elif job.attempts < job.max_attempts:
-        values = _BACK_IN_QUEUE
+        # A cancel requested since the read above wins: the flag is looked at in the statement.
+        values = {
+            **_BACK_IN_QUEUE,
+            "status": case((Job.cancel_requested, "cancelled"), else_="queued"),
+            "finished_at": case((Job.cancel_requested, literal(now, UTCDateTime())), else_=None),
+        }
     else:
         values = {
             "status": "failed",
@@ -564,9 +646,9 @@ def _recover_stale(session: Session, job: _StaleJob, *, now: datetime) -> str | 
                 f"gave up after {job.attempts} attempts"
             ),
         }
-    return (
-        str(values["status"]) if _update_job(session, job.job_id, *still_stale, **values) else None
-    )
+    if not _update_job(session, job.job_id, *still_stale, **values):
+        return None
+    return session.scalar(select(Job.status).where(Job.id == job.job_id))
 
 
 def requeue_stale_jobs(

@@ -33,8 +33,17 @@ def _configure_sqlite_connection(dbapi_connection: Any, connection_record: Any) 
         cursor.close()
 
 
-def _begin_immediate(connection: Connection) -> None:
-    # Take the write lock when the transaction starts: concurrent writers then wait in
+READ_ONLY = "mixreg_read_only"
+"""Execution option of a connection whose transactions only read (see :func:`read_scope`)."""
+
+
+def _begin(connection: Connection) -> None:
+    if connection.get_execution_options().get(READ_ONLY):
+        # A deferred transaction takes no lock until it writes; under WAL it reads a snapshot
+        # while a writer goes on, so reads never queue behind writes or behind each other.
+        connection.exec_driver_sql("BEGIN")
+        return
+    # A write transaction takes the write lock when it starts: concurrent writers then wait in
     # busy_timeout instead of failing with "database is locked" on a read-to-write upgrade.
     connection.exec_driver_sql("BEGIN IMMEDIATE")
 
@@ -42,8 +51,9 @@ def _begin_immediate(connection: Connection) -> None:
 def make_engine(url: str) -> Engine:
     """Build an engine for ``url``, configured for safe use from several processes.
 
-    SQLite gets WAL, a busy timeout, foreign keys and ``BEGIN IMMEDIATE`` transactions;
-    PostgreSQL gets pre-ping so connections dropped by the server are replaced.
+    SQLite gets WAL, a busy timeout, foreign keys, ``BEGIN IMMEDIATE`` write transactions and
+    deferred read transactions (:func:`read_scope`); PostgreSQL gets pre-ping so connections
+    dropped by the server are replaced.
     """
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -53,7 +63,7 @@ def make_engine(url: str) -> Engine:
             json_serializer=_json_serializer,
         )
         event.listen(engine, "connect", _configure_sqlite_connection)
-        event.listen(engine, "begin", _begin_immediate)
+        event.listen(engine, "begin", _begin)
         return engine
     return create_engine(parsed, pool_pre_ping=True, json_serializer=_json_serializer)
 
@@ -67,4 +77,17 @@ def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
 def session_scope(session_factory: sessionmaker[Session]) -> Iterator[Session]:
     """Run one unit of work: commit if the block succeeds, roll back if it raises."""
     with session_factory.begin() as session:
+        yield session
+
+
+@contextmanager
+def read_scope(session_factory: sessionmaker[Session]) -> Iterator[Session]:
+    """Read in one transaction that takes no write lock (SQLite: a deferred ``BEGIN`` reading a
+    WAL snapshot), so it neither waits for a writer nor makes one wait.
+
+    For reads only: on SQLite a write in it could not upgrade while another writer commits.
+    Objects read stay readable after the block, as with :func:`session_scope`.
+    """
+    with session_factory.begin() as session:
+        session.connection(execution_options={READ_ONLY: True})
         yield session

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mixreg import ALGORITHMS
 from models_store import migrate, repository
-from models_store.session import make_engine, make_sessionmaker, session_scope
+from models_store.session import make_engine, make_sessionmaker, read_scope
 from models_store.tables import JOB_STATUSES
 from service.api.docs import install_docs
 from service.api.errors import install_problem_handlers
@@ -64,7 +64,7 @@ def operation_id(route: APIRoute) -> str:
 
 
 def _job_counter(session_factory: sessionmaker[Session]) -> dict[str, int]:
-    with session_scope(session_factory) as session:
+    with read_scope(session_factory) as session:
         counts = repository.count_jobs_by_status(session)
     return {status: counts.get(status, 0) for status in JOB_STATUSES}
 

@@ -9,7 +9,7 @@ from fastapi import Depends, Path, Request
 from sqlalchemy.orm import Session, sessionmaker
 
 from models_store import repository
-from models_store.session import session_scope
+from models_store.session import read_scope, session_scope
 from models_store.tables import Dataset, Job, Model
 from service.api.errors import NotFoundError
 from service.config import Settings
@@ -57,9 +57,17 @@ WorkerDep = Annotated[EmbeddedWorker | None, Depends(get_worker)]
 TaskQueueDep = Annotated[FitTaskQueue | None, Depends(get_task_queue)]
 
 
-def get_session(session_factory: SessionFactoryDep) -> Iterator[Session]:
-    """One unit of work per request: committed when the route returns, rolled back if it raises."""
-    with session_scope(session_factory) as session:
+# Methods that only read: their unit of work takes no write lock (see models_store.session).
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def get_session(request: Request, session_factory: SessionFactoryDep) -> Iterator[Session]:
+    """One unit of work per request: committed when the route returns, rolled back if it raises.
+
+    A ``GET`` only reads, in a transaction that neither waits for a writer nor blocks one.
+    """
+    scope = read_scope if request.method in READ_METHODS else session_scope
+    with scope(session_factory) as session:
         yield session
 
 

@@ -48,6 +48,17 @@ _TIME_BUDGET = _Limit("max_time_budget_s")
 _QUEUED_JOBS = _Limit("max_queued_jobs_per_key")
 
 
+TIME_LIMIT_MARGIN = 0.1
+"""The part of ``MIXREG_JOB_TIME_LIMIT_S`` no time budget may use: what a fit does after its
+budget (the polish of its best candidate, the baseline, the scores) and the storing of its
+models must fit in it."""
+
+
+def largest_total_budget_s(settings: Settings) -> float:
+    """The most seconds of time budget one job may ask for, all its k together."""
+    return (1 - TIME_LIMIT_MARGIN) * settings.job_time_limit_s
+
+
 def _number(value: float) -> str:
     return str(value) if isinstance(value, int) else f"{value:g}"
 
@@ -141,8 +152,34 @@ def check_fit_request(request: FitVariant, *, settings: Settings) -> None:
     budget = request.time_budget_s
     if budget is not None and budget > settings.max_time_budget_s:
         errors.append(_above(["time_budget_s"], budget, _TIME_BUDGET, settings))
+    elif budget is not None:
+        errors.extend(_over_time_limit(budget, len(k) if isinstance(k, list) else 1, settings))
     if errors:
         raise LimitExceededError("; ".join(error["msg"] for error in errors), errors=errors)
+
+
+def _over_time_limit(budget: float, n_k: int, settings: Settings) -> list[dict[str, Any]]:
+    """An error if ``budget`` for each of ``n_k`` values of k would not end before the job time
+    limit stops the job (its data loading does not count)."""
+    total, largest = budget * n_k, largest_total_budget_s(settings)
+    if total < largest:
+        return []
+    asked = (
+        f"time_budget_s = {_number(budget)}"
+        if n_k == 1
+        else f"time_budget_s = {_number(budget)} for each of the {n_k} values of k adds up to "
+        f"{_number(total)} s, which"
+    )
+    return [
+        {
+            "loc": ["body", "time_budget_s"],
+            "msg": f"{asked} would not end before the job time limit: a job's budgets must "
+            f"add up to less than {_number(largest)} s ({1 - TIME_LIMIT_MARGIN:.0%} of "
+            f"MIXREG_JOB_TIME_LIMIT_S = {_number(settings.job_time_limit_s)}); lower it"
+            + (" or split the sweep" if n_k > 1 else ""),
+            "type": "limit_exceeded",
+        }
+    ]
 
 
 def check_job_quota(session: Session, *, api_key_id: str | None, settings: Settings) -> None:

@@ -224,21 +224,37 @@ def store_upload(
     idempotency_key: str | None = None,
     request_hash: str | None = None,
 ) -> DatasetOut:
-    """Store the staged rows of ``upload`` as a new dataset, chunk by chunk, in one unit of
-    work; with ``idempotency_key`` (see ``service.data.idempotency``), an ``IntegrityError``
-    if that key was used before, and nothing stored."""
+    """Store the staged rows of ``upload`` as a new dataset; with ``idempotency_key`` (see
+    ``service.data.idempotency``), an ``IntegrityError`` if that key was used before, and
+    nothing stored.
+
+    Each chunk is written in a short unit of work of its own, and the next block is read from
+    the upload between them, so no transaction (on SQLite: the write lock) lasts as long as the
+    upload. The dataset is invisible until its last unit of work gives it its rows, and is
+    deleted if storing it fails.
+    """
     staged = upload.staged
     with session_scope(session_factory) as session:
-        dataset = repository.create_dataset_from_blocks(
+        dataset = repository.start_dataset(
             session,
-            blocks=staged.blocks(repository.dataset_chunk_rows(staged.n_features)),
             n_features=staged.n_features,
             feature_names=staged.feature_names,
             target_name=staged.target_name,
             name=upload.name,
         )
-        if idempotency_key is not None and request_hash is not None:
-            repository.set_dataset_idempotency_key(
-                session, dataset=dataset, key=idempotency_key, request_hash=request_hash
-            )
-        return dataset_out(dataset)
+    try:
+        n_rows = 0
+        for X, y in staged.blocks(repository.dataset_chunk_rows(staged.n_features)):
+            with session_scope(session_factory) as session:
+                n_rows += repository.add_dataset_chunk(session, dataset=dataset, X=X, y=y)
+        with session_scope(session_factory) as session:
+            dataset = repository.complete_dataset(session, dataset=dataset, n_rows=n_rows)
+            if idempotency_key is not None and request_hash is not None:
+                repository.set_dataset_idempotency_key(
+                    session, dataset=dataset, key=idempotency_key, request_hash=request_hash
+                )
+            return dataset_out(dataset)
+    except BaseException:
+        with session_scope(session_factory) as session:
+            repository.delete_incomplete_dataset(session, dataset_id=dataset.id)
+        raise

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import procrastinate
@@ -61,10 +61,6 @@ TASK_STATUS = {
     "failed": TaskStatus.FAILED,
     "cancelled": TaskStatus.ABORTED,
 }
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class JobHandedBackError(Exception):
@@ -126,6 +122,7 @@ class TaskClaim:
     claimed: bool
     found: str
     algorithm: str
+    attempt: int
 
 
 def claim_for_task(
@@ -137,12 +134,15 @@ def claim_for_task(
     nothing and changes no row: the ``jobs`` table, not the queue, says what is left to do.
     """
     with session_scope(session_factory) as session:
-        claimed = repository.claim_job(session, job_id=job_id, worker_id=worker_id, now=_now())
+        claimed = repository.claim_job(
+            session, job_id=job_id, worker_id=worker_id, now=repository.database_now(session)
+        )
         job = repository.get_job(session, job_id=job_id)
         return TaskClaim(
             claimed=claimed,
             found="missing" if job is None else job.status,
             algorithm="" if job is None else job.algorithm,
+            attempt=0 if job is None else job.attempts,
         )
 
 
@@ -230,7 +230,7 @@ class FitWorker:
         if not claim.claimed:
             logger.info("job %s is %s, not queued; its task has nothing to do", job_id, claim.found)
             return f"nothing to do: the job is {claim.found}"
-        fit = self._supervisor.start(job_id, claim.algorithm)
+        fit = self._supervisor.start(job_id, claim.algorithm, claim.attempt)
         status = self._status_of(job_id) if fit is None else self._watch(fit, context.abort_reason)
         if status == "cancelled":
             raise JobAborted(f"job {job_id} cancelled")
@@ -309,9 +309,9 @@ class FitWorker:
         """Apply the reaper's decision to the job of a stalled task; return the job's status,
         or None while it is running with a fresh heartbeat."""
         assert self._session_factory is not None
-        now = _now()
-        stale_before = now - timedelta(seconds=self._settings.stale_after_s)
         with session_scope(self._session_factory) as session:
+            now = repository.database_now(session)
+            stale_before = now - timedelta(seconds=self._settings.stale_after_s)
             recovered = repository.recover_stale_job(
                 session, job_id=job_id, stale_before=stale_before, now=now
             )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -27,10 +27,6 @@ from service.config import Settings
 from service.jobs.supervisor import FitSupervisor, RunningFit, new_worker_id
 
 logger = logging.getLogger(__name__)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class EmbeddedWorker:
@@ -116,9 +112,9 @@ class EmbeddedWorker:
                 break
 
     def _reap_stale(self) -> None:
-        now = _now()
-        stale_before = now - timedelta(seconds=self._settings.stale_after_s)
         with session_scope(self._session_factory) as session:
+            now = repository.database_now(session)
+            stale_before = now - timedelta(seconds=self._settings.stale_after_s)
             requeued, failed = repository.requeue_stale_jobs(
                 session, stale_before=stale_before, now=now
             )
@@ -129,11 +125,13 @@ class EmbeddedWorker:
 
     def _claim_and_start(self) -> bool:
         with session_scope(self._session_factory) as session:
-            job = repository.claim_next_job(session, worker_id=self.worker_id, now=_now())
+            job = repository.claim_next_job(
+                session, worker_id=self.worker_id, now=repository.database_now(session)
+            )
             if job is None:
                 return False
-            job_id, algorithm = job.id, job.algorithm
-        fit = self._supervisor.start(job_id, algorithm)
+            job_id, algorithm, attempt = job.id, job.algorithm, job.attempts
+        fit = self._supervisor.start(job_id, algorithm, attempt)
         if fit is not None:
             self._running[job_id] = fit
         return True

@@ -18,9 +18,9 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
+from multiprocessing.synchronize import Event as EventType
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -28,16 +28,17 @@ from models_store import repository
 from models_store.session import session_scope
 from service.api.metrics import ServiceMetrics
 from service.config import Settings
-from service.jobs.training import EXIT_PARENT_LOST, run_job
+from service.jobs.training import (
+    EXIT_ATTEMPT_SUPERSEDED,
+    EXIT_PARENT_LOST,
+    FORKSERVER_PRELOAD,
+    run_job,
+)
 
 logger = logging.getLogger(__name__)
 
 # How long a stopped child gets to exit after SIGTERM before it is killed.
 TERMINATE_GRACE_S = 1.0
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def new_worker_id() -> str:
@@ -55,6 +56,8 @@ def describe_exit(exitcode: int | None) -> str:
         return f"the fit process was killed by {name} before it finished the job"
     if exitcode == EXIT_PARENT_LOST:
         return "the fit process lost its worker before it finished the job"
+    if exitcode == EXIT_ATTEMPT_SUPERSEDED:
+        return "the fit process stopped: its attempt at the job is no longer the current one"
     return f"the fit process exited with code {exitcode} before it finished the job"
 
 
@@ -64,10 +67,23 @@ class RunningFit:
 
     job_id: str
     algorithm: str
+    attempt: int
+    """The job's attempt this process runs (its ``attempts`` when claimed)."""
     process: BaseProcess
     started: float
     # Held open while the fit runs; the child sees end of file if this process dies.
     alive_writer: Connection
+    # Set by the child once the job's data are loaded: the job time limit counts from then.
+    data_loaded: EventType
+    fit_started: float | None = None
+
+    def fitting_for(self) -> float:
+        """Seconds since the fit process finished loading the data (0 while it loads)."""
+        if self.fit_started is None:
+            if not self.data_loaded.is_set():
+                return 0.0
+            self.fit_started = time.monotonic()
+        return time.monotonic() - self.fit_started
 
     @property
     def pid(self) -> int | None:
@@ -93,9 +109,7 @@ class FitSupervisor:
         self._context = multiprocessing.get_context("forkserver")
         # The fork server imports the fit code once; each fit then starts in milliseconds
         # instead of re-importing scikit-learn, and no process is forked from this threaded one.
-        # A child also re-runs the server's main script (`mixreg` or `uvicorn`), whose imports
-        # service.cli covers.
-        self._context.set_forkserver_preload(["service.jobs.training", "service.cli"])
+        self._context.set_forkserver_preload(FORKSERVER_PRELOAD)
 
     def warm_up(self) -> None:
         """Start the fork server and wait until it has imported the fit code (seconds), so
@@ -104,12 +118,14 @@ class FitSupervisor:
         process.start()
         process.join()
 
-    def start(self, job_id: str, algorithm: str) -> RunningFit | None:
-        """Start the fit of ``job_id``, just claimed by this worker, in a child process.
+    def start(self, job_id: str, algorithm: str, attempt: int) -> RunningFit | None:
+        """Start attempt ``attempt`` at ``job_id``, just claimed by this worker, in a child
+        process.
 
         Returns None if the process could not be started (the job is then failed).
         """
         alive_reader, alive_writer = self._context.Pipe(duplex=False)
+        data_loaded = self._context.Event()
         process = self._context.Process(
             target=run_job,
             args=(job_id, self._settings.database_url),
@@ -117,13 +133,17 @@ class FitSupervisor:
                 "heartbeat_interval_s": self._settings.heartbeat_interval_s,
                 "progress_interval_s": self._settings.progress_interval_s,
                 "worker_id": self.worker_id,
+                "attempt": attempt,
                 "worker_alive": alive_reader,
+                "data_loaded": data_loaded,
                 "log_format": self._settings.log_format,
             },
             name=f"mixreg-fit-{job_id}",
             daemon=True,
         )
-        fit = RunningFit(job_id, algorithm, process, time.monotonic(), alive_writer)
+        fit = RunningFit(
+            job_id, algorithm, attempt, process, time.monotonic(), alive_writer, data_loaded
+        )
         try:
             process.start()
         except OSError as exc:
@@ -135,7 +155,13 @@ class FitSupervisor:
         # Starting may have waited for the fork server; renew the claim's heartbeat so the job
         # does not look stale before its fit process beats for itself.
         with session_scope(self._session_factory) as session:
-            repository.heartbeat(session, job_id=job_id, worker_id=self.worker_id, now=_now())
+            repository.heartbeat(
+                session,
+                job_id=job_id,
+                worker_id=self.worker_id,
+                attempt=attempt,
+                now=repository.database_now(session),
+            )
         logger.info(
             "job %s started (%s) by worker %s in process %s",
             job_id,
@@ -149,8 +175,9 @@ class FitSupervisor:
         """One look at a running fit; return the job's final status once the fit is over.
 
         A fit process that exited is collected (its job failed if it did not finish it); a fit
-        whose cancellation was requested is stopped and its job cancelled; one over the job
-        time limit is killed and its job failed. None while the fit goes on.
+        whose cancellation was requested is stopped and its job cancelled; one that has fitted
+        for longer than the job time limit (loading the data does not count) is killed and its
+        job failed. None while the fit goes on.
         """
         if not fit.process.is_alive():
             fit.process.join()
@@ -165,8 +192,9 @@ class FitSupervisor:
                     session,
                     job_id=fit.job_id,
                     worker_id=self.worker_id,
+                    attempt=fit.attempt,
                     status="cancelled",
-                    now=_now(),
+                    now=repository.database_now(session),
                 )
             if cancelled:
                 logger.info("job %s cancelled", fit.job_id)
@@ -174,7 +202,7 @@ class FitSupervisor:
             # The fit finished (or lost) the job just before it was stopped.
             return self._observe(fit, self._status_of(fit.job_id))
         limit = self._settings.job_time_limit_s
-        if time.monotonic() - fit.started > limit:
+        if fit.fitting_for() > limit:
             self.end_process(fit)
             return self._observe(
                 fit, self._fail_if_still_running(fit, f"time limit of {limit:g} s exceeded")
@@ -191,7 +219,10 @@ class FitSupervisor:
         self.end_process(fit)
         with session_scope(self._session_factory) as session:
             status = repository.release_job(
-                session, job_id=fit.job_id, worker_id=self.worker_id, now=_now()
+                session,
+                job_id=fit.job_id,
+                worker_id=self.worker_id,
+                now=repository.database_now(session),
             )
         if status == "queued":
             logger.info("job %s queued again on shutdown", fit.job_id)
@@ -214,9 +245,10 @@ class FitSupervisor:
                 session,
                 job_id=fit.job_id,
                 worker_id=self.worker_id,
+                attempt=fit.attempt,
                 status="failed",
                 error=error,
-                now=_now(),
+                now=repository.database_now(session),
             ):
                 logger.warning("job %s failed: %s", fit.job_id, error)
                 return "failed"

@@ -16,13 +16,14 @@ from __future__ import annotations
 import logging
 import math
 import os
+import resource
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ from mixreg import (
     preferred_n_components,
 )
 from models_store import repository
-from models_store.session import make_engine, make_sessionmaker, session_scope
+from models_store.session import make_engine, make_sessionmaker, read_scope, session_scope
 from models_store.tables import Job
 from service.logs import LogFormat, configure_logging, job_context
 
@@ -54,6 +55,9 @@ ProgressCallback = Callable[[float, dict[str, Any]], None]
 
 # Exit status of a fit process that stops because the process that started it is gone.
 EXIT_PARENT_LOST = 75
+# Exit status of a fit process that stops because its attempt at the job is no longer the current
+# one (the reaper took the job away; it may run again elsewhere).
+EXIT_ATTEMPT_SUPERSEDED = 76
 
 logger = logging.getLogger(__name__)
 
@@ -514,16 +518,53 @@ def check_finite_result(fitted: FittedMixture) -> None:
             raise ValueError(f"the fit produced non-finite numbers ({what}); {RESCALE_HINT}")
 
 
+FORKSERVER_PRELOAD = ["service.jobs.training", "service.cli"]
+"""What the fork server of a process imports once, so that its children start in milliseconds:
+the fit code, and the imports of the server's main script (``mixreg`` or ``uvicorn``), which a
+child re-runs."""
+
+# Address space a parameter resolution may add to its child process (see below).
+_RESOLVE_MEMORY_BYTES = 1024**3
+
+
+def _limit_memory(extra_bytes: int) -> None:
+    """Let this process map at most ``extra_bytes`` more than it has (Linux; else no limit)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        soft = mapped + extra_bytes
+        resource.setrlimit(resource.RLIMIT_AS, (soft if hard < 0 else min(soft, hard), hard))
+    except (OSError, ValueError):
+        pass
+
+
+def send_resolved_parameters(
+    connection: Connection, spec: FitSpec, n_components: int, n_train: int, n_features: int
+) -> None:
+    """Send ``("started",)``, then ``("ok", params)`` (the estimator's resolved parameters for
+    ``n_train`` rows) or ``("error", message)`` on ``connection``: the body of a child process
+    that bounds a resolution whose cost grows with the request's numbers (see
+    ``service.jobs.submit``)."""
+    _limit_memory(_RESOLVE_MEMORY_BYTES)
+    connection.send(("started",))
+    try:
+        params = spec.estimator(n_components).resolved_parameters(n_train, n_features)
+    except ValueError as exc:
+        connection.send(("error", str(exc)))
+    except (RecursionError, MemoryError) as exc:
+        connection.send(("error", f"{type(exc).__name__} while resolving the parameters"))
+    else:
+        connection.send(("ok", params))
+    connection.close()
+
+
 class FitCancelledError(Exception):
     """Cancellation of the job was requested while it was fitting."""
 
 
 class JobLostError(Exception):
     """The job is no longer owned by this worker (requeued, failed or cancelled meanwhile)."""
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def _finite_or_none(value: Any) -> float | None:
@@ -542,11 +583,13 @@ class JobProgress:
         *,
         job_id: str,
         worker_id: str,
+        attempt: int | None,
         interval_s: float,
     ) -> None:
         self._session_factory = session_factory
         self._job_id = job_id
         self._worker_id = worker_id
+        self._attempt = attempt
         self._interval_s = interval_s
         self._last_write: float | None = None
 
@@ -561,12 +604,13 @@ class JobProgress:
                 session,
                 job_id=self._job_id,
                 worker_id=self._worker_id,
+                attempt=self._attempt,
                 fraction=min(max(float(fraction), 0.0), 1.0),
                 iteration=info.get("iteration"),
                 candidates=info.get("candidates_tried"),
                 best_loss=_finite_or_none(info.get("best_loss")),
                 n_components=info.get("n_components"),
-                now=_now(),
+                now=repository.database_now(session),
             )
             job = repository.get_job(session, job_id=self._job_id)
             cancel_requested = job is not None and job.cancel_requested
@@ -577,12 +621,17 @@ class JobProgress:
 
 
 class Heartbeat:
-    """A daemon thread that marks the job alive and ends the process if its worker is gone.
+    """A daemon thread that marks the job alive, from the start of the fit process (before the
+    data are loaded), and ends the process if its worker is gone or its attempt superseded.
 
     ``worker_alive`` is the read end of a pipe whose write end only the worker holds: it
     becomes readable (end of file) when the worker process dies. Without this check a fit
     would outlive a killed server, keep the job's heartbeat fresh and so keep the job from
-    being retried.
+    being retried. A beat that finds the job no longer running attempt ``attempt`` for this
+    worker (the reaper requeued it, another attempt runs it, it was cancelled) ends the
+    process at once: its work could never be stored, and it would hold memory and a slot.
+    The thread is stopped before the fit's final write, so that write is never mistaken for a
+    loss.
     """
 
     def __init__(
@@ -591,12 +640,14 @@ class Heartbeat:
         *,
         job_id: str,
         worker_id: str,
+        attempt: int | None,
         interval_s: float,
         worker_alive: Connection | None,
     ) -> None:
         self._session_factory = session_factory
         self._job_id = job_id
         self._worker_id = worker_id
+        self._attempt = attempt
         self._interval_s = interval_s
         self._worker_alive = worker_alive
         self._stopped = threading.Event()
@@ -607,8 +658,13 @@ class Heartbeat:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop beating (idempotent); returns once the thread has ended."""
         self._stopped.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
 
     def _run(self) -> None:
         while True:
@@ -617,11 +673,23 @@ class Heartbeat:
                 os._exit(EXIT_PARENT_LOST)
             try:
                 with session_scope(self._session_factory) as session:
-                    repository.heartbeat(
-                        session, job_id=self._job_id, worker_id=self._worker_id, now=_now()
+                    owned = repository.heartbeat(
+                        session,
+                        job_id=self._job_id,
+                        worker_id=self._worker_id,
+                        attempt=self._attempt,
+                        now=repository.database_now(session),
                     )
             except SQLAlchemyError:
                 logger.exception("job %s: heartbeat failed; retrying", self._job_id)
+            else:
+                if not owned and not self._stopped.is_set():
+                    logger.warning(
+                        "job %s: attempt %s is no longer current; stopping the fit process",
+                        self._job_id,
+                        self._attempt,
+                    )
+                    os._exit(EXIT_ATTEMPT_SUPERSEDED)
             if self._stopped.wait(self._interval_s):
                 return
 
@@ -633,15 +701,21 @@ def run_job(
     heartbeat_interval_s: float = 1.0,
     progress_interval_s: float = 0.5,
     worker_id: str | None = None,
+    attempt: int | None = None,
     worker_alive: Connection | None = None,
+    data_loaded: EventType | None = None,
     log_format: LogFormat | None = None,
 ) -> str:
     """Fit the running job ``job_id`` and store its model (a k sweep: one per k), finishing the
     job in the same unit of work.
 
-    ``worker_id`` is the worker that claimed the job (default: whichever the job names); a job
-    that meanwhile went to another worker is left alone. ``worker_alive`` is the read end of a
-    pipe held open by the worker process; the fit stops when it closes. ``log_format``, when
+    ``worker_id`` is the worker that claimed the job (default: whichever the job names) and
+    ``attempt`` the attempt it claimed (default: the current one); a job that meanwhile went to
+    another worker or attempt is left alone, and the process exits as soon as its heartbeat
+    finds that out (``EXIT_ATTEMPT_SUPERSEDED``). The heartbeat starts before the data are
+    loaded, so a slow load never looks like a lost worker. ``worker_alive`` is the read end of
+    a pipe held open by the worker process; the fit stops when it closes. ``data_loaded`` is set
+    once the data are loaded (the worker's time limit counts from then). ``log_format``, when
     given, configures the logging of this process (a fit process does not inherit its
     worker's); every line logged during the fit names ``job_id``. Returns the status the job
     was left in by this call (``"lost"`` if the job was not, or stopped being, owned by the
@@ -658,15 +732,26 @@ def run_job(
                 heartbeat_interval_s=heartbeat_interval_s,
                 progress_interval_s=progress_interval_s,
                 worker_id=worker_id,
+                attempt=attempt,
                 worker_alive=worker_alive,
+                data_loaded=data_loaded,
             )
     finally:
         engine.dispose()
 
 
 @dataclass(frozen=True)
+class _Attempt:
+    """Who runs the job: the worker that claimed it and its attempt number."""
+
+    worker_id: str
+    attempt: int
+
+
+@dataclass(frozen=True)
 class _ClaimedJob:
     worker_id: str
+    attempt: int
     dataset_id: str
     name: str | None
     spec: FitSpec
@@ -674,14 +759,36 @@ class _ClaimedJob:
     feature_names: list[str]
 
 
-def _load_claimed_job(
-    session_factory: sessionmaker[Session], job_id: str, worker_id: str | None
-) -> _ClaimedJob | None:
-    with session_scope(session_factory) as session:
+def _current_attempt(
+    session_factory: sessionmaker[Session], job_id: str, worker_id: str | None, attempt: int | None
+) -> _Attempt | None:
+    """The running attempt at ``job_id``, if it is the one asked for (any, for None)."""
+    with read_scope(session_factory) as session:
         job = repository.get_job(session, job_id=job_id)
         if job is None or job.status != "running" or job.worker_id is None:
             return None
         if worker_id is not None and job.worker_id != worker_id:
+            return None
+        if attempt is not None and job.attempts != attempt:
+            return None
+        return _Attempt(job.worker_id, job.attempts)
+
+
+def _load_claimed_job(
+    session_factory: sessionmaker[Session], job_id: str, owner: _Attempt
+) -> _ClaimedJob | None:
+    """Read the job's spec and split its dataset; None if the attempt is no longer current.
+
+    One read transaction (a snapshot, no write lock on SQLite), so the heartbeat and every
+    other writer go on while the data are read.
+    """
+    with read_scope(session_factory) as session:
+        job = repository.get_job(session, job_id=job_id)
+        if job is None or (job.status, job.worker_id, job.attempts) != (
+            "running",
+            owner.worker_id,
+            owner.attempt,
+        ):
             return None
         dataset = repository.get_dataset(session, dataset_id=job.dataset_id)
         if dataset is None:
@@ -694,7 +801,8 @@ def _load_claimed_job(
             spec=spec,
         )
         return _ClaimedJob(
-            worker_id=job.worker_id,
+            worker_id=owner.worker_id,
+            attempt=owner.attempt,
             dataset_id=job.dataset_id,
             name=job.name,
             spec=spec,
@@ -710,35 +818,44 @@ def _run_job(
     heartbeat_interval_s: float,
     progress_interval_s: float,
     worker_id: str | None,
+    attempt: int | None,
     worker_alive: Connection | None,
+    data_loaded: EventType | None,
 ) -> str:
-    claimed = _load_claimed_job(session_factory, job_id, worker_id)
-    if claimed is None:
+    owner = _current_attempt(session_factory, job_id, worker_id, attempt)
+    if owner is None:
         return "lost"
-    progress = JobProgress(
-        session_factory,
-        job_id=job_id,
-        worker_id=claimed.worker_id,
-        interval_s=progress_interval_s,
-    )
     heartbeat = Heartbeat(
         session_factory,
         job_id=job_id,
-        worker_id=claimed.worker_id,
+        worker_id=owner.worker_id,
+        attempt=owner.attempt,
         interval_s=heartbeat_interval_s,
         worker_alive=worker_alive,
     )
-    error: str | None = None
-    spec, data = claimed.spec, claimed.data
-    logger.info(
-        "fitting %s with k=%s on %d training rows of %d features in process %d",
-        spec.algorithm,
-        ",".join(map(str, spec.all_n_components)),
-        len(data.y_train),
-        data.n_features,
-        os.getpid(),
-    )
     with heartbeat:
+        claimed = _load_claimed_job(session_factory, job_id, owner)
+        if claimed is None:
+            return "lost"
+        if data_loaded is not None:
+            data_loaded.set()
+        progress = JobProgress(
+            session_factory,
+            job_id=job_id,
+            worker_id=owner.worker_id,
+            attempt=owner.attempt,
+            interval_s=progress_interval_s,
+        )
+        error: str | None = None
+        spec, data = claimed.spec, claimed.data
+        logger.info(
+            "fitting %s with k=%s on %d training rows of %d features in process %d",
+            spec.algorithm,
+            ",".join(map(str, spec.all_n_components)),
+            len(data.y_train),
+            data.n_features,
+            os.getpid(),
+        )
         try:
             fitted = fit_split(data, spec, progress=progress)
         except JobLostError:
@@ -751,19 +868,22 @@ def _run_job(
             logger.exception("job %s: the fit raised", job_id)
             status, error = "failed", f"{type(exc).__name__}: {exc}"
         else:
+            heartbeat.stop()
             try:
                 _store_models(session_factory, job_id, claimed, fitted)
             except JobLostError:
                 return "lost"
             return "succeeded"
+        heartbeat.stop()
         with session_scope(session_factory) as session:
             finished = repository.finish_job(
                 session,
                 job_id=job_id,
-                worker_id=claimed.worker_id,
+                worker_id=owner.worker_id,
+                attempt=owner.attempt,
                 status=status,
                 error=error,
-                now=_now(),
+                now=repository.database_now(session),
             )
         return status if finished else "lost"
 
@@ -823,11 +943,12 @@ def _store_models(
             session,
             job_id=job_id,
             worker_id=claimed.worker_id,
+            attempt=claimed.attempt,
             status="succeeded",
             model_id=model_ids[fitted.best_n_components],
             sweep=sweep,
             warnings=job_warnings,
-            now=_now(),
+            now=repository.database_now(session),
         ):
             raise JobLostError(job_id)
 

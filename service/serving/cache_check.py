@@ -18,7 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from models_store import repository
-from models_store.session import session_scope
+from models_store.session import read_scope
 from service.serving.prediction import ModelCache
 
 logger = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ def evict_deleted_models(cache: ModelCache, session_factory: sessionmaker[Sessio
     cached = cache.model_ids()
     if not cached:
         return []
-    with session_scope(session_factory) as session:
+    with read_scope(session_factory) as session:
         existing = repository.existing_model_ids(session, model_ids=cached)
     deleted = [model_id for model_id in cached if model_id not in existing]
     for model_id in deleted:

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mixreg import min_loss, predict_lines
 from models_store import repository
-from models_store.session import session_scope
+from models_store.session import read_scope, session_scope
 from models_store.tables import Model
 from service.api.errors import InvalidInputError, NotFoundError
 from service.api.schemas import PredictResponse
@@ -95,7 +95,7 @@ def load_lines(
     lines = cache.get(model_id)
     if lines is not None:
         return lines
-    with session_scope(session_factory) as session:
+    with read_scope(session_factory) as session:
         model = repository.get_model(session, model_id=model_id)
         if model is None:
             raise NotFoundError(f"model {model_id} does not exist")

@@ -20,7 +20,7 @@ from fastapi.templating import Jinja2Templates
 from sqlalchemy.orm import Session
 
 from models_store import repository
-from models_store.session import session_scope
+from models_store.session import read_scope
 from models_store.tables import Job, Model
 from service.api.deps import SessionFactoryDep
 from service.api.errors import ConflictError, NotFoundError
@@ -120,7 +120,7 @@ def model_plot(
     it the training loss per iteration."""
     etag = f'"model-{model_id}"'
     picture: plots.ModelPicture | None = None
-    with session_scope(session_factory) as session:
+    with read_scope(session_factory) as session:
         model = repository.get_model(session, model_id=model_id)
         if model is None:
             raise NotFoundError(f"model {model_id} does not exist")
@@ -147,7 +147,7 @@ def sweep_plot(
     """A picture of a k sweep: train and holdout min-loss against k, and BIC against k with
     the preferred k marked."""
     etag = f'"sweep-{job_id}"'
-    with session_scope(session_factory) as session:
+    with read_scope(session_factory) as session:
         job = repository.get_job(session, job_id=job_id)
         if job is None:
             raise NotFoundError(f"job {job_id} does not exist")
@@ -182,7 +182,7 @@ def root() -> RedirectResponse:
 @pages.get("/ui", response_class=HTMLResponse)
 def overview(request: Request, session_factory: SessionFactoryDep) -> HTMLResponse:
     """Jobs with their progress, and models with their scores and pictures."""
-    with session_scope(session_factory) as session:
+    with read_scope(session_factory) as session:
         jobs, jobs_total = repository.list_jobs(session, status=None, limit=PAGE_JOBS, offset=0)
         models, models_total = repository.list_models(session, limit=PAGE_MODELS, offset=0)
         counts = repository.count_jobs_by_status(session)
@@ -207,7 +207,7 @@ def overview(request: Request, session_factory: SessionFactoryDep) -> HTMLRespon
 @pages.get("/ui/models/{model_id}", response_class=HTMLResponse)
 def model_page(request: Request, model_id: str, session_factory: SessionFactoryDep) -> HTMLResponse:
     """One model: its picture, lines, scores and warnings."""
-    with session_scope(session_factory) as session:
+    with read_scope(session_factory) as session:
         model = repository.get_model(session, model_id=model_id)
         if model is None:
             raise NotFoundError(f"model {model_id} does not exist")

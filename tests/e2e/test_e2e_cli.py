@@ -190,7 +190,7 @@ def test_ctrl_c_asks_and_cancels_the_job(live: Server, tmp_path: Path):
             "--param",
             "subsample_size=30",
             "--time-budget",
-            "3600",
+            "3000",
         ],
         stdin=secondary,
         stdout=secondary,

@@ -235,7 +235,7 @@ def test_the_async_client_does_what_the_sync_client_does(live: Server):
 def test_cancel_stops_a_running_fit(client: Client):
     dataset = client.upload(*mixture_data(n_rows=400))
     handle = client.fit(
-        dataset, k=2, algorithm="subsample", params=LONG_FIT_PARAMS, time_budget_s=3600
+        dataset, k=2, algorithm="subsample", params=LONG_FIT_PARAMS, time_budget_s=3000
     )
     deadline = time.monotonic() + 30
     while handle.refresh().status == "queued":

@@ -311,7 +311,7 @@ def test_twenty_fits_at_once_run_on_both_workers_and_never_in_the_api(stack: Sta
 
 
 def test_cancel_stops_the_fit_on_its_worker(stack: Stack):
-    job_id = stack.api.fit(long_fit(seconds=3600))
+    job_id = stack.api.fit(long_fit(seconds=3000))
     job = stack.api.wait_for_job(job_id, is_fitting)
     fit_process = stack.worker_of(job).fit_process_of(job_id)
     assert process_exists(fit_process)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 
 import numpy as np
 import pytest
@@ -11,7 +12,13 @@ from sqlalchemy.exc import IntegrityError, StatementError
 
 from models_store import repository
 from models_store.migrate import upgrade
-from models_store.session import make_engine, make_sessionmaker, session_scope
+from models_store.session import (
+    SQLITE_BUSY_TIMEOUT_S,
+    make_engine,
+    make_sessionmaker,
+    read_scope,
+    session_scope,
+)
 
 
 def test_sqlite_connections_are_configured_for_concurrent_processes(sqlite_url):
@@ -33,13 +40,13 @@ def test_sqlite_connections_are_configured_for_concurrent_processes(sqlite_url):
     }
 
 
-def test_sqlite_transactions_take_the_write_lock_when_they_begin(sqlite_url):
+def test_sqlite_write_transactions_take_the_write_lock_when_they_begin(sqlite_url):
     upgrade(sqlite_url)
     engine = make_engine(sqlite_url)
     other = sqlite3.connect(make_url(sqlite_url).database, timeout=0, isolation_level=None)
     try:
         with session_scope(make_sessionmaker(engine)) as session:
-            # Only a read so far, yet the transaction already holds the write lock.
+            # Only a read so far, yet the unit of work already holds the write lock.
             assert repository.list_jobs(session, status=None, limit=1, offset=0) == ([], 0)
             with pytest.raises(sqlite3.OperationalError, match="database is locked"):
                 other.execute("BEGIN IMMEDIATE")
@@ -47,6 +54,55 @@ def test_sqlite_transactions_take_the_write_lock_when_they_begin(sqlite_url):
         other.execute("ROLLBACK")
     finally:
         other.close()
+        engine.dispose()
+
+
+def test_sqlite_reads_neither_take_nor_wait_for_the_write_lock(sqlite_url):
+    upgrade(sqlite_url)
+    engine = make_engine(sqlite_url)
+    factory = make_sessionmaker(engine)
+    with session_scope(factory) as session:
+        dataset = repository.create_dataset(
+            session,
+            X=np.ones((2, 1)),
+            y=np.ones(2),
+            feature_names=None,
+            target_name=None,
+            name=None,
+        )
+        job_id = repository.create_job(
+            session,
+            dataset_id=dataset.id,
+            algorithm="am",
+            n_components=1,
+            params={},
+            fit_intercept=True,
+            holdout_fraction=0.0,
+            max_attempts=1,
+        ).id
+    writer = sqlite3.connect(make_url(sqlite_url).database, timeout=0, isolation_level=None)
+    try:
+        with read_scope(factory) as session:
+            jobs, _ = repository.list_jobs(session, status=None, limit=5, offset=0)
+            assert [job.id for job in jobs] == [job_id]
+            # A writer gets the lock while the read goes on ...
+            writer.execute("BEGIN IMMEDIATE")
+            writer.execute("UPDATE jobs SET name = 'renamed'")
+            # ... and the read keeps its snapshot.
+            job = repository.get_job(session, job_id=job_id)
+            assert job is not None and job.name is None
+        started = time.monotonic()
+        with read_scope(factory) as session:
+            # The writer still holds the lock: a read neither waits for it nor sees its change.
+            job = repository.get_job(session, job_id=job_id)
+            assert job is not None and job.name is None
+        assert time.monotonic() - started < SQLITE_BUSY_TIMEOUT_S / 2
+        writer.execute("COMMIT")
+        with read_scope(factory) as session:
+            job = repository.get_job(session, job_id=job_id)
+            assert job is not None and job.name == "renamed"
+    finally:
+        writer.close()
         engine.dispose()
 
 

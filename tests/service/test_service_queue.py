@@ -70,7 +70,7 @@ def statuses_of(sessionmaker, job_ids) -> list[str]:
 # for: it runs until the worker stops it.
 ENDLESS_FIT = {
     "algorithm": "subsample",
-    "time_budget_s": 3600,
+    "time_budget_s": 3000,
     "params": {"n_partitions": 10**9, "subsample_size": 20},
 }
 

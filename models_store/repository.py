@@ -22,6 +22,7 @@ from sqlalchemy import (
     Select,
     case,
     delete,
+    false,
     func,
     insert,
     literal,
@@ -40,7 +41,14 @@ from models_store.codecs import (
     encode_vector,
     to_json_value,
 )
-from models_store.tables import TERMINAL_JOB_STATUSES, Dataset, DatasetChunk, Job, Model
+from models_store.tables import (
+    IDEMPOTENCY_SCOPE_WITHOUT_KEY,
+    TERMINAL_JOB_STATUSES,
+    Dataset,
+    DatasetChunk,
+    Job,
+    Model,
+)
 
 _ID_PATTERN = re.compile(r"[0-9a-f]{32}")
 
@@ -304,16 +312,29 @@ def load_dataset_arrays(dataset: Dataset) -> tuple[FloatArray, FloatArray]:
     return X, y
 
 
-def get_dataset_by_idempotency_key(session: Session, *, key: str) -> Dataset | None:
-    """The dataset uploaded with ``Idempotency-Key: key``, if any."""
-    return session.scalars(select(Dataset).where(Dataset.idempotency_key == key)).one_or_none()
+def _idempotency_scope(api_key_id: str | None) -> str:
+    """The scope within which a caller's Idempotency-Keys are unique: its API key."""
+    return api_key_id if api_key_id is not None else IDEMPOTENCY_SCOPE_WITHOUT_KEY
+
+
+def get_dataset_by_idempotency_key(
+    session: Session, *, api_key_id: str | None, key: str
+) -> Dataset | None:
+    """The dataset the caller ``api_key_id`` (None: without a key) uploaded with
+    ``Idempotency-Key: key``, if any."""
+    query = select(Dataset).where(
+        Dataset.idempotency_scope == _idempotency_scope(api_key_id),
+        Dataset.idempotency_key == key,
+    )
+    return session.scalars(query).one_or_none()
 
 
 def set_dataset_idempotency_key(
-    session: Session, *, dataset: Dataset, key: str, request_hash: str
+    session: Session, *, dataset: Dataset, api_key_id: str | None, key: str, request_hash: str
 ) -> None:
-    """Record the ``Idempotency-Key`` of an upload; a key used before fails the flush with an
-    ``IntegrityError``."""
+    """Record the ``Idempotency-Key`` the caller ``api_key_id`` sent with an upload; a key
+    that caller used before fails the flush with an ``IntegrityError``."""
+    dataset.idempotency_scope = _idempotency_scope(api_key_id)
     dataset.idempotency_key = key
     dataset.request_hash = request_hash
     session.flush()
@@ -345,6 +366,7 @@ def create_job(
     seed: int | None = None,
     time_budget_s: float | None = None,
     name: str | None = None,
+    api_key_id: str | None = None,
     idempotency_key: str | None = None,
     request_hash: str | None = None,
     k_values: Sequence[int] | None = None,
@@ -352,7 +374,8 @@ def create_job(
     """Queue a fit of ``dataset_id``; ``params`` are the validated algorithm parameters.
 
     ``k_values`` makes the job a k sweep (one model per k); ``n_components`` is then the
-    largest of them.
+    largest of them. ``api_key_id`` is the key that submitted it (None without keys); an
+    ``idempotency_key`` is unique among that caller's jobs.
     """
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -369,6 +392,8 @@ def create_job(
         holdout_fraction=holdout_fraction,
         seed=seed,
         time_budget_s=time_budget_s,
+        api_key_id=api_key_id,
+        idempotency_scope=None if idempotency_key is None else _idempotency_scope(api_key_id),
         idempotency_key=idempotency_key,
         request_hash=request_hash,
         attempts=0,
@@ -395,15 +420,30 @@ def count_unfinished_jobs(session: Session, *, api_key_id: str | None) -> int:
     return _count(session, query)
 
 
-def set_job_api_key(session: Session, *, job: Job, api_key_id: str | None) -> None:
-    """Record which API key submitted ``job``."""
-    job.api_key_id = api_key_id
-    session.flush()
+def lock_job_quota(session: Session, *, api_key_id: str | None) -> None:
+    """Hold, until the transaction ends, the lock under which the unfinished jobs of
+    ``api_key_id`` are counted and a new one inserted, so that concurrent submissions cannot
+    together exceed the quota.
+
+    PostgreSQL: a transaction-level advisory lock per key. SQLite has one writer at a time: an
+    empty write takes that lock (a no-op if the transaction already holds it).
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(
+            text("SELECT pg_advisory_xact_lock(hashtextextended(:name, 0))"),
+            {"name": f"mixreg-job-quota:{api_key_id or ''}"},
+        )
+    else:
+        session.execute(update(Job).where(false()).values(status=Job.status))
 
 
-def get_job_by_idempotency_key(session: Session, *, key: str) -> Job | None:
-    """Return the job created with this ``Idempotency-Key``, or None."""
-    return session.scalars(select(Job).where(Job.idempotency_key == key)).one_or_none()
+def get_job_by_idempotency_key(session: Session, *, api_key_id: str | None, key: str) -> Job | None:
+    """Return the job the caller ``api_key_id`` (None: without a key) created with this
+    ``Idempotency-Key``, or None."""
+    query = select(Job).where(
+        Job.idempotency_scope == _idempotency_scope(api_key_id), Job.idempotency_key == key
+    )
+    return session.scalars(query).one_or_none()
 
 
 def list_jobs(

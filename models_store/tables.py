@@ -14,6 +14,7 @@ from sqlalchemy import (
     LargeBinary,
     String,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -25,11 +26,19 @@ ID_LENGTH = 32
 JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
 TERMINAL_JOB_STATUSES = ("succeeded", "failed", "cancelled")
 
+IDEMPOTENCY_SCOPE_WITHOUT_KEY = ""
+"""The one scope of the Idempotency-Keys of callers without an API key."""
+
 
 class Dataset(Base):
     """An uploaded design matrix and target: its shape and names (values in ``DatasetChunk``)."""
 
     __tablename__ = "datasets"
+    __table_args__ = (
+        UniqueConstraint(
+            "idempotency_scope", "idempotency_key", name="uq_datasets_idempotency_scope_key"
+        ),
+    )
 
     id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
     name: Mapped[str | None] = mapped_column(String)
@@ -39,8 +48,11 @@ class Dataset(Base):
     target_name: Mapped[str | None] = mapped_column(String)
     created_at: Mapped[datetime]
     # Added in revision 0005: an upload retried with the same Idempotency-Key finds its dataset.
-    idempotency_key: Mapped[str | None] = mapped_column(String, unique=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String)
     request_hash: Mapped[str | None] = mapped_column(String(128))
+    # Added in revision 0006: the caller (API key id; IDEMPOTENCY_SCOPE_WITHOUT_KEY without
+    # one) within which idempotency_key is unique.
+    idempotency_scope: Mapped[str | None] = mapped_column(String(ID_LENGTH))
 
 
 class DatasetChunk(Base):
@@ -70,6 +82,9 @@ class Job(Base):
             "status IN ({})".format(", ".join(f"'{status}'" for status in JOB_STATUSES)),
             name="status",
         ),
+        UniqueConstraint(
+            "idempotency_scope", "idempotency_key", name="uq_jobs_idempotency_scope_key"
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
@@ -85,8 +100,10 @@ class Job(Base):
     holdout_fraction: Mapped[float] = mapped_column(Double)
     seed: Mapped[int | None] = mapped_column(BigInteger)
     time_budget_s: Mapped[float | None] = mapped_column(Double)
-    idempotency_key: Mapped[str | None] = mapped_column(String, unique=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String)
     request_hash: Mapped[str | None] = mapped_column(String(128))
+    # Added in revision 0006: see Dataset.idempotency_scope.
+    idempotency_scope: Mapped[str | None] = mapped_column(String(ID_LENGTH))
     attempts: Mapped[int] = mapped_column(default=0)
     max_attempts: Mapped[int]
     cancel_requested: Mapped[bool] = mapped_column(default=False)

@@ -41,12 +41,19 @@ class Settings(BaseSettings):
     api_keys_file: Path | None = None
     api_keys: str | None = Field(default=None, repr=False)
     allow_unauthenticated: bool = False
+    # Names the server answers to in the Host header, comma-separated; "*" answers any.
+    allowed_hosts: str = "localhost,127.0.0.1,::1"
     metrics_require_key: bool = True
     # What one request may ask for; more is refused with a 4xx naming the setting. A limit of
     # an algorithm parameter is at least the parameter's default, so leaving it out is never
     # refused.
     max_rows: int = Field(default=10_000_000, ge=1)
     max_features: int = Field(default=1000, ge=1)
+    # An upload's rows as float64 (rows x (features + 1) x 8 bytes): what it costs to stage and
+    # store, whatever its format compresses it to.
+    max_decoded_bytes: int = Field(default=4 * 1024 * 1024 * 1024, ge=1)
+    # The values (rows x k) one predict answer may hold, in any format.
+    max_predict_values: int = Field(default=5_000_000, ge=1)
     max_k: int = Field(default=100, ge=1)
     max_n_partitions: int = Field(default=100_000, ge=1000)
     max_subsample_size: int = Field(default=100_000, ge=150)

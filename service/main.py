@@ -23,6 +23,7 @@ from service.api.routers import datasets, fit, health, inference_v2, jobs, model
 from service.auth import openapi as auth_openapi
 from service.auth.keys import KeyRing
 from service.auth.middleware import AuthMiddleware, access_summary
+from service.auth.origin import BrowserGuardMiddleware, parse_allowed_hosts
 from service.auth.redaction import install_key_redaction
 from service.config import Settings, load_settings
 from service.jobs.queue import EmbeddedWorker
@@ -122,6 +123,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.keys_required = keyring.enabled
     app.state.model_cache = ModelCache(settings.model_cache_size)
     metrics.count_jobs_with(lambda: _job_counter(app.state.session_factory))
     install_problem_handlers(app, union_tags=frozenset(ALGORITHMS))
@@ -137,6 +139,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         keyring=keyring,
         metrics_require_key=settings.metrics_require_key,
         allow_unauthenticated=settings.allow_unauthenticated,
+    )
+    # Outside the key check: a page in a browser is refused whatever key the browser holds.
+    app.add_middleware(
+        BrowserGuardMiddleware, allowed_hosts=parse_allowed_hosts(settings.allowed_hosts)
     )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     # Outermost: every answer carries its request id, refusals of the middleware above too.

@@ -46,6 +46,7 @@ _K = _Limit("max_k")
 _K_SWEEP = _Limit("max_k_sweep")
 _TIME_BUDGET = _Limit("max_time_budget_s")
 _QUEUED_JOBS = _Limit("max_queued_jobs_per_key")
+_PREDICT_VALUES = _Limit("max_predict_values")
 
 
 TIME_LIMIT_MARGIN = 0.1
@@ -92,6 +93,19 @@ def check_data_shape(
         )
     if problems:
         raise DataTooLargeError("; ".join(problems))
+
+
+def check_answer_size(n_rows: int, n_components: int, *, settings: Settings) -> None:
+    """Raise ``DataTooLargeError`` (413) if predicting ``n_rows`` rows with a model of
+    ``n_components`` lines would answer with more values than allowed."""
+    n_values = n_rows * n_components
+    maximum = settings.max_predict_values
+    if n_values > maximum:
+        raise DataTooLargeError(
+            f"the answer would hold {n_values:,} predictions ({n_rows:,} rows x k = "
+            f"{n_components}); at most {maximum:,} are answered ({_PREDICT_VALUES.variable}); "
+            f"send at most {max(1, maximum // n_components):,} rows per request"
+        )
 
 
 def check_names(names: list[str], *, field: str) -> None:
@@ -205,10 +219,16 @@ def check_fit_admission(
     settings: Settings,
 ) -> None:
     """Raise unless a fit may be queued: its parameters and data within the limits, and its key
-    below its number of unfinished jobs (a retry of a job already queued is always answered)."""
+    below its number of unfinished jobs (a retry of a job already queued is always answered).
+
+    The quota's lock is taken first and held until the request's transaction ends, when the
+    new job is committed: concurrent fits of one key are counted one after the other.
+    """
     check_fit_request(request, settings=settings)
+    repository.lock_job_quota(session, api_key_id=api_key_id)
     replay = idempotency_key is not None and (
-        repository.get_job_by_idempotency_key(session, key=idempotency_key) is not None
+        repository.get_job_by_idempotency_key(session, api_key_id=api_key_id, key=idempotency_key)
+        is not None
     )
     if not replay:
         check_job_quota(session, api_key_id=api_key_id, settings=settings)

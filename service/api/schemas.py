@@ -536,7 +536,7 @@ class JobOut(BaseModel):
     error: str | None
     worker_id: str | None = Field(
         description="the worker that runs the job or last ran it (host:pid:random); null "
-        "while queued"
+        "while queued, and for a read-only key"
     )
     created_at: datetime
     started_at: datetime | None
@@ -559,15 +559,25 @@ class QueueStatus(BaseModel):
 
 
 class Readiness(BaseModel):
-    """The service can serve: its database answers at the newest migration."""
+    """The service can serve: its database answers at the newest migration.
+
+    The details (revision, worker mode, queue) are shown to a caller with a key, or, on a
+    server without keys, to a client on the server's own machine; others see only the status.
+    """
 
     status: Literal["ready"]
-    database_revision: str | None
-    worker: Literal["embedded", "procrastinate"] = Field(
-        description="where fits run: in the API processes or in `mixreg worker` processes"
+    database_revision: str | None = Field(
+        default=None, description="the schema's revision; only in the details"
+    )
+    worker: Literal["embedded", "procrastinate"] | None = Field(
+        default=None,
+        description="where fits run: in the API processes or in `mixreg worker` processes; "
+        "only in the details",
     )
     queue: QueueStatus | None = Field(
-        description="the task queue, with MIXREG_WORKER=procrastinate; null otherwise"
+        default=None,
+        description="the task queue, with MIXREG_WORKER=procrastinate; null otherwise and "
+        "outside the details",
     )
 
 

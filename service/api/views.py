@@ -17,6 +17,7 @@ from service.api.schemas import (
     Sweep,
     SweepModel,
 )
+from service.auth.keys import ApiKey
 from service.jobs.training import beats_baseline
 
 
@@ -49,8 +50,13 @@ def dataset_out(dataset: Dataset) -> DatasetOut:
     )
 
 
-def job_out(job: Job) -> JobOut:
-    """The public view of a job."""
+def job_out(job: Job, *, caller: ApiKey | None) -> JobOut:
+    """The public view of a job, as ``caller`` may see it.
+
+    The worker that runs the job (its host and process id) tells how the service is deployed:
+    only a ``write`` key, or a caller of a server without keys, sees it.
+    """
+    shows_worker = caller is None or caller.grants("write")
     return JobOut(
         id=job.id,
         status=job.status,
@@ -75,7 +81,7 @@ def job_out(job: Job) -> JobOut:
         max_attempts=job.max_attempts,
         cancel_requested=job.cancel_requested,
         error=job.error,
-        worker_id=job.worker_id,
+        worker_id=job.worker_id if shows_worker else None,
         created_at=job.created_at,
         started_at=job.started_at,
         finished_at=job.finished_at,

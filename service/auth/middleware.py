@@ -1,7 +1,10 @@
 """The ASGI middleware that checks the API key of every request before anything else runs.
 
 It sits in front of routing, so an unknown path, a body to parse or a route added later gets no
-further than a missing key; only the open paths of ``policy`` pass without one.
+further than a missing key; only the open paths of ``policy`` pass without one (a valid key sent
+to them is still recorded, for the details ``/readyz`` shows). The service has no websocket
+endpoints: every websocket connection is refused before it is accepted, which the server
+answers with an HTTP 403.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from service.auth.keys import ApiKey, InvalidKeyError, KeyRing, RevokedKeyError,
 logger = logging.getLogger(__name__)
 
 REALM = "mixreg"
+WEBSOCKET_POLICY_VIOLATION = 1008
+"""The close code (RFC 6455) of a refused websocket connection."""
 _STATE_KEY = "api_key"
 
 
@@ -36,7 +41,7 @@ def _route_path(scope: Scope) -> str:
     return path[len(root) :] if root and path.startswith(root) else path
 
 
-def _is_local(client: tuple[str, int] | None) -> bool:
+def is_local_client(client: tuple[str, int] | None) -> bool:
     """True for a loopback peer, or one that is not a network peer at all (a Unix socket)."""
     if client is None:
         return True
@@ -87,15 +92,22 @@ class AuthMiddleware:
         self.allow_unauthenticated = allow_unauthenticated
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "websocket":
+            await receive()  # the connection request
+            await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
+            return
+        if scope["type"] != "http":  # lifespan
             await self.app(scope, receive, send)
             return
         path = _route_path(scope)
         if policy.is_open(path, metrics_open=self.metrics_open):
+            record = self._optional_key(scope)
+            if record is not None:
+                scope.setdefault("state", {})[_STATE_KEY] = record
             await self.app(scope, receive, send)
             return
         if not self.keyring.enabled:
-            if self.allow_unauthenticated or _is_local(scope.get("client")):
+            if self.allow_unauthenticated or is_local_client(scope.get("client")):
                 await self.app(scope, receive, send)
                 return
             detail = (
@@ -147,6 +159,21 @@ class AuthMiddleware:
             return
         scope.setdefault("state", {})[_STATE_KEY] = record
         await self.app(scope, receive, send)
+
+    def _optional_key(self, scope: Scope) -> ApiKey | None:
+        """The valid, unrevoked key an open path was sent, if any (never a refusal)."""
+        if not self.keyring.enabled:
+            return None
+        values = _authorization(scope)
+        if len(values) != 1:
+            return None
+        scheme, _, credentials = values[0].strip().partition(" ")
+        if scheme.lower() != "bearer" or not credentials.strip():
+            return None
+        try:
+            return self.keyring.authenticate(credentials.strip())
+        except (InvalidKeyError, RevokedKeyError):
+            return None
 
     async def _authenticate(self, scope: Scope, receive: Receive, send: Send) -> ApiKey | None:
         """The key of the request, or None once a 401 was sent."""

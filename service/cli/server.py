@@ -44,6 +44,14 @@ def _upgrade(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _downgrade(args: argparse.Namespace, settings: Settings) -> int:
+    # Downgrading to base drops every table and the data in them: it must be asked for twice.
+    if args.revision == "base" and not args.yes:
+        print(
+            "mixreg db downgrade: 'base' drops every table and all the data in them; "
+            "add --yes to confirm",
+            file=sys.stderr,
+        )
+        return 2
     migrate.downgrade(settings.database_url, args.revision)
     print(f"database at revision {migrate.current_revision(settings.database_url)}")
     return 0
@@ -81,8 +89,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     upgrade = db_commands.add_parser("upgrade", help="upgrade to a revision (default: head)")
     upgrade.add_argument("revision", nargs="?", default="head")
     upgrade.set_defaults(handler=_upgrade)
-    downgrade = db_commands.add_parser("downgrade", help="downgrade to a revision (default: base)")
-    downgrade.add_argument("revision", nargs="?", default="base")
+    downgrade = db_commands.add_parser(
+        "downgrade", help="downgrade to a revision (a revision id, -1, or base with --yes)"
+    )
+    downgrade.add_argument("revision", help="the revision to go down to ('base': no tables)")
+    downgrade.add_argument(
+        "--yes", action="store_true", help="confirm a downgrade to base, which drops all data"
+    )
     downgrade.set_defaults(handler=_downgrade)
     current = db_commands.add_parser("current", help="show the database's revision")
     current.set_defaults(handler=_current)

@@ -56,7 +56,11 @@ ACCEPTED_FILES = "a .csv, .parquet or .npz file, or two .npy files in the form f
 
 def limits_of(settings: Settings) -> ingest.DatasetLimits:
     """The dataset size limits of ``settings``."""
-    return ingest.DatasetLimits(max_rows=settings.max_rows, max_features=settings.max_features)
+    return ingest.DatasetLimits(
+        max_rows=settings.max_rows,
+        max_features=settings.max_features,
+        max_decoded_bytes=settings.max_decoded_bytes,
+    )
 
 
 def file_format(*, filename: str | None, content_type: str | None) -> str:
@@ -221,6 +225,7 @@ def store_upload(
     session_factory: sessionmaker[Session],
     upload: Upload,
     *,
+    api_key_id: str | None = None,
     idempotency_key: str | None = None,
     request_hash: str | None = None,
 ) -> DatasetOut:
@@ -251,7 +256,11 @@ def store_upload(
             dataset = repository.complete_dataset(session, dataset=dataset, n_rows=n_rows)
             if idempotency_key is not None and request_hash is not None:
                 repository.set_dataset_idempotency_key(
-                    session, dataset=dataset, key=idempotency_key, request_hash=request_hash
+                    session,
+                    dataset=dataset,
+                    api_key_id=api_key_id,
+                    key=idempotency_key,
+                    request_hash=request_hash,
                 )
             return dataset_out(dataset)
     except BaseException:

@@ -1,7 +1,9 @@
 """Idempotent uploads: ``POST /datasets`` with an ``Idempotency-Key`` stores a dataset once.
 
-The same key with the same upload (the same rows, names and target, whatever the format they
-came in) answers with the dataset stored the first time; with another upload it is a conflict.
+The same key from the same caller (its API key; callers without a key share one scope) with the
+same upload (the same rows, names and target, whatever the format they came in) answers with the
+dataset stored the first time; with another upload it is a conflict. Another caller's key of
+the same name is another key.
 The key and a hash of the upload are stored with the dataset in the unit of work that stores
 its rows, so a concurrent retry loses on the unique key and finds the winner's dataset.
 """
@@ -60,32 +62,43 @@ def _replay(dataset: Dataset, digest: str, key: str) -> StoredUpload:
     return StoredUpload(dataset=dataset_out(dataset), created=False)
 
 
-def _stored_with_key(session_factory: sessionmaker[Session], key: str) -> Dataset | None:
+def _stored_with_key(
+    session_factory: sessionmaker[Session], api_key_id: str | None, key: str
+) -> Dataset | None:
     session: Session
     with session_scope(session_factory) as session:
-        dataset = repository.get_dataset_by_idempotency_key(session, key=key)
+        dataset = repository.get_dataset_by_idempotency_key(session, api_key_id=api_key_id, key=key)
         if dataset is not None:
             session.expunge(dataset)
         return dataset
 
 
 def store_upload_once(
-    session_factory: sessionmaker[Session], upload: Upload, *, idempotency_key: str | None
+    session_factory: sessionmaker[Session],
+    upload: Upload,
+    *,
+    idempotency_key: str | None,
+    api_key_id: str | None,
 ) -> StoredUpload:
-    """Store ``upload`` as a new dataset, unless ``idempotency_key`` names one already."""
+    """Store ``upload`` as a new dataset, unless ``idempotency_key`` names one the caller
+    ``api_key_id`` stored already."""
     if idempotency_key is None:
         return StoredUpload(dataset=store_upload(session_factory, upload), created=True)
     digest = upload_hash(upload)
-    existing = _stored_with_key(session_factory, idempotency_key)
+    existing = _stored_with_key(session_factory, api_key_id, idempotency_key)
     if existing is not None:
         return _replay(existing, digest, idempotency_key)
     try:
         dataset = store_upload(
-            session_factory, upload, idempotency_key=idempotency_key, request_hash=digest
+            session_factory,
+            upload,
+            api_key_id=api_key_id,
+            idempotency_key=idempotency_key,
+            request_hash=digest,
         )
     except IntegrityError:
         # A concurrent request with the same key committed first.
-        winner = _stored_with_key(session_factory, idempotency_key)
+        winner = _stored_with_key(session_factory, api_key_id, idempotency_key)
         if winner is None:
             raise
         return _replay(winner, digest, idempotency_key)

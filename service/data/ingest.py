@@ -19,6 +19,7 @@ import tempfile
 import zipfile
 import zlib
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
@@ -64,8 +65,10 @@ class DatasetLimits:
 
     max_rows: int | None = None
     max_features: int | None = None
+    max_decoded_bytes: int | None = None
     rows_setting: str = "MIXREG_MAX_ROWS"
     features_setting: str = "MIXREG_MAX_FEATURES"
+    decoded_setting: str = "MIXREG_MAX_DECODED_BYTES"
 
     def check_features(self, n_features: int) -> None:
         """Raise ``DatasetTooLargeError`` if ``n_features`` is above the limit."""
@@ -75,13 +78,26 @@ class DatasetLimits:
                 f"accepted ({self.features_setting})"
             )
 
-    def check_rows(self, n_rows: int) -> None:
-        """Raise ``DatasetTooLargeError`` if ``n_rows`` (so far) is above the limit."""
+    def check_rows(self, n_rows: int, n_features: int) -> None:
+        """Raise ``DatasetTooLargeError`` if ``n_rows`` (so far) of ``n_features`` features
+        are more rows than allowed, or more bytes once decoded to float64."""
         if self.max_rows is not None and n_rows > self.max_rows:
             raise DatasetTooLargeError(
                 f"the dataset has more than {self.max_rows:,} rows; at most {self.max_rows:,} "
                 f"are accepted ({self.rows_setting})"
             )
+        decoded = decoded_bytes(n_rows, n_features)
+        if self.max_decoded_bytes is not None and decoded > self.max_decoded_bytes:
+            raise DatasetTooLargeError(
+                f"the dataset's {n_rows:,} rows of {n_features:,} features and a target take "
+                f"{decoded:,} bytes as float64; at most {self.max_decoded_bytes:,} are "
+                f"accepted ({self.decoded_setting})"
+            )
+
+
+def decoded_bytes(n_rows: int, n_features: int) -> int:
+    """Bytes of ``n_rows`` rows of ``n_features`` float64 features and a float64 target."""
+    return 8 * n_rows * (n_features + 1)
 
 
 NO_LIMITS = DatasetLimits()
@@ -269,7 +285,7 @@ class StagedDataset:
         """
         if X.ndim != 2 or X.shape[1] != self.n_features or y.shape != (X.shape[0],):
             raise ValueError(f"a block of shape {X.shape} and {y.shape} does not fit the dataset")
-        self.limits.check_rows(self.n_rows + len(y))
+        self.limits.check_rows(self.n_rows + len(y), self.n_features)
         check_finite_matrix(X, row_offset=self.n_rows)
         check_finite_vector(y, offset=self.n_rows)
         check_fittable_scale(X, y, row_offset=self.n_rows)
@@ -321,32 +337,46 @@ def _staged(
 
 
 def _check_column_names(
-    columns: list[str], *, source: str, what: str, target: str | None
+    columns: list[str], *, source: str, what: str, target: str | None, limits: DatasetLimits
 ) -> list[str]:
     """The feature columns of a header; raises naming an empty, repeated or missing column.
 
-    ``source`` names the file ("CSV"), ``what`` the list of columns ("CSV header").
+    ``source`` names the file ("CSV"), ``what`` the list of columns ("CSV header"). The feature
+    limit is checked first and the rest in one pass, so a header of any width costs linear time.
     """
-    listed = ", ".join(columns)
+    limits.check_features(len(columns) - 1 if target in columns else len(columns))
+    listed = _listed(columns)
+    seen: set[str] = set()
     for index, column in enumerate(columns):
         if not column:
             raise IngestError(f"{what} column {index + 1} has no name; columns are {listed}")
         check_text(column, name=f"{what} column {index + 1}")
-        if columns.index(column) != index:
+        if column in seen:
             raise IngestError(f"{what} repeats the column '{column}'; columns are {listed}")
+        seen.add(column)
     if target is None:
         raise IngestError(
             f"name the column to predict: add the query parameter ?target=NAME to a raw "
             f"text/csv body, or the form field 'target' to a multipart upload; columns are "
             f"{listed}"
         )
-    if target not in columns:
+    if target not in seen:
         raise IngestError(f"{source} has no column '{target}'; columns are {listed}")
     if len(columns) < 2:
         raise IngestError(
             f"{source} has only the target column '{target}'; at least one feature is needed"
         )
     return [column for column in columns if column != target]
+
+
+_LISTED_COLUMNS = 20
+"""Columns an error message lists (a header may have thousands)."""
+
+
+def _listed(columns: list[str]) -> str:
+    shown = ", ".join(column[:100] for column in columns[:_LISTED_COLUMNS])
+    hidden = len(columns) - _LISTED_COLUMNS
+    return f"{shown}, ... ({hidden:,} more)" if hidden > 0 else shown
 
 
 # --- CSV ------------------------------------------------------------------------------------
@@ -361,11 +391,12 @@ def _csv_lines(source: BinaryFile) -> Iterator[str]:
     """The lines of a UTF-8 CSV (a leading byte order mark dropped), with their line ends.
 
     Lines end at ``\\n``, ``\\r\\n`` or ``\\r``, as the ``csv`` module expects with
-    ``newline=""``. Invalid UTF-8 is reported with its byte position in the file.
+    ``newline=""``. Invalid UTF-8 is reported with its byte position in the file. A line that
+    spans many blocks is joined once, when it ends, so reading costs time linear in its length.
     """
     decoder = codecs.getincrementaldecoder("utf-8")()
     consumed = 0
-    pending = ""
+    unfinished: list[str] = []
     first = True
     while True:
         block = source.read(_TEXT_BLOCK_BYTES)
@@ -382,13 +413,16 @@ def _csv_lines(source: BinaryFile) -> Iterator[str]:
             position = consumed - buffered + exc.start
             raise IngestError(f"CSV is not UTF-8 text (byte {position} is invalid)") from None
         consumed += len(block)
-        pending += text
+        if not final and "\n" not in text and "\r" not in text:
+            unfinished.append(text)  # the same line goes on
+            continue
+        unfinished.append(text)
+        pending = "".join(unfinished)
+        unfinished = []
         lines = list(io.StringIO(pending, newline=""))
         # Keep an unfinished last line (or a '\r' that a '\n' in the next block may complete).
         if not final and lines and (not lines[-1].endswith(("\n", "\r")) or lines[-1][-1] == "\r"):
-            pending = lines.pop()
-        else:
-            pending = ""
+            unfinished.append(lines.pop())
         yield from lines
         if final:
             return
@@ -399,6 +433,68 @@ def _read_csv_header(reader: Reader) -> list[str]:
     if header is None or not any(cell.strip() for cell in header):
         raise IngestError("CSV is empty; the first line must be a header naming the columns")
     return [cell.strip() for cell in header]
+
+
+class _PrivateReader(io.RawIOBase):
+    """Reads of ``source`` from a position of its own (``os.pread``, or a copy of the bytes of
+    an in-memory file), never moving the position of ``source``.
+
+    pyarrow's CSV reader reads ahead on a thread of its own, and may still be reading when it
+    has refused a block and the exact reader starts over from the first byte: sharing the file
+    position, the two would each see pieces of the file (a long line read as a short one).
+    """
+
+    def __init__(self, source: BinaryFile) -> None:
+        super().__init__()
+        self._position = 0
+        self._fd: int | None = None
+        self._memory: memoryview | None = None
+        try:
+            self._fd = source.fileno()  # a spooled file moves to disk here
+        except (AttributeError, OSError, ValueError):
+            if not isinstance(source, io.BytesIO):
+                raise TypeError(f"cannot read {type(source).__name__} privately") from None
+            self._memory = memoryview(source.getvalue())
+        if self._fd is not None:
+            source.flush()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        if whence == os.SEEK_SET:
+            self._position = offset
+        elif whence == os.SEEK_CUR:
+            self._position += offset
+        else:
+            self._position = self._size() + offset
+        return self._position
+
+    def _size(self) -> int:
+        if self._memory is not None:
+            return len(self._memory)
+        assert self._fd is not None
+        return os.fstat(self._fd).st_size
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._memory is not None:
+            chunk = self._memory[self._position : self._position + len(view)]
+            view[: len(chunk)] = chunk
+            count = len(chunk)
+        else:
+            assert self._fd is not None
+            data = os.pread(self._fd, len(view), self._position)
+            count = len(data)
+            view[:count] = data
+        self._position += count
+        return count
 
 
 class _FastPathRefusedError(Exception):
@@ -421,14 +517,15 @@ def read_csv(
         header_lines = reader.line_num
     except csv.Error as exc:
         raise IngestError(f"CSV line {reader.line_num} cannot be read: {exc}") from None
-    feature_names = _check_column_names(columns, source="CSV", what="CSV header", target=target)
+    feature_names = _check_column_names(
+        columns, source="CSV", what="CSV header", target=target, limits=limits
+    )
     assert target is not None  # checked with the header
     target_index = columns.index(target)
     staged = _staged(feature_names, target, limits)
     try:
-        source.seek(0)
         _stage_csv_fast(
-            source,
+            _PrivateReader(source),
             staged,
             n_columns=len(columns),
             header_lines=header_lines,
@@ -463,7 +560,7 @@ def _release_arrow_memory() -> None:
 
 
 def _stage_csv_fast(
-    source: BinaryFile,
+    source: BinaryFile | _PrivateReader,
     staged: StagedDataset,
     *,
     n_columns: int,
@@ -520,8 +617,21 @@ def _drop_blank_rows(batch: Any, columns: list[NDArray[Any]]) -> list[NDArray[An
     return [column[~blank] for column in columns]
 
 
+def _lines_of_at_most(lines: Iterator[str], n_fields: int) -> Iterator[str]:
+    """``lines``, refusing one without quotes that has more than ``n_fields`` fields before
+    the csv module splits it (a line of millions of fields would become millions of strings)."""
+    for number, line in enumerate(lines, start=1):
+        if '"' not in line:
+            fields = line.count(",") + 1
+            if fields > n_fields:
+                raise IngestError(
+                    f"CSV line {number} has {_count(fields, 'field')}, expected {n_fields}"
+                )
+        yield line
+
+
 def _stage_csv_exact(source: BinaryFile, staged: StagedDataset, *, target_index: int) -> None:
-    reader = csv.reader(_csv_lines(source))
+    reader = csv.reader(_lines_of_at_most(_csv_lines(source), staged.n_features + 1))
     try:
         columns = _read_csv_header(reader)
         block_rows = rows_per_block(len(columns))
@@ -599,7 +709,7 @@ def read_parquet(
     if not columns:
         raise IngestError("Parquet file has no columns")
     feature_names = _check_column_names(
-        columns, source="Parquet file", what="Parquet file", target=target
+        columns, source="Parquet file", what="Parquet file", target=target, limits=limits
     )
     for field in schema:
         if not (pa.types.is_integer(field.type) or pa.types.is_floating(field.type)):
@@ -662,13 +772,29 @@ def _check_parquet_values(batch: Any, columns: list[str], *, first_row: int) -> 
 
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 NPY_MAGIC = b"\x93NUMPY"
-MAX_NPZ_ARRAY_BYTES = 1 << 30
-"""An NPZ array may hold at most this many bytes once decompressed (1 GiB)."""
+MAX_NPZ_NAMES_BYTES = 64 * 1024 * 1024
+"""The array ``feature_names`` of an NPZ archive may hold at most this many bytes."""
+_COPY_BLOCK_BYTES = 1 << 20
+# What reading a damaged zip member may raise besides IngestError.
+_ZIP_ERRORS = (
+    ValueError,
+    OSError,
+    EOFError,
+    zipfile.BadZipFile,
+    zlib.error,
+    NotImplementedError,
+    RuntimeError,
+)
 
 
 def read_npz(source: BinaryFile, *, limits: DatasetLimits = NO_LIMITS) -> StagedDataset:
     """Read an ``.npz`` archive with a 2-D array ``X``, a 1-D array ``y`` and optional
-    string array ``feature_names``; object arrays are refused (no pickle)."""
+    string array ``feature_names``; object arrays are refused (no pickle).
+
+    The headers of ``X`` and ``y`` are checked (shape, dtype, the size limits) before any of
+    their data is read; each is then decompressed to a temporary file and read in blocks of
+    rows like a ``.npy`` file, so the memory needed is one block whatever the array's size.
+    """
     start = source.read(len(NPY_MAGIC))
     source.seek(0)
     if start.startswith(NPY_MAGIC):
@@ -679,43 +805,27 @@ def read_npz(source: BinaryFile, *, limits: DatasetLimits = NO_LIMITS) -> Staged
     if not start.startswith(_ZIP_MAGIC):
         raise IngestError("file is not a readable NPZ archive: it is not a zip file")
     try:
-        archive = np.load(source, allow_pickle=False)
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+        archive = zipfile.ZipFile(source)
+    except _ZIP_ERRORS as exc:
         raise IngestError(f"file is not a readable NPZ archive: {exc}") from None
-    assert isinstance(archive, np.lib.npyio.NpzFile)  # the data starts with a zip header
     with archive:
-        names = list(archive.files)
-        listed = ", ".join(names) or "none"
+        members = {name.removesuffix(".npy"): name for name in archive.namelist()}
+        listed = ", ".join(members) or "none"
         for required in ("X", "y"):
-            if required not in names:
+            if required not in members:
                 raise IngestError(f"NPZ has no array '{required}'; arrays are {listed}")
-        X = _load_npz_numbers(archive, "X", ndim=2)
-        y = _load_npz_numbers(archive, "y", ndim=1)
+        X_header = _npz_member_header(archive, members["X"], name="NPZ array 'X'", ndim=2)
+        y_header = _npz_member_header(archive, members["y"], name="NPZ array 'y'", ndim=1)
+        _, n_features = _check_npy_pair(X_header, y_header, limits=limits)
         raw_names: list[str] | None = None
-        if "feature_names" in names:
-            stored = _load_npz_array(archive, "feature_names")
-            if stored.ndim != 1 or stored.dtype.kind != "U":
-                raise IngestError("NPZ array 'feature_names' must be a 1-D array of strings")
-            raw_names = [str(item) for item in stored.tolist()]
-    if X.shape[0] == 0:
-        raise IngestError("X is empty; at least one row is required")
-    if X.shape[1] == 0:
-        raise IngestError("X row 0 has no values; at least one feature is required")
-    if y.shape[0] != X.shape[0]:
-        raise IngestError(f"y has {y.shape[0]} values but X has {X.shape[0]} rows")
-    feature_names = resolve_feature_names(raw_names, X.shape[1])
-    staged = _staged(feature_names, None, limits)
-    try:
-        step = rows_per_block(X.shape[1])
-        for start_row in range(0, X.shape[0], step):
-            staged.append(
-                np.asarray(X[start_row : start_row + step], dtype=np.float64),
-                np.asarray(y[start_row : start_row + step], dtype=np.float64),
-            )
-    except BaseException:
-        staged.close()
-        raise
-    return staged
+        if "feature_names" in members:
+            raw_names = _npz_feature_names(archive, members["feature_names"], n_features)
+        names = resolve_feature_names(raw_names, n_features)
+        with (
+            _extracted(archive, members["X"], X_header, name="NPZ array 'X'") as X_file,
+            _extracted(archive, members["y"], y_header, name="NPZ array 'y'") as y_file,
+        ):
+            return _stage_npy_pair(X_file, y_file, X_header, y_header, names, limits)
 
 
 def parse_npz(data: bytes) -> ParsedDataset:
@@ -724,52 +834,74 @@ def parse_npz(data: bytes) -> ParsedDataset:
         return staged.to_parsed()
 
 
-def _check_npz_member(archive: np.lib.npyio.NpzFile, key: str) -> None:
-    """Read the header of the member ``key`` and refuse it before its data is allocated.
-
-    numpy allocates the whole array its header declares before reading the data, so a header
-    claiming more than the member holds (or than ``MAX_NPZ_ARRAY_BYTES``) is rejected here.
-    """
-    zip_file = archive.zip
-    assert zip_file is not None  # an open archive keeps its zip file
-    member = f"{key}.npy" if f"{key}.npy" in zip_file.namelist() else key
-    size = zip_file.getinfo(member).file_size
-    with zip_file.open(member) as stream:
-        if stream.read(len(NPY_MAGIC)) != NPY_MAGIC:
-            raise IngestError(f"NPZ member '{member}' is not a .npy array")
-        stream.seek(0)
-        shape, _, dtype = _parse_npy_header(stream, name=f"NPZ array '{key}'")
-        available = size - stream.tell()
-    declared = math.prod(shape) * dtype.itemsize
-    what = f"NPZ array '{key}' declares shape {tuple(shape)} of {dtype} ({declared:,} bytes)"
-    if declared > MAX_NPZ_ARRAY_BYTES:
-        raise IngestError(f"{what}; an array may hold at most {MAX_NPZ_ARRAY_BYTES:,} bytes")
-    if declared > available:
-        raise IngestError(f"{what} but holds only {available:,} bytes")
-
-
-def _load_npz_array(archive: np.lib.npyio.NpzFile, key: str) -> NDArray[Any]:
+def _npz_member_header(archive: zipfile.ZipFile, member: str, *, name: str, ndim: int) -> NpyHeader:
+    """The header of the ``.npy`` member ``member``, checked as ``read_npy_header`` does, its
+    data bytes against the member's size; no data is read."""
     try:
-        _check_npz_member(archive, key)
-        array = archive[key]
+        size = archive.getinfo(member).file_size
+        with archive.open(member) as stream:
+            if stream.read(len(NPY_MAGIC)) != NPY_MAGIC:
+                raise IngestError(f"NPZ member '{member}' is not a .npy array")
+        with archive.open(member) as stream:
+            header = _checked_npy_header(stream, name=name, ndim=ndim)
     except IngestError:
         raise
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
-        raise IngestError(f"NPZ array '{key}' cannot be read: {exc}") from None
-    if not isinstance(array, np.ndarray):
-        raise IngestError(f"NPZ member '{key}' is not a .npy array")
-    return array
+    except _ZIP_ERRORS as exc:
+        raise IngestError(f"{name} cannot be read: {exc}") from None
+    _check_available(header, size - header.data_offset, name=name)
+    return header
 
 
-def _load_npz_numbers(archive: np.lib.npyio.NpzFile, key: str, *, ndim: int) -> NDArray[Any]:
-    array = _load_npz_array(archive, key)
-    if array.ndim != ndim:
-        raise IngestError(
-            f"NPZ array '{key}' must be {ndim}-dimensional, got shape {tuple(array.shape)}"
-        )
-    if array.dtype.kind not in "biuf":
-        raise IngestError(f"NPZ array '{key}' must hold numbers, got dtype {array.dtype}")
-    return array
+def _npz_feature_names(archive: zipfile.ZipFile, member: str, n_features: int) -> list[str]:
+    name = "NPZ array 'feature_names'"
+    try:
+        with archive.open(member) as stream:
+            shape, fortran_order, dtype = _parse_npy_header(stream, name=name)
+            if len(shape) != 1 or dtype.kind != "U":
+                raise IngestError(f"{name} must be a 1-D array of strings")
+            declared = math.prod(shape) * dtype.itemsize
+            if shape[0] != n_features or declared > MAX_NPZ_NAMES_BYTES:
+                raise IngestError(
+                    f"feature_names has {shape[0]} names of up to {dtype.itemsize // 4:,} "
+                    f"characters but X has {n_features} columns"
+                    if shape[0] != n_features
+                    else f"{name} declares {declared:,} bytes; at most "
+                    f"{MAX_NPZ_NAMES_BYTES:,} are read"
+                )
+            data = stream.read(declared)
+    except IngestError:
+        raise
+    except _ZIP_ERRORS as exc:
+        raise IngestError(f"{name} cannot be read: {exc}") from None
+    if len(data) < declared:
+        raise IngestError(f"{name} declares {declared:,} bytes but holds only {len(data):,}")
+    values = np.frombuffer(data, dtype=dtype)
+    del fortran_order  # a 1-D array reads the same in either order
+    return [str(item) for item in values.tolist()]
+
+
+@contextmanager
+def _extracted(
+    archive: zipfile.ZipFile, member: str, header: NpyHeader, *, name: str
+) -> Iterator[BinaryFile]:
+    """The member ``member`` of ``archive`` copied to a temporary file (deleted on exit), at
+    most as many bytes as its header declares."""
+    with tempfile.TemporaryFile(prefix="mixreg-upload-npz-") as copy:
+        try:
+            with archive.open(member) as stream:
+                remaining = header.data_offset + header.data_bytes
+                while remaining > 0:
+                    block = stream.read(min(_COPY_BLOCK_BYTES, remaining))
+                    if not block:
+                        break
+                    copy.write(block)
+                    remaining -= len(block)
+                # Reading on to the member's end checks its CRC-32.
+                stream.read(1)
+        except _ZIP_ERRORS as exc:
+            raise IngestError(f"{name} cannot be read: {exc}") from None
+        copy.seek(0)
+        yield copy
 
 
 @dataclass(frozen=True)
@@ -845,35 +977,90 @@ def read_npy_header(source: BinaryFile, *, name: str, ndim: int) -> NpyHeader:
     dimensions, or holds fewer bytes than its shape needs (a truncated file).
     """
     source.seek(0)
-    shape, fortran_order, dtype = _parse_npy_header(source, name=name)
-    header = NpyHeader(tuple(shape), bool(fortran_order), dtype, source.tell())
-    if dtype.kind not in "biuf" or dtype.hasobject:
-        raise IngestError(f"{name} must hold numbers, got dtype {dtype}")
-    if len(header.shape) != ndim:
-        raise IngestError(f"{name} must be {ndim}-dimensional, got shape {header.shape}")
-    available = source.seek(0, os.SEEK_END) - header.data_offset
-    if header.data_bytes > available:
-        raise IngestError(
-            f"{name} declares shape {header.shape} of {dtype} ({header.data_bytes:,} bytes) "
-            f"but holds only {available:,} bytes"
-        )
+    header = _checked_npy_header(source, name=name, ndim=ndim)
+    _check_available(header, source.seek(0, os.SEEK_END) - header.data_offset, name=name)
     source.seek(header.data_offset)
     return header
 
 
+def _checked_npy_header(source: BinaryFile, *, name: str, ndim: int) -> NpyHeader:
+    """The header at the stream's position, of numbers with ``ndim`` dimensions."""
+    start = source.tell()
+    shape, fortran_order, dtype = _parse_npy_header(source, name=name)
+    header = NpyHeader(tuple(shape), bool(fortran_order), dtype, source.tell() - start)
+    if dtype.kind not in "biuf" or dtype.hasobject:
+        raise IngestError(f"{name} must hold numbers, got dtype {dtype}")
+    if len(header.shape) != ndim:
+        raise IngestError(f"{name} must be {ndim}-dimensional, got shape {header.shape}")
+    return header
+
+
+def _check_available(header: NpyHeader, available: int, *, name: str) -> None:
+    if header.data_bytes > available:
+        raise IngestError(
+            f"{name} declares shape {header.shape} of {header.dtype} ({header.data_bytes:,} "
+            f"bytes) but holds only {available:,} bytes"
+        )
+
+
 def _npy_rows(source: BinaryFile, header: NpyHeader, rows: int) -> Iterator[NDArray[Any]]:
-    """The rows of a 2-D ``.npy`` matrix, ``rows`` at a time (all at once in Fortran order)."""
+    """The rows of a 2-D ``.npy`` matrix, ``rows`` at a time.
+
+    In Fortran order each column is stored whole, one after the other: a block of rows is then
+    gathered from every column's stretch of the file, so memory stays one block either way.
+    """
     n_rows, n_columns = header.shape
+    itemsize = header.dtype.itemsize
     source.seek(header.data_offset)
-    if header.fortran_order:
-        values = np.frombuffer(source.read(header.data_bytes), dtype=header.dtype)
-        yield values.reshape((n_rows, n_columns), order="F")
-        return
-    row_bytes = n_columns * header.dtype.itemsize
     for start in range(0, n_rows, rows):
         count = min(rows, n_rows - start)
-        block = source.read(count * row_bytes)
-        yield np.frombuffer(block, dtype=header.dtype).reshape(count, n_columns)
+        if not header.fortran_order:
+            block = source.read(count * n_columns * itemsize)
+            yield np.frombuffer(block, dtype=header.dtype).reshape(count, n_columns)
+            continue
+        gathered = np.empty((count, n_columns), dtype=header.dtype)
+        for column in range(n_columns):
+            source.seek(header.data_offset + (column * n_rows + start) * itemsize)
+            gathered[:, column] = np.frombuffer(source.read(count * itemsize), header.dtype)
+        yield gathered
+
+
+def _check_npy_pair(
+    X_header: NpyHeader, y_header: NpyHeader, *, limits: DatasetLimits
+) -> tuple[int, int]:
+    """The rows and features of a matrix ``X`` and vector ``y``, checked against each other
+    and the limits before any data is read."""
+    n_rows, n_features = X_header.shape
+    if n_rows == 0:
+        raise IngestError("X is empty; at least one row is required")
+    if n_features == 0:
+        raise IngestError("X row 0 has no values; at least one feature is required")
+    if y_header.shape[0] != n_rows:
+        raise IngestError(f"y has {y_header.shape[0]} values but X has {n_rows} rows")
+    limits.check_features(n_features)
+    limits.check_rows(n_rows, n_features)
+    return n_rows, n_features
+
+
+def _stage_npy_pair(
+    X_source: BinaryFile,
+    y_source: BinaryFile,
+    X_header: NpyHeader,
+    y_header: NpyHeader,
+    feature_names: list[str],
+    limits: DatasetLimits,
+) -> StagedDataset:
+    staged = _staged(feature_names, None, limits)
+    try:
+        y_source.seek(y_header.data_offset)
+        for X_block in _npy_rows(X_source, X_header, rows_per_block(len(feature_names))):
+            count = X_block.shape[0]
+            y_block = np.frombuffer(y_source.read(count * y_header.dtype.itemsize), y_header.dtype)
+            staged.append(np.asarray(X_block, np.float64), np.asarray(y_block, np.float64))
+    except BaseException:
+        staged.close()
+        raise
+    return staged
 
 
 def read_npy_pair(
@@ -884,27 +1071,9 @@ def read_npy_pair(
     limits: DatasetLimits = NO_LIMITS,
 ) -> StagedDataset:
     """Read a 2-D ``.npy`` matrix ``X`` and a 1-D ``.npy`` vector ``y`` of the same length,
-    the matrix in blocks of rows."""
+    the matrix in blocks of rows (in either memory order)."""
     X_header = read_npy_header(X_source, name="X.npy", ndim=2)
     y_header = read_npy_header(y_source, name="y.npy", ndim=1)
-    n_rows, n_features = X_header.shape
-    if n_rows == 0:
-        raise IngestError("X is empty; at least one row is required")
-    if n_features == 0:
-        raise IngestError("X row 0 has no values; at least one feature is required")
-    if y_header.shape[0] != n_rows:
-        raise IngestError(f"y has {y_header.shape[0]} values but X has {n_rows} rows")
-    limits.check_features(n_features)
-    limits.check_rows(n_rows)
+    _, n_features = _check_npy_pair(X_header, y_header, limits=limits)
     names = resolve_feature_names(feature_names, n_features)
-    staged = _staged(names, None, limits)
-    try:
-        y_source.seek(y_header.data_offset)
-        for X_block in _npy_rows(X_source, X_header, rows_per_block(n_features)):
-            count = X_block.shape[0]
-            y_block = np.frombuffer(y_source.read(count * y_header.dtype.itemsize), y_header.dtype)
-            staged.append(np.asarray(X_block, np.float64), np.asarray(y_block, np.float64))
-    except BaseException:
-        staged.close()
-        raise
-    return staged
+    return _stage_npy_pair(X_source, y_source, X_header, y_header, names, limits)

@@ -187,14 +187,17 @@ def submit_fit(
     *,
     request: FitVariant,
     idempotency_key: str | None,
+    api_key_id: str | None,
     max_attempts: int,
     max_k_sweep: int,
     enqueue: Callable[[Session, str], object] | None = None,
 ) -> Submission:
     """Queue the fit ``request`` (storing inline data as a dataset first) in ``session``.
 
-    The same ``idempotency_key`` with the same request returns the existing job; with a
-    different request it is a conflict. Nothing is written if the request is rejected.
+    The same ``idempotency_key`` from the same caller (``api_key_id``; callers without a key
+    share one scope) with the same request returns the existing job; with a different request
+    it is a conflict. Another caller's key of the same name is another key. Nothing is written
+    if the request is rejected.
     A k sweep may list at most ``max_k_sweep`` values of k. ``enqueue(session, job_id)``, if
     given, hands a new job to a task queue in the same transaction (Procrastinate's defer), so
     the job and its task are committed together or not at all.
@@ -203,7 +206,9 @@ def submit_fit(
     check_sweep_size(spec, max_k_sweep=max_k_sweep)
     digest = request_hash(request)
     if idempotency_key is not None:
-        existing = repository.get_job_by_idempotency_key(session, key=idempotency_key)
+        existing = repository.get_job_by_idempotency_key(
+            session, api_key_id=api_key_id, key=idempotency_key
+        )
         if existing is not None:
             return _replay(existing, digest, idempotency_key)
     parsed: ingest.ParsedDataset | None = None
@@ -246,6 +251,7 @@ def submit_fit(
                 seed=spec.seed,
                 time_budget_s=spec.time_budget_s,
                 name=request.name,
+                api_key_id=api_key_id,
                 idempotency_key=idempotency_key,
                 request_hash=digest,
                 max_attempts=max_attempts,
@@ -255,7 +261,9 @@ def submit_fit(
     except IntegrityError:
         if idempotency_key is None:
             raise
-        winner = repository.get_job_by_idempotency_key(session, key=idempotency_key)
+        winner = repository.get_job_by_idempotency_key(
+            session, api_key_id=api_key_id, key=idempotency_key
+        )
         if winner is None:
             raise
         return _replay(winner, digest, idempotency_key)

@@ -215,6 +215,7 @@ async def serve_predict(
         lines = await run_in_threadpool(
             load_lines, cache=cache, session_factory=session_factory, model_id=model_id
         )
+    limits.check_answer_size(data.X.shape[0], lines.n_components, settings=settings)
     npy = formats.prefers_npy(request.headers.get("accept"))
     if inline:
         return answer(lines, data, npy=npy)

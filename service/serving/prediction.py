@@ -45,6 +45,11 @@ class StoredLines:
         """Features the model expects per row."""
         return int(self.coef.shape[1])
 
+    @property
+    def n_components(self) -> int:
+        """The model's k lines: the predictions per row."""
+        return int(self.coef.shape[0])
+
 
 class ModelCache:
     """A thread-safe LRU cache of decoded models, so a cache hit needs no database access.

@@ -25,6 +25,7 @@ from models_store.tables import Job, Model
 from service.api.deps import SessionFactoryDep
 from service.api.errors import ConflictError, NotFoundError
 from service.api.views import job_out, model_out, model_summary
+from service.auth.middleware import ApiKeyDep
 from service.ui import plots
 
 HERE = Path(__file__).parent
@@ -180,13 +181,15 @@ def root() -> RedirectResponse:
 
 
 @pages.get("/ui", response_class=HTMLResponse)
-def overview(request: Request, session_factory: SessionFactoryDep) -> HTMLResponse:
+def overview(
+    request: Request, session_factory: SessionFactoryDep, api_key: ApiKeyDep
+) -> HTMLResponse:
     """Jobs with their progress, and models with their scores and pictures."""
     with read_scope(session_factory) as session:
         jobs, jobs_total = repository.list_jobs(session, status=None, limit=PAGE_JOBS, offset=0)
         models, models_total = repository.list_models(session, limit=PAGE_MODELS, offset=0)
         counts = repository.count_jobs_by_status(session)
-        job_views = [job_out(job) for job in jobs]
+        job_views = [job_out(job, caller=api_key) for job in jobs]
         model_views = [model_summary(model) for model in models]
     active = counts.get("queued", 0) + counts.get("running", 0)
     return TEMPLATES.TemplateResponse(

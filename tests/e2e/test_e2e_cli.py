@@ -214,3 +214,36 @@ def test_ctrl_c_asks_and_cancels_the_job(live: Server, tmp_path: Path):
             process.wait()
         os.close(primary)
     assert live.job(job_id)["status"] == "cancelled"
+
+
+def test_db_downgrade_needs_a_revision_and_yes_for_base(tmp_path: Path):
+    database = tmp_path / "mixreg.db"
+    environment = {**os.environ, "MIXREG_DATABASE_URL": f"sqlite:///{database}"}
+
+    def db(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(MIXREG), "db", *args],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=60,
+            check=False,
+        )
+
+    assert db("upgrade").returncode == 0
+    head = db("current").stdout.split()[0]
+
+    no_revision = db("downgrade")
+    assert no_revision.returncode == 2
+    assert "revision" in no_revision.stderr
+    unconfirmed = db("downgrade", "base")
+    assert unconfirmed.returncode == 2
+    assert "--yes" in unconfirmed.stderr
+    assert db("current").stdout.split()[0] == head  # nothing was dropped
+
+    one_step = db("downgrade", "-1")
+    assert one_step.returncode == 0, one_step.stderr
+    assert db("current").stdout.split()[0] != head
+    confirmed = db("downgrade", "base", "--yes")
+    assert confirmed.returncode == 0, confirmed.stderr
+    assert confirmed.stdout == "database at revision None\n"

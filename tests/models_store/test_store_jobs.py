@@ -51,8 +51,8 @@ def test_create_job_stores_the_request_and_starts_queued(db_sessionmaker, datase
             None,
         )
         assert job.created_at.tzinfo is not None and job.created_at.utcoffset() == timedelta(0)
-        assert repository.get_job_by_idempotency_key(session, key="key-1") == job
-        assert repository.get_job_by_idempotency_key(session, key="key-2") is None
+        assert repository.get_job_by_idempotency_key(session, api_key_id=None, key="key-1") == job
+        assert repository.get_job_by_idempotency_key(session, api_key_id=None, key="key-2") is None
         assert repository.get_job(session, job_id="f" * 32) is None
 
 
@@ -61,6 +61,22 @@ def test_idempotency_key_is_unique(db_sessionmaker, make_job):
         make_job(session, idempotency_key="same")
     with pytest.raises(IntegrityError), session_scope(db_sessionmaker) as session:
         make_job(session, idempotency_key="same")
+
+
+def test_idempotency_keys_are_unique_per_api_key(db_sessionmaker, make_job):
+    with session_scope(db_sessionmaker) as session:
+        keyless = make_job(session, idempotency_key="same").id
+        of_a = make_job(session, idempotency_key="same", api_key_id="a" * 12).id
+        of_b = make_job(session, idempotency_key="same", api_key_id="b" * 12).id
+    assert len({keyless, of_a, of_b}) == 3
+    with session_scope(db_sessionmaker) as session:
+        found = [
+            repository.get_job_by_idempotency_key(session, api_key_id=owner, key="same")
+            for owner in (None, "a" * 12, "b" * 12, "c" * 12)
+        ]
+        assert [job.id if job else None for job in found] == [keyless, of_a, of_b, None]
+    with pytest.raises(IntegrityError), session_scope(db_sessionmaker) as session:
+        make_job(session, idempotency_key="same", api_key_id="a" * 12)
 
 
 def test_job_needs_an_existing_dataset(db_sessionmaker, make_job):

@@ -138,7 +138,10 @@ def test_constraint_names_follow_the_naming_convention(migrated_database_url):
         # PostgreSQL also lists the index behind the unique constraint.
         assert "ix_jobs_status" in {ix["name"] for ix in inspector.get_indexes("jobs")}
         assert [uq["name"] for uq in inspector.get_unique_constraints("jobs")] == [
-            "uq_jobs_idempotency_key"
+            "uq_jobs_idempotency_scope_key"
+        ]
+        assert [uq["name"] for uq in inspector.get_unique_constraints("datasets")] == [
+            "uq_datasets_idempotency_scope_key"
         ]
         assert {fk["name"] for fk in inspector.get_foreign_keys("models")} == {
             "fk_models_dataset_id_datasets",
@@ -235,5 +238,71 @@ def test_rows_stored_before_revision_0002_survive_its_upgrade_and_downgrade(data
         with engine.connect() as connection:
             assert connection.execute(text("SELECT id, model_id FROM jobs")).one() == ("j1", "m1")
             assert connection.execute(text("SELECT id, job_id FROM models")).one() == ("m1", "j1")
+    finally:
+        engine.dispose()
+
+
+def test_idempotency_keys_stored_before_revision_0006_keep_their_caller(database_url):
+    migrate.upgrade(database_url, "0005")
+    engine = make_engine(database_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO datasets (id, n_rows, n_features, feature_names, created_at, "
+                    "idempotency_key, request_hash) VALUES ('d1', 1, 1, '[\"x0\"]', "
+                    "'2030-01-01T12:00:00+00:00', 'upload-1', 'h')"
+                )
+            )
+            for job_id, key, owner, minute in (
+                ("j1", "fit-1", "keyA", 1),
+                ("j2", "fit-2", None, 2),
+                ("j3", None, "keyA", 3),
+            ):
+                connection.execute(
+                    text(
+                        "INSERT INTO jobs (id, status, dataset_id, algorithm, n_components, "
+                        "params, fit_intercept, holdout_fraction, attempts, max_attempts, "
+                        "cancel_requested, progress_fraction, created_at, idempotency_key, "
+                        "api_key_id, warnings) VALUES (:id, 'queued', 'd1', 'am', 2, '{}', :true, "
+                        "0.2, 0, 3, :false, 0.0, :at, :key, :owner, '[]')"
+                    ),
+                    {
+                        "id": job_id,
+                        "key": key,
+                        "owner": owner,
+                        "at": f"2030-01-01T12:0{minute}:00+00:00",
+                        "true": True,
+                        "false": False,
+                    },
+                )
+
+        migrate.upgrade(database_url, "0006")
+        with engine.connect() as connection:
+            jobs = connection.execute(
+                text("SELECT id, idempotency_scope, idempotency_key FROM jobs ORDER BY id")
+            ).all()
+            dataset = connection.execute(
+                text("SELECT idempotency_scope, idempotency_key FROM datasets")
+            ).one()
+        assert [tuple(job) for job in jobs] == [
+            ("j1", "keyA", "fit-1"),
+            ("j2", "", "fit-2"),
+            ("j3", None, None),
+        ]
+        assert tuple(dataset) == ("", "upload-1")
+
+        # Another caller reuses j1's key; a downgrade keeps the key on the older job only.
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "UPDATE jobs SET idempotency_key = 'fit-1', idempotency_scope = 'keyB' "
+                    "WHERE id = 'j3'"
+                )
+            )
+        migrate.downgrade(database_url, "0005")
+        with engine.connect() as connection:
+            keys = connection.execute(text("SELECT id, idempotency_key FROM jobs ORDER BY id"))
+            assert [tuple(row) for row in keys] == [("j1", "fit-1"), ("j2", "fit-2"), ("j3", None)]
     finally:
         engine.dispose()

@@ -20,6 +20,9 @@ from service.main import create_app
 
 RowCounter = Callable[[], dict[str, int]]
 
+LOCAL_URL = "http://localhost"
+"""The app's base URL in tests: a name the server answers to by default (Host checks)."""
+
 
 @pytest.fixture
 def settings(database_url: str) -> Settings:
@@ -30,7 +33,9 @@ def settings(database_url: str) -> Settings:
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
     """The app, started (migrations run in its lifespan) and stopped around the test."""
-    with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
+    with TestClient(
+        create_app(settings), raise_server_exceptions=False, base_url=LOCAL_URL
+    ) as test_client:
         yield test_client
 
 

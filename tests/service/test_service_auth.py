@@ -26,6 +26,7 @@ from service.auth.keys import (
 )
 from service.config import Settings
 from service.main import create_app
+from tests.service.conftest import LOCAL_URL
 
 
 def test_a_new_key_is_random_and_only_its_hash_is_kept():
@@ -168,20 +169,22 @@ def keyless_settings(sqlite_url):
 
 def test_without_keys_a_client_off_this_machine_is_refused(keyless_settings):
     app = create_app(keyless_settings)
-    with TestClient(app, client=("203.0.113.7", 50000)) as remote:
+    with TestClient(app, client=("203.0.113.7", 50000), base_url=LOCAL_URL) as remote:
         response = remote.get("/jobs")
         assert response.status_code == 403
         assert response.headers["content-type"] == "application/problem+json"
         assert "MIXREG_ALLOW_UNAUTHENTICATED" in response.json()["detail"]
         assert remote.get("/healthz").status_code == 200  # probes stay open
     for local in (("127.0.0.1", 50000), ("::1", 50000), ("::ffff:127.0.0.1", 50000)):
-        with TestClient(app, client=local) as client:
+        with TestClient(app, client=local, base_url=LOCAL_URL) as client:
             assert client.get("/jobs").status_code == 200
 
 
 def test_without_keys_anyone_is_served_when_explicitly_allowed(keyless_settings):
     settings = keyless_settings.model_copy(update={"allow_unauthenticated": True})
-    with TestClient(create_app(settings), client=("203.0.113.7", 50000)) as remote:
+    with TestClient(
+        create_app(settings), client=("203.0.113.7", 50000), base_url=LOCAL_URL
+    ) as remote:
         assert remote.get("/jobs").status_code == 200
 
 
@@ -189,7 +192,7 @@ def test_the_openapi_document_shows_the_bearer_scheme_and_each_scope(sqlite_url,
     settings = Settings(
         database_url=sqlite_url, embedded_worker=False, api_keys_file=tmp_path / "keys.json"
     )
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url=LOCAL_URL) as client:
         document = client.get("/openapi.json").json()
         # The docs page and its own assets work before the reader has a key.
         page = client.get("/docs")
@@ -215,7 +218,7 @@ def test_the_openapi_document_shows_the_bearer_scheme_and_each_scope(sqlite_url,
 
 
 def test_without_keys_the_openapi_document_declares_no_scheme(keyless_settings):
-    with TestClient(create_app(keyless_settings)) as client:
+    with TestClient(create_app(keyless_settings), base_url=LOCAL_URL) as client:
         document = client.get("/openapi.json").json()
     assert "securitySchemes" not in document.get("components", {})
     assert "security" not in document["paths"]["/fit"]["post"]

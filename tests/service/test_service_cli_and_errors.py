@@ -11,6 +11,7 @@ from models_store import migrate
 from service.cli import build_parser, main
 from service.config import Settings
 from service.main import create_app
+from tests.service.conftest import LOCAL_URL
 
 
 def test_db_commands_migrate_the_configured_database(monkeypatch, sqlite_url, capsys):
@@ -20,7 +21,7 @@ def test_db_commands_migrate_the_configured_database(monkeypatch, sqlite_url, ca
     assert capsys.readouterr().out == f"database at revision {head}\n"
     assert main(["db", "current"]) == 0
     assert capsys.readouterr().out == f"{head} (at head)\n"
-    assert main(["db", "downgrade"]) == 0
+    assert main(["db", "downgrade", "base", "--yes"]) == 0
     assert capsys.readouterr().out == "database at revision None\n"
     assert migrate.current_revision(sqlite_url) is None
 
@@ -49,7 +50,7 @@ def test_an_unexpected_error_is_a_500_problem_without_internals(sqlite_url, capl
         raise RuntimeError("secret internal state")
 
     with (
-        TestClient(app, raise_server_exceptions=False) as client,
+        TestClient(app, raise_server_exceptions=False, base_url=LOCAL_URL) as client,
         caplog.at_level(logging.ERROR, logger="service.api.errors"),
     ):
         response = client.get("/explode")

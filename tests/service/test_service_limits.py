@@ -17,6 +17,7 @@ from models_store.tables import Dataset, Job, Model
 from service.auth.keys import environment_entry, new_key
 from service.config import Settings
 from service.main import create_app
+from tests.service.conftest import LOCAL_URL
 from tests.service.test_service_api_bad_input import NO_ROWS, assert_problem
 
 GOOD_X = [[0.0, 1.0], [1.0, 0.5], [2.0, -1.0], [3.0, 2.0], [4.0, 0.0], [5.0, 1.5]]
@@ -47,7 +48,7 @@ def count_rows(client: TestClient) -> dict[str, int]:
 @pytest.fixture
 def limited(sqlite_url):
     settings = Settings(database_url=sqlite_url, embedded_worker=False, **SMALL_LIMITS)
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url=LOCAL_URL) as client:
         yield client
 
 
@@ -124,7 +125,8 @@ def test_predictions_and_uploads_over_the_row_limit_are_413(limited):
 
 @pytest.fixture
 def default_limits(sqlite_url):
-    with TestClient(create_app(Settings(database_url=sqlite_url, embedded_worker=False))) as c:
+    settings = Settings(database_url=sqlite_url, embedded_worker=False)
+    with TestClient(create_app(settings), base_url=LOCAL_URL) as c:
         yield c
 
 
@@ -188,7 +190,7 @@ def test_each_key_may_have_a_limited_number_of_unfinished_jobs(sqlite_url):
         max_queued_jobs_per_key=2,
         api_keys=f"{environment_entry(first.record)},{environment_entry(second.record)}",
     )
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url=LOCAL_URL) as client:
         as_first = {"Authorization": f"Bearer {first.key}"}
         retry = {**as_first, "Idempotency-Key": "first-fit"}
         assert client.post("/fit", json=fit(), headers=retry).status_code == 202
@@ -215,7 +217,7 @@ def test_each_key_may_have_a_limited_number_of_unfinished_jobs(sqlite_url):
 
 def test_without_keys_all_unfinished_jobs_count_together(sqlite_url):
     settings = Settings(database_url=sqlite_url, embedded_worker=False, max_queued_jobs_per_key=1)
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url=LOCAL_URL) as client:
         assert client.post("/fit", json=fit()).status_code == 202
         assert_problem(
             client.post("/fit", json=fit()),
@@ -296,7 +298,10 @@ def test_an_upload_retried_with_its_idempotency_key_is_stored_once(default_limit
 
 def test_without_keys_the_start_up_log_says_the_api_is_unauthenticated(sqlite_url, caplog):
     settings = Settings(database_url=sqlite_url, embedded_worker=False)
-    with caplog.at_level(logging.WARNING, logger="service.main"), TestClient(create_app(settings)):
+    with (
+        caplog.at_level(logging.WARNING, logger="service.main"),
+        TestClient(create_app(settings), base_url=LOCAL_URL),
+    ):
         pass
     assert any(
         "the API is UNAUTHENTICATED and answers clients on this machine (loopback) only"
@@ -314,7 +319,7 @@ def test_metrics_need_a_key_unless_the_setting_opens_them(sqlite_url, require_ke
         api_keys=environment_entry(reader.record),
         metrics_require_key=require_key,
     )
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url=LOCAL_URL) as client:
         anonymous = client.get("/metrics")
         assert anonymous.status_code == (401 if require_key else 200)
         keyed = client.get("/metrics", headers={"Authorization": f"Bearer {reader.key}"})

@@ -12,6 +12,7 @@ from service.api import limits
 from service.api.deps import SessionDep, SessionFactoryDep, SettingsDep, ValidDataset
 from service.api.schemas import MAX_OFFSET, MAX_TEXT_LENGTH, DatasetIn, DatasetOut, Page
 from service.api.views import dataset_out
+from service.auth.middleware import ApiKeyDep
 from service.data.datasets import read_upload
 from service.data.idempotency import store_upload_once
 
@@ -94,6 +95,7 @@ async def create(
     response: Response,
     session_factory: SessionFactoryDep,
     settings: SettingsDep,
+    api_key: ApiKeyDep,
     target: Annotated[
         str | None,
         Query(
@@ -121,7 +123,11 @@ async def create(
             name=upload.name, feature_names=staged.feature_names, target_name=staged.target_name
         )
         stored = await run_in_threadpool(
-            store_upload_once, session_factory, upload, idempotency_key=idempotency_key
+            store_upload_once,
+            session_factory,
+            upload,
+            idempotency_key=idempotency_key,
+            api_key_id=api_key.id if api_key is not None else None,
         )
     finally:
         upload.close()

@@ -6,7 +6,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Body, Header, Response
 
-from models_store import repository
 from service.api import limits
 from service.api.deps import SessionDep, SettingsDep, TaskQueueDep, WorkerDep
 from service.api.schemas import FitAccepted, FitRequest, FitVariant
@@ -62,13 +61,12 @@ def submit(
         session,
         request=body,
         idempotency_key=idempotency_key,
+        api_key_id=api_key_id,
         max_attempts=settings.max_attempts,
         max_k_sweep=settings.max_k_sweep,
         enqueue=task_queue.enqueue if task_queue is not None else None,
     )
     job = submission.job
-    if submission.created:
-        repository.set_job_api_key(session, job=job, api_key_id=api_key_id)
     url = job_url(job.id)
     response.headers["Location"] = url
     if not submission.created:

@@ -14,6 +14,8 @@ from service.api.deps import SessionFactoryDep, SettingsDep, TaskQueueDep
 from service.api.errors import problem_response
 from service.api.metrics import ServiceMetrics
 from service.api.schemas import QueueStatus, Readiness
+from service.auth.keys import ApiKey
+from service.auth.middleware import ApiKeyDep, is_local_client
 
 router = APIRouter(tags=["health"])
 
@@ -34,9 +36,11 @@ def readyz(
     session_factory: SessionFactoryDep,
     settings: SettingsDep,
     task_queue: TaskQueueDep,
+    api_key: ApiKeyDep,
 ) -> Readiness | JSONResponse:
     """The database answers and its schema is at the newest migration; with
-    MIXREG_WORKER=procrastinate, also the task queue (and how many workers are alive)."""
+    MIXREG_WORKER=procrastinate, also the task queue (and how many workers are alive). The
+    revision, worker mode and queue counts are shown with a key, or without keys on loopback."""
     queue: QueueStatus | None = None
     try:
         with session_factory() as session:
@@ -62,9 +66,20 @@ def readyz(
                 request, "the Procrastinate queue is not installed; run `mixreg db upgrade`"
             )
         queue = QueueStatus(workers=summary.workers, waiting=summary.waiting)
+    if not _shows_details(request, api_key):
+        return Readiness(status="ready")
     return Readiness(
         status="ready", database_revision=revision, worker=settings.worker, queue=queue
     )
+
+
+def _shows_details(request: Request, api_key: ApiKey | None) -> bool:
+    """Whether the caller may see how the service runs: with a key, or on a server without
+    keys from its own machine (the probe is open, so strangers see only the status)."""
+    if api_key is not None:
+        return True
+    keyring_enabled: bool = request.app.state.keys_required
+    return not keyring_enabled and is_local_client(request.scope.get("client"))
 
 
 def _not_ready(request: Request, detail: str) -> JSONResponse:

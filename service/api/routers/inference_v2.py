@@ -104,7 +104,7 @@ async def ready(request: Request) -> Response:
     state = request.app.state
     settings: Settings = state.settings
     result = await run_in_threadpool(
-        health.readyz, request, state.session_factory, settings, state.task_queue
+        health.readyz, request, state.session_factory, settings, state.task_queue, None
     )
     if isinstance(result, Response):
         return result
@@ -199,6 +199,7 @@ async def _infer(request: Request, model_id: str, version: str | None) -> Respon
             parsed = await run_in_threadpool(inference_v2.read_inference, lines, header, binary)
         settings: Settings = request.app.state.settings
         limits.check_data_shape(*parsed.X.shape, settings=settings, what="input X")
+        limits.check_answer_size(parsed.X.shape[0], lines.n_components, settings=settings)
         if len(body) <= INLINE_BODY_BYTES:
             content, header_length = inference_v2.infer(lines, parsed)
         else:

@@ -11,6 +11,7 @@ from service.api.deps import SessionDep, TaskQueueDep, ValidJob, WorkerDep
 from service.api.errors import ConflictError
 from service.api.schemas import MAX_OFFSET, JobOut, JobStatus, Page
 from service.api.views import job_out
+from service.auth.middleware import ApiKeyDep
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -20,6 +21,7 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 @router.get("", response_model=Page[JobOut])
 def list_(
     session: SessionDep,
+    api_key: ApiKeyDep,
     status: Annotated[JobStatus | None, Query(description="only jobs in this state")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
@@ -27,14 +29,17 @@ def list_(
     """Jobs, newest first."""
     jobs, total = repository.list_jobs(session, status=status, limit=limit, offset=offset)
     return Page[JobOut](
-        items=[job_out(job) for job in jobs], total=total, limit=limit, offset=offset
+        items=[job_out(job, caller=api_key) for job in jobs],
+        total=total,
+        limit=limit,
+        offset=offset,
     )
 
 
 @router.get("/{job_id}", response_model=JobOut)
-def get(job: ValidJob) -> JobOut:
+def get(job: ValidJob, api_key: ApiKeyDep) -> JobOut:
     """A job's state, progress, attempts, error, timings and model."""
-    return job_out(job)
+    return job_out(job, caller=api_key)
 
 
 @router.post(
@@ -49,6 +54,7 @@ def cancel(
     worker: WorkerDep,
     task_queue: TaskQueueDep,
     background: BackgroundTasks,
+    api_key: ApiKeyDep,
 ) -> JobOut:
     """Cancel a job: a queued job at once, a running fit within a second or two."""
     if job.status in TERMINAL:
@@ -60,4 +66,4 @@ def cancel(
         task_queue.abort(session, cancelled.task_id)
     if worker is not None:
         background.add_task(worker.wake)
-    return job_out(cancelled)
+    return job_out(cancelled, caller=api_key)

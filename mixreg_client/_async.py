@@ -218,7 +218,9 @@ class AsyncClient:
     async def predict(self, model: str | Model | ModelSummary, X: Any) -> np.ndarray:
         """Predictions of every line for every row: an array of shape ``(n, k)``.
 
-        ``X`` is an array or DataFrame of n rows with the model's features, in its order.
+        ``X`` is an array of n rows with the model's features in its order, or a DataFrame
+        whose columns are matched to the features by name (a missing or unknown column raises
+        ValueError).
         """
         return await self._drive(_core.predict(model, X))
 

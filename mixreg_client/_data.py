@@ -170,6 +170,30 @@ def upload_of(
     return arrays_upload(data, y, feature_names=feature_names, name=name)
 
 
+def columns_in_model_order(frame: Any, feature_names: Sequence[str]) -> Any:
+    """The DataFrame's columns reordered to the model's features, matched by name.
+
+    Like scikit-learn's ``feature_names_in_`` check: a column the model was not fitted on, or a
+    feature without its column, is refused rather than matched by position.
+    """
+    by_name = {str(column): column for column in frame.columns}
+    missing = [name for name in feature_names if name not in by_name]
+    unknown = [name for name in by_name if name not in feature_names]
+    if missing or unknown:
+        problems = []
+        if missing:
+            problems.append(f"lacks the model's features {', '.join(map(repr, missing))}")
+        if unknown:
+            problems.append(
+                f"has columns the model was not fitted on: {', '.join(map(repr, unknown))}"
+            )
+        raise ValueError(
+            f"the DataFrame {' and '.join(problems)}; the model's features are "
+            f"{', '.join(feature_names)} (to match columns by position, pass X.to_numpy())"
+        )
+    return frame[[by_name[name] for name in feature_names]]
+
+
 def feature_matrix(X: Any) -> list[list[float]]:
     """Rows to predict, as JSON lists: from an array, a list of rows or a DataFrame."""
     values = X.to_numpy() if is_dataframe(X) else X

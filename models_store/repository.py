@@ -477,10 +477,13 @@ def finish_job(
     model_id: str | None = None,
     sweep: Mapping[str, Any] | None = None,
     warnings: Sequence[str] = (),
+    best_loss: float | None = None,
 ) -> bool:
     """Move a running job owned by ``worker_id`` to a terminal ``status``.
 
-    ``sweep`` is the result of a k sweep, ``warnings`` what the fit found poor. Returns False
+    ``sweep`` is the result of a k sweep, ``warnings`` what the fit found poor, ``best_loss``
+    the training min-loss of the model the job chose (its progress showed the search's until
+    then). Returns False
     if the job was taken away meanwhile (requeued by the reaper, or claimed by another
     worker), in which case nothing is written.
     """
@@ -496,6 +499,8 @@ def finish_job(
     }
     if status == "succeeded":
         values["progress_fraction"] = 1.0
+    if best_loss is not None:
+        values["progress_best_loss"] = best_loss
     return _update_job(session, job_id, *_owned_by(worker_id), **values)
 
 

@@ -64,6 +64,27 @@ def _above(loc: list[str | int], value: float, limit: _Limit, settings: Settings
     }
 
 
+# A k list with more values above the limit than this is told as a count, not value by value.
+MAX_K_VALUES_LISTED = 3
+
+
+def _k_values_above(k: list[int], settings: Settings) -> list[dict[str, Any]]:
+    """The errors of a k list's values above the limit: one per value for a few, else one that
+    counts them (a sweep of 1-500 must not answer with 400 sentences)."""
+    above = [(index, value) for index, value in enumerate(k) if value > settings.max_k]
+    if len(above) <= MAX_K_VALUES_LISTED:
+        return [_above(["k", index], value, _K, settings) for index, value in above]
+    (first, first_value), (last, last_value) = above[0], above[-1]
+    return [
+        {
+            "loc": ["body", "k"],
+            "msg": f"k[{first}] = {first_value} … k[{last}] = {last_value}: {len(above)} values "
+            f"are above the limit of {settings.max_k} ({_K.variable})",
+            "type": "limit_exceeded",
+        }
+    ]
+
+
 def check_data_shape(
     n_rows: int, n_features: int | None, *, settings: Settings, what: str = "the data"
 ) -> None:
@@ -127,11 +148,7 @@ def check_fit_request(request: FitVariant, *, settings: Settings) -> None:
             }
         )
     if isinstance(k, list):
-        errors.extend(
-            _above(["k", index], value, _K, settings)
-            for index, value in enumerate(k)
-            if value > settings.max_k
-        )
+        errors.extend(_k_values_above(k, settings))
     elif k > settings.max_k:
         errors.append(_above(["k"], k, _K, settings))
     for parameter, limit in PARAMETER_LIMITS.items():

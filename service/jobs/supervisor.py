@@ -58,6 +58,19 @@ def describe_exit(exitcode: int | None) -> str:
     return f"the fit process exited with code {exitcode} before it finished the job"
 
 
+def fit_process_context() -> multiprocessing.context.ForkServerContext:
+    """The multiprocessing context fit processes start from.
+
+    The fork server imports the fit code once; each fit then starts in milliseconds instead of
+    re-importing scikit-learn, and no process is forked from a threaded one. A child also
+    re-runs the server's main script (`mixreg` or `uvicorn`), whose imports service.cli covers.
+    """
+    context = multiprocessing.get_context("forkserver")
+    assert isinstance(context, multiprocessing.context.ForkServerContext)
+    context.set_forkserver_preload(["service.jobs.training", "service.cli"])
+    return context
+
+
 @dataclass
 class RunningFit:
     """A job's fit running in a child process."""
@@ -90,12 +103,7 @@ class FitSupervisor:
         self._session_factory = session_factory
         self._settings = settings
         self._metrics = metrics
-        self._context = multiprocessing.get_context("forkserver")
-        # The fork server imports the fit code once; each fit then starts in milliseconds
-        # instead of re-importing scikit-learn, and no process is forked from this threaded one.
-        # A child also re-runs the server's main script (`mixreg` or `uvicorn`), whose imports
-        # service.cli covers.
-        self._context.set_forkserver_preload(["service.jobs.training", "service.cli"])
+        self._context = fit_process_context()
 
     def warm_up(self) -> None:
         """Start the fork server and wait until it has imported the fit code (seconds), so

@@ -823,6 +823,7 @@ def _store_models(
             model_id=model_ids[fitted.best_n_components],
             sweep=sweep,
             warnings=job_warnings,
+            best_loss=fitted.best.train_min_loss,
             now=_now(),
         ):
             raise JobLostError(job_id)

@@ -154,6 +154,21 @@ def test_an_unreachable_server_exits_3_naming_the_url():
     assert result.returncode == 3
     assert result.stderr.startswith("mixreg: cannot reach the mixreg server at http://127.0.0.1:9")
     assert len(result.stderr.strip().splitlines()) == 1
+    assert "set its address with MIXREG_URL, or MIXREG_HOST and MIXREG_PORT, or --url" in (
+        result.stderr
+    )
+
+
+def test_a_k_range_far_above_the_limit_is_summarized(live: Server, tmp_path: Path):
+    data = write_csv(tmp_path / "data.csv", *mixture_data(n_rows=20))
+    result = mixreg("fit", str(data), "--target", "y", "--k", "1-500", url=live.base_url)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and len(result.stderr) < 300, result.stderr
+    assert "k lists 500 values; a sweep fits at most 20 (MIXREG_MAX_K_SWEEP)" in result.stderr
+    assert (
+        "k[100] = 101 … k[499] = 500: 400 values are above the limit of 100 (MIXREG_MAX_K)"
+        in result.stderr
+    )
 
 
 def read_until(fd: int, pattern: str, timeout: float) -> str:

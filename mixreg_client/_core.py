@@ -49,7 +49,7 @@ class Call:
     params: dict[str, Any] | None = None
     json: Any = None
     files: dict[str, tuple[str, bytes, str]] | None = None
-    data: dict[str, str] | None = None
+    data: dict[str, str | list[str]] | None = None
     headers: dict[str, str] = field(default_factory=dict)
     retry: bool = True
 
@@ -175,9 +175,15 @@ def upload(
     target: str | None = None,
     feature_names: Sequence[str] | None = None,
     name: str | None = None,
+    features: Sequence[str] | None = None,
+    ignore: Sequence[str] = (),
+    delimiter: str | None = None,
 ) -> Operation[Dataset]:
     """Store a dataset (see :meth:`mixreg_client.Client.upload`)."""
-    file = _data.upload_of(data, y, target=target, feature_names=feature_names, name=name)
+    chosen = _data.Columns(features=features, ignore=tuple(ignore or ()), delimiter=delimiter)
+    file = _data.upload_of(
+        data, y, target=target, feature_names=feature_names, name=name, chosen=chosen
+    )
     call = Call(
         "POST",
         "/datasets",

@@ -63,11 +63,13 @@ def fit_process_context() -> multiprocessing.context.ForkServerContext:
 
     The fork server imports the fit code once; each fit then starts in milliseconds instead of
     re-importing scikit-learn, and no process is forked from a threaded one. A child also
-    re-runs the server's main script (`mixreg` or `uvicorn`), whose imports service.cli covers.
+    re-runs the imports of the server's main script: ``python -m uvicorn`` has none that it
+    re-runs, the ``mixreg`` console script imports only ``mixreg_client.cli``, which is light,
+    so a fit process holds neither the web server nor the scale-out queue nor the terminal UI.
     """
     context = multiprocessing.get_context("forkserver")
     assert isinstance(context, multiprocessing.context.ForkServerContext)
-    context.set_forkserver_preload(["service.jobs.training", "service.cli"])
+    context.set_forkserver_preload(["service.jobs.training", "mixreg_client.cli"])
     return context
 
 

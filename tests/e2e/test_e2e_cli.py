@@ -4,6 +4,7 @@ progress bar, predict a CSV, list and show; exit codes and one-line messages; Ct
 from __future__ import annotations
 
 import csv
+import json
 import os
 import pty
 import re
@@ -229,3 +230,53 @@ def test_ctrl_c_asks_and_cancels_the_job(live: Server, tmp_path: Path):
             process.wait()
         os.close(primary)
     assert live.job(job_id)["status"] == "cancelled"
+
+
+def test_fit_chooses_columns_and_reads_semicolons(live: Server, tmp_path: Path):
+    X, y = mixture_data(n_rows=40, seed=5)
+    export = tmp_path / "export.csv"
+    lines = ["id;a;b;comment;c;y"] + [
+        f"row-{i};{a!r};{b!r};text {i};{c!r};{t!r}"
+        for i, ((a, b, c), t) in enumerate(zip(X.tolist(), y.tolist(), strict=True))
+    ]
+    export.write_text("\n".join(lines) + "\n")
+    result = mixreg(
+        "fit",
+        str(export),
+        "--target",
+        "y",
+        "--ignore",
+        "id,comment",
+        "--k",
+        "2",
+        *FAST,
+        "--json",
+        url=live.base_url,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["model"]["feature_names"] == ["a", "b", "c"]
+
+    chosen = mixreg(
+        "fit",
+        str(export),
+        "--target",
+        "y",
+        "--features",
+        "c,a",
+        "--k",
+        "2",
+        *FAST,
+        "--json",
+        url=live.base_url,
+    )
+    assert chosen.returncode == 0, chosen.stderr
+    assert json.loads(chosen.stdout)["model"]["feature_names"] == ["c", "a"]
+
+    wrong = mixreg(
+        "fit", str(export), "--target", "y", "--delimiter", ",", "--k", "2", url=live.base_url
+    )
+    assert wrong.returncode == 2
+    assert wrong.stderr.strip() == (
+        f"mixreg: {export}: CSV has no column 'y'; columns are id;a;b;comment;c;y (the header "
+        f"looks separated by ';': give the delimiter, --delimiter ';')"
+    )

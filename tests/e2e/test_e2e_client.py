@@ -316,3 +316,21 @@ def test_the_client_finds_the_server_as_the_command_line_does(
         unreachable.value
     )
     assert "--url" not in str(unreachable.value)
+
+
+def test_uploads_choose_their_feature_columns(client: Client, tmp_path: Path):
+    X, y = mixture_data(n_rows=30, seed=9)
+    frame = pd.DataFrame(
+        {"id": [f"r{i}" for i in range(30)], "a": X[:, 0], "b": X[:, 1], "c": X[:, 2], "y": y}
+    )
+    path = tmp_path / "export.csv"
+    frame.to_csv(path, index=False, sep=";", float_format="%.17g")
+
+    from_csv = client.upload(path, target="y", ignore=["id"], delimiter=";")
+    from_frame = client.upload(frame, target="y", features=["c", "a"])
+    assert from_csv.feature_names == ["a", "b", "c"]
+    assert from_frame.feature_names == ["c", "a"]
+    with pytest.raises(ValueError, match="features names 'zz', but the DataFrame has the"):
+        client.upload(frame, target="y", features=["zz"])
+    with pytest.raises(MixregError, match="features names 'zz', but CSV has the columns"):
+        client.upload(path, target="y", features=["a", "zz"])

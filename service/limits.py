@@ -13,9 +13,9 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from models_store import repository
-from service.api.errors import DataTooLargeError, LimitExceededError, TooManyJobsError
-from service.api.schemas import MAX_TEXT_LENGTH, FitVariant
 from service.config import Settings
+from service.errors import DataTooLargeError, LimitExceededError, TooManyJobsError
+from service.schemas import MAX_TEXT_LENGTH, FitVariant
 
 RETRY_AFTER_S = 5
 """What a client told to wait for its jobs (429) is asked to wait before it tries again."""

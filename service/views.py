@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from models_store.tables import Dataset, Job, Model
-from service.api.schemas import (
+from service.jobs.training import beats_baseline
+from service.schemas import (
     Baseline,
     Candidate,
     Component,
@@ -17,7 +18,6 @@ from service.api.schemas import (
     Sweep,
     SweepModel,
 )
-from service.jobs.training import beats_baseline
 
 
 def dataset_url(dataset_id: str) -> str:

@@ -23,11 +23,11 @@ from starlette.datastructures import UploadFile
 
 from models_store import repository
 from models_store.session import session_scope
-from service.api.errors import DataTooLargeError, InvalidInputError, UnsupportedMediaTypeError
-from service.api.schemas import DataIn, DatasetIn, DatasetOut
-from service.api.views import dataset_out
 from service.config import Settings
 from service.data import ingest
+from service.errors import DataTooLargeError, InvalidInputError, UnsupportedMediaTypeError
+from service.schemas import DataIn, DatasetIn, DatasetOut
+from service.views import dataset_out
 
 BinaryFile = IO[bytes]
 

@@ -13,10 +13,10 @@ from sqlalchemy.orm import Session
 
 from models_store import repository
 from models_store.tables import Dataset, Job
-from service.api.errors import ConflictError, InvalidInputError, NotFoundError
-from service.api.schemas import FitVariant
 from service.data import ingest
+from service.errors import ConflictError, InvalidInputError, NotFoundError
 from service.jobs.training import FitSpec, holdout_size
+from service.schemas import FitVariant
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,12 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from models_store import repository
-from service.api import limits
+from service import limits
 from service.api.deps import SessionDep, SessionFactoryDep, SettingsDep, ValidDataset
-from service.api.schemas import MAX_OFFSET, MAX_TEXT_LENGTH, DatasetIn, DatasetOut, Page
-from service.api.views import dataset_out
 from service.data.datasets import TableOptions, read_upload
 from service.data.idempotency import store_upload_once
+from service.schemas import MAX_OFFSET, MAX_TEXT_LENGTH, DatasetIn, DatasetOut, Page
+from service.views import dataset_out
 
 router = APIRouter(prefix="/datasets", tags=["datasets"])
 

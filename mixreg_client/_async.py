@@ -116,6 +116,9 @@ class AsyncClient:
         target: str | None = None,
         feature_names: Sequence[str] | None = None,
         name: str | None = None,
+        features: Sequence[str] | None = None,
+        ignore: Sequence[str] = (),
+        delimiter: str | None = None,
     ) -> Dataset:
         """Store a dataset to fit as often as you like.
 
@@ -133,9 +136,26 @@ class AsyncClient:
             Names of the columns of ``X`` (default ``x0, x1, ...``).
         name : str, optional
             A name for the dataset.
+        features : sequence of str, optional
+            A DataFrame's, CSV or Parquet file's feature columns, in this order (default:
+            every column but ``target``).
+        ignore : sequence of str, optional
+            Columns to leave out instead, such as an id or a text column.
+        delimiter : str, optional
+            What separates a CSV file's fields (default: the one of ``, ; <tab> |`` that its
+            header holds most).
         """
         return await self._drive(
-            _core.upload(data, y, target=target, feature_names=feature_names, name=name)
+            _core.upload(
+                data,
+                y,
+                target=target,
+                feature_names=feature_names,
+                name=name,
+                features=features,
+                ignore=ignore,
+                delimiter=delimiter,
+            )
         )
 
     async def get_dataset(self, dataset_id: str) -> Dataset:
@@ -218,7 +238,9 @@ class AsyncClient:
     async def predict(self, model: str | Model | ModelSummary, X: Any) -> np.ndarray:
         """Predictions of every line for every row: an array of shape ``(n, k)``.
 
-        ``X`` is an array or DataFrame of n rows with the model's features, in its order.
+        ``X`` is an array of n rows with the model's features in its order, or a DataFrame
+        whose columns are matched to the features by name (a missing or unknown column raises
+        ValueError).
         """
         return await self._drive(_core.predict(model, X))
 

@@ -26,9 +26,14 @@ from mixreg_client._types import Dataset, Job, Model, ModelSummary, Scores, Swee
 
 T = TypeVar("T")
 
-DEFAULT_URL = "http://127.0.0.1:8000"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
 URL_VARIABLE = "MIXREG_URL"
+HOST_VARIABLE = "MIXREG_HOST"
+PORT_VARIABLE = "MIXREG_PORT"
 API_KEY_VARIABLE = "MIXREG_API_KEY"
+# A server bound to every interface is reached on this machine through the loopback address.
+EVERY_INTERFACE = ("0.0.0.0", "::", "")
 PAGE_SIZE = 500
 # Waits between retries of a request that did not reach the server (seconds).
 RETRY_BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0)
@@ -44,7 +49,7 @@ class Call:
     params: dict[str, Any] | None = None
     json: Any = None
     files: dict[str, tuple[str, bytes, str]] | None = None
-    data: dict[str, str] | None = None
+    data: dict[str, str | list[str]] | None = None
     headers: dict[str, str] = field(default_factory=dict)
     retry: bool = True
 
@@ -71,8 +76,20 @@ ProgressCallback = Callable[[Job], object]
 
 
 def resolve_base_url(base_url: str | None) -> str:
-    """``base_url``, else ``MIXREG_URL``, else the default local server; no trailing slash."""
-    url = base_url or os.environ.get(URL_VARIABLE) or DEFAULT_URL
+    """The server's address, no trailing slash: ``base_url``, else ``MIXREG_URL``, else
+    ``http://MIXREG_HOST:MIXREG_PORT`` (the address ``mixreg serve`` binds, each part
+    defaulting to 127.0.0.1 and 8000)."""
+    url = base_url or os.environ.get(URL_VARIABLE)
+    if not url:
+        host = os.environ.get(HOST_VARIABLE, DEFAULT_HOST).strip()
+        if host in EVERY_INTERFACE:
+            host = DEFAULT_HOST
+        if ":" in host:
+            host = f"[{host}]"
+        port = os.environ.get(PORT_VARIABLE, "").strip() or str(DEFAULT_PORT)
+        if not port.isdigit():
+            raise ValueError(f"{PORT_VARIABLE}={port!r} is not a port number")
+        url = f"http://{host}:{port}"
     return url.rstrip("/")
 
 
@@ -158,9 +175,15 @@ def upload(
     target: str | None = None,
     feature_names: Sequence[str] | None = None,
     name: str | None = None,
+    features: Sequence[str] | None = None,
+    ignore: Sequence[str] = (),
+    delimiter: str | None = None,
 ) -> Operation[Dataset]:
     """Store a dataset (see :meth:`mixreg_client.Client.upload`)."""
-    file = _data.upload_of(data, y, target=target, feature_names=feature_names, name=name)
+    chosen = _data.Columns(features=features, ignore=tuple(ignore or ()), delimiter=delimiter)
+    file = _data.upload_of(
+        data, y, target=target, feature_names=feature_names, name=name, chosen=chosen
+    )
     call = Call(
         "POST",
         "/datasets",
@@ -291,9 +314,18 @@ def delete_model(model_id: str) -> Operation[None]:
     _json(_response((yield Call("DELETE", f"/models/{model_id}"))))
 
 
+def _rows_in_model_order(model: str | Model | ModelSummary, X: Any) -> Operation[Any]:
+    """``X``; a DataFrame's columns matched to the model's features by name."""
+    if not _data.is_dataframe(X):
+        return X
+    fitted = model if isinstance(model, Model) else (yield from get_model(_id_of(model)))
+    return _data.columns_in_model_order(X, fitted.feature_names)
+
+
 def predict(model: str | Model | ModelSummary, X: Any) -> Operation[np.ndarray]:
     """k values per row, shape ``(n, k)``."""
-    body = {"X": _data.feature_matrix(X)}
+    rows = yield from _rows_in_model_order(model, X)
+    body = {"X": _data.feature_matrix(rows)}
     answer = _json(_response((yield Call("POST", f"/models/{_id_of(model)}/predict", json=body))))
     return np.asarray(answer["predictions"], dtype=np.float64)
 
@@ -301,7 +333,8 @@ def predict(model: str | Model | ModelSummary, X: Any) -> Operation[np.ndarray]:
 def score(model: str | Model | ModelSummary, X: Any, y: Any) -> Operation[Scores]:
     """Predictions with the min-loss and each row's best line."""
     targets = _data.target_vector(y)
-    body = {"X": _data.feature_matrix(X), "y": targets}
+    rows = yield from _rows_in_model_order(model, X)
+    body = {"X": _data.feature_matrix(rows), "y": targets}
     answer = _json(_response((yield Call("POST", f"/models/{_id_of(model)}/predict", json=body))))
     return Scores(
         predictions=np.asarray(answer["predictions"], dtype=np.float64),

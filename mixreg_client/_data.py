@@ -31,7 +31,31 @@ class UploadFile:
     filename: str
     content: bytes
     media_type: str
-    fields: dict[str, str]
+    fields: dict[str, str | list[str]]
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Which columns of a table are the features: ``features`` in that order, else every column
+    but the target and those to ``ignore``; ``delimiter`` separates a CSV file's fields."""
+
+    features: Sequence[str] | None = None
+    ignore: Sequence[str] = ()
+    delimiter: str | None = None
+
+    def fields(self) -> dict[str, str | list[str]]:
+        """The form fields that ask the server for these columns."""
+        fields: dict[str, str | list[str]] = {}
+        if self.features is not None:
+            fields["features"] = [str(name) for name in self.features]
+        if self.ignore:
+            fields["ignore"] = [str(name) for name in self.ignore]
+        if self.delimiter is not None:
+            fields["delimiter"] = self.delimiter
+        return fields
+
+
+EVERY_COLUMN = Columns()
 
 
 def is_dataframe(data: object) -> bool:
@@ -72,12 +96,12 @@ def arrays_upload(
     )
 
 
-def _form(name: str | None) -> dict[str, str]:
+def _form(name: str | None) -> dict[str, str | list[str]]:
     return {} if name is None else {"name": name}
 
 
 def _split_columns(
-    columns: Sequence[str], target: str | None, source: str
+    columns: Sequence[str], target: str | None, source: str, chosen: Columns = EVERY_COLUMN
 ) -> tuple[list[str], str]:
     listed = ", ".join(columns)
     if target is None:
@@ -86,16 +110,36 @@ def _split_columns(
         )
     if target not in columns:
         raise ValueError(f"the {source} has no column '{target}'; columns are {listed}")
-    features = [column for column in columns if column != target]
+    if chosen.delimiter is not None:
+        raise ValueError(f"delimiter= applies to a CSV file, not to a {source}")
+    if chosen.features is not None and chosen.ignore:
+        raise ValueError("give the feature columns or the columns to ignore, not both")
+    for option, names in (("features", chosen.features or ()), ("ignore", chosen.ignore)):
+        for column in names:
+            if column not in columns:
+                raise ValueError(
+                    f"{option} names '{column}', but the {source} has the columns {listed}"
+                )
+            if column == target:
+                raise ValueError(f"{option} names the target column '{target}'")
+    if chosen.features is not None:
+        features = list(chosen.features)
+    else:
+        features = [
+            column for column in columns if column != target and column not in chosen.ignore
+        ]
     if not features:
         raise ValueError(f"the {source} has only the target column '{target}'; add a feature")
     return features, target
 
 
-def dataframe_upload(frame: Any, *, target: str | None, name: str | None) -> UploadFile:
-    """A DataFrame whose column ``target`` is the target and whose other columns are features."""
+def dataframe_upload(
+    frame: Any, *, target: str | None, name: str | None, chosen: Columns = EVERY_COLUMN
+) -> UploadFile:
+    """A DataFrame whose column ``target`` is the target and whose other columns (or those
+    ``chosen``) are features."""
     columns = [str(column) for column in frame.columns]
-    features, target = _split_columns(columns, target, "DataFrame")
+    features, target = _split_columns(columns, target, "DataFrame", chosen)
     by_name = dict(zip(columns, frame.columns, strict=True))
     X = np.column_stack(
         [_numbers(frame[by_name[column]].to_numpy(), f"column '{column}'") for column in features]
@@ -104,7 +148,9 @@ def dataframe_upload(frame: Any, *, target: str | None, name: str | None) -> Upl
     return UploadFile("data.npz", _npz(X, y, features), "application/x-npz", _form(name))
 
 
-def parquet_upload(path: Path, *, target: str | None, name: str | None) -> UploadFile:
+def parquet_upload(
+    path: Path, *, target: str | None, name: str | None, chosen: Columns = EVERY_COLUMN
+) -> UploadFile:
     """A Parquet file read with pyarrow; its column ``target`` is the target."""
     try:
         import pyarrow.parquet as parquet
@@ -112,7 +158,7 @@ def parquet_upload(path: Path, *, target: str | None, name: str | None) -> Uploa
         raise ImportError("reading a Parquet file needs pyarrow: pip install pyarrow") from None
     table = parquet.read_table(path)
     columns = [str(column) for column in table.column_names]
-    features, target = _split_columns(columns, target, f"Parquet file {path.name}")
+    features, target = _split_columns(columns, target, f"Parquet file {path.name}", chosen)
 
     def column(column_name: str) -> FloatArray:
         values = table.column(column_name)
@@ -129,23 +175,35 @@ def parquet_upload(path: Path, *, target: str | None, name: str | None) -> Uploa
 
 
 def path_upload(
-    path: str | os.PathLike[str], *, target: str | None, name: str | None
+    path: str | os.PathLike[str],
+    *,
+    target: str | None,
+    name: str | None,
+    chosen: Columns = EVERY_COLUMN,
 ) -> UploadFile:
-    """A file by its suffix: CSV (sent as is), Parquet (read here) or NPZ (sent as is)."""
+    """A file by its suffix: CSV (sent as is, the server reads the ``chosen`` columns),
+    Parquet (read here) or NPZ (sent as is)."""
     file = Path(path)
     suffix = file.suffix.lower()
     if suffix in PARQUET_SUFFIXES:
-        return parquet_upload(file, target=target, name=name)
+        return parquet_upload(file, target=target, name=name, chosen=chosen)
     if suffix not in CSV_SUFFIXES + NPZ_SUFFIXES:
         raise ValueError(
             f"cannot tell the format of {file.name}; give a .csv, .parquet or .npz file"
         )
     content = file.read_bytes()
     if suffix in NPZ_SUFFIXES:
+        if chosen != EVERY_COLUMN:
+            raise ValueError(
+                f"{file.name} holds arrays, not named columns: features=, ignore= and "
+                f"delimiter= apply to CSV files (and features=, ignore= to Parquet files)"
+            )
         return UploadFile(file.name, content, "application/x-npz", _form(name))
     if target is None:
         raise ValueError(f"name the target column of {file.name} with target=")
-    return UploadFile(file.name, content, "text/csv", {**_form(name), "target": target})
+    return UploadFile(
+        file.name, content, "text/csv", {**_form(name), "target": target, **chosen.fields()}
+    )
 
 
 def upload_of(
@@ -155,19 +213,49 @@ def upload_of(
     target: str | None = None,
     feature_names: Sequence[str] | None = None,
     name: str | None = None,
+    chosen: Columns = EVERY_COLUMN,
 ) -> UploadFile:
     """What to send for ``data``: a path, a DataFrame, or ``X`` with ``y``."""
     if isinstance(data, str | os.PathLike):
         if y is not None:
             raise ValueError("y is given with a file; name the file's target column with target=")
-        return path_upload(data, target=target, name=name)
+        return path_upload(data, target=target, name=name, chosen=chosen)
     if is_dataframe(data):
         if y is not None:
             raise ValueError("y is given with a DataFrame; name its target column with target=")
-        return dataframe_upload(data, target=target, name=name)
+        return dataframe_upload(data, target=target, name=name, chosen=chosen)
     if y is None:
         raise ValueError("give the targets y with the feature matrix X")
+    if chosen != EVERY_COLUMN:
+        raise ValueError(
+            "features=, ignore= and delimiter= choose columns of a table; with arrays, pass "
+            "the feature columns as X"
+        )
     return arrays_upload(data, y, feature_names=feature_names, name=name)
+
+
+def columns_in_model_order(frame: Any, feature_names: Sequence[str]) -> Any:
+    """The DataFrame's columns reordered to the model's features, matched by name.
+
+    Like scikit-learn's ``feature_names_in_`` check: a column the model was not fitted on, or a
+    feature without its column, is refused rather than matched by position.
+    """
+    by_name = {str(column): column for column in frame.columns}
+    missing = [name for name in feature_names if name not in by_name]
+    unknown = [name for name in by_name if name not in feature_names]
+    if missing or unknown:
+        problems = []
+        if missing:
+            problems.append(f"lacks the model's features {', '.join(map(repr, missing))}")
+        if unknown:
+            problems.append(
+                f"has columns the model was not fitted on: {', '.join(map(repr, unknown))}"
+            )
+        raise ValueError(
+            f"the DataFrame {' and '.join(problems)}; the model's features are "
+            f"{', '.join(feature_names)} (to match columns by position, pass X.to_numpy())"
+        )
+    return frame[[by_name[name] for name in feature_names]]
 
 
 def feature_matrix(X: Any) -> list[list[float]]:

@@ -68,7 +68,7 @@ class MixregError(Exception):
         if isinstance(body, dict) and isinstance(body.get("detail"), str):
             errors = body.get("errors")
             return cls(
-                body["detail"],
+                _with_key_hint(body["detail"], response),
                 status=response.status_code,
                 title=str(body.get("title") or response.reason_phrase),
                 errors=errors if isinstance(errors, list) else None,
@@ -92,6 +92,16 @@ class MixregError(Exception):
         reason = str(error) or type(error).__name__
         return cls(
             f"cannot reach the mixreg server at {base_url}: {reason} "
-            f"(is it running? set the URL with MIXREG_URL or --url)",
+            f"(is it running? set its address with MIXREG_URL, or MIXREG_HOST and "
+            f"MIXREG_PORT, or pass base_url=)",
             title="Unreachable",
         )
+
+
+def _with_key_hint(detail: str, response: httpx.Response) -> str:
+    """A 401's detail told in the client's terms: where the client takes its key from."""
+    if response.status_code != 401:
+        return detail
+    if "authorization" not in response.request.headers:
+        return "this server needs an API key: set MIXREG_API_KEY or pass api_key="
+    return f"{detail} (the key comes from api_key= or MIXREG_API_KEY)"

@@ -593,11 +593,14 @@ def finish_job(
     sweep: Mapping[str, Any] | None = None,
     warnings: Sequence[str] = (),
     attempt: int | None = None,
+    best_loss: float | None = None,
 ) -> bool:
     """Move a running job owned by ``worker_id`` (in its attempt ``attempt``, if given) to a
     terminal ``status``.
 
-    ``sweep`` is the result of a k sweep, ``warnings`` what the fit found poor. Returns False
+    ``sweep`` is the result of a k sweep, ``warnings`` what the fit found poor, ``best_loss``
+    the training min-loss of the model the job chose (its progress showed the search's until
+    then). Returns False
     if the job was taken away meanwhile (requeued by the reaper, or claimed by another
     worker or again), in which case nothing is written.
     """
@@ -613,6 +616,8 @@ def finish_job(
     }
     if status == "succeeded":
         values["progress_fraction"] = 1.0
+    if best_loss is not None:
+        values["progress_best_loss"] = best_loss
     return _update_job(session, job_id, *_owned_by(worker_id, attempt), **values)
 
 

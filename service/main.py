@@ -17,9 +17,9 @@ from models_store.session import make_engine, make_sessionmaker, read_scope
 from models_store.tables import JOB_STATUSES
 from service.api.docs import install_docs
 from service.api.errors import install_problem_handlers
-from service.api.metrics import ServiceMetrics
 from service.api.middleware import BodySizeLimitMiddleware, MetricsMiddleware, RequestIdMiddleware
 from service.api.routers import datasets, fit, health, inference_v2, jobs, models, predict
+from service.api.ui import routes as ui
 from service.auth import openapi as auth_openapi
 from service.auth.keys import KeyRing
 from service.auth.middleware import AuthMiddleware, access_summary
@@ -29,9 +29,9 @@ from service.config import Settings, load_settings
 from service.jobs.queue import EmbeddedWorker
 from service.jobs.task_queue import FitTaskQueue
 from service.logs import configure_logging
+from service.metrics import ServiceMetrics
 from service.serving.cache_check import ModelCacheChecker
 from service.serving.prediction import ModelCache
-from service.ui import routes as ui
 
 logger = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from models_store import repository
 from models_store.session import read_scope, session_scope
 from models_store.tables import Dataset, Job, Model
-from service.api.errors import NotFoundError
 from service.config import Settings
+from service.errors import NotFoundError
 from service.jobs.queue import EmbeddedWorker
 from service.jobs.task_queue import FitTaskQueue
 from service.serving.prediction import ModelCache

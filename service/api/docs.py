@@ -24,10 +24,10 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.api.errors import PROBLEM_MEDIA_TYPE
+from service.auth.policy import DOCS_STATIC
+from service.problems import PROBLEM_MEDIA_TYPE
 
 # The path the auth policy leaves open for the docs pages' own scripts and styles.
-DOCS_STATIC = "/static-offline-docs"
 HTTP_METHODS = frozenset({"get", "put", "post", "delete", "patch", "head", "options", "trace"})
 # The Open Inference Protocol defines its own error body ({"error": ...}).
 OWN_ERROR_SHAPE_PREFIXES = ("/v2/",)

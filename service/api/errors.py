@@ -1,4 +1,5 @@
-"""RFC 9457 problem details: the one error shape of every endpoint."""
+"""RFC 9457 problem details: the one error shape of every endpoint, and the one place that
+gives each domain error (``service.errors``) its HTTP status."""
 
 from __future__ import annotations
 
@@ -15,105 +16,54 @@ from pydantic_core import from_json
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-PROBLEM_MEDIA_TYPE = "application/problem+json"
-TYPE_PREFIX = "urn:mixreg:problem:"
+from service.errors import (
+    ConflictError,
+    DataTooLargeError,
+    InvalidInputError,
+    LimitExceededError,
+    NotAcceptableError,
+    NotFoundError,
+    ServiceError,
+    TooManyJobsError,
+    UnsupportedMediaTypeError,
+)
+from service.problems import problem_response
 
 logger = logging.getLogger(__name__)
 
 
-class ProblemError(Exception):
-    """An error that becomes a problem+json response with a precise ``detail``."""
-
-    status: int = 400
-    slug: str = "bad-request"
-
-    def __init__(
-        self,
-        detail: str,
-        *,
-        errors: list[dict[str, Any]] | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.errors = errors
-        self.headers = headers
+# The HTTP status of each kind of domain error; a subclass not listed has its base's.
+STATUS_OF_ERROR: dict[type[ServiceError], int] = {
+    ServiceError: 400,
+    InvalidInputError: 422,
+    NotFoundError: 404,
+    ConflictError: 409,
+    UnsupportedMediaTypeError: 415,
+    NotAcceptableError: 406,
+    LimitExceededError: 422,
+    DataTooLargeError: 413,
+    TooManyJobsError: 429,
+}
 
 
-class InvalidInputError(ProblemError):
-    """The request is well-formed but its content cannot be used (422)."""
-
-    status = 422
-    slug = "invalid-input"
+def status_of(error: ServiceError) -> int:
+    """The HTTP status of ``error``: that of its class, or of its nearest listed base."""
+    return next(STATUS_OF_ERROR[kind] for kind in type(error).__mro__ if kind in STATUS_OF_ERROR)
 
 
-class NotFoundError(ProblemError):
-    """A referenced dataset, job or model does not exist (404)."""
-
-    status = 404
-    slug = "not-found"
-
-
-class ConflictError(ProblemError):
-    """The request conflicts with the current state of a resource (409)."""
-
-    status = 409
-    slug = "conflict"
-
-
-class UnsupportedMediaTypeError(ProblemError):
-    """The request body has a content type the endpoint cannot read (415)."""
-
-    status = 415
-    slug = "unsupported-media-type"
-
-
-class LimitExceededError(ProblemError):
-    """A parameter asks for more work than the server's limit (422); the detail names the
-    setting."""
-
-    status = 422
-    slug = "limit-exceeded"
-
-
-class DataTooLargeError(ProblemError):
-    """The data has more rows or features than the server's limit (413); the detail names the
-    setting."""
-
-    status = 413
-    slug = "limit-exceeded"
-
-
-class TooManyJobsError(ProblemError):
-    """The caller has as many unfinished jobs as it may have (429, with ``Retry-After``)."""
-
-    status = 429
-    slug = "too-many-jobs"
-
-    def __init__(self, detail: str, *, retry_after_s: int) -> None:
-        super().__init__(detail, headers={"Retry-After": str(retry_after_s)})
-
-
-def problem_response(
-    *,
-    status: int,
-    detail: str,
-    instance: str,
-    slug: str | None = None,
-    errors: list[dict[str, Any]] | None = None,
-    headers: dict[str, str] | None = None,
-) -> JSONResponse:
-    """Build an ``application/problem+json`` response."""
-    body: dict[str, Any] = {
-        "type": f"{TYPE_PREFIX}{slug}" if slug else "about:blank",
-        "title": HTTPStatus(status).phrase,
-        "status": status,
-        "detail": detail,
-        "instance": instance,
-    }
-    if errors is not None:
-        body["errors"] = errors
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_MEDIA_TYPE, headers=headers)
+def error_problem(error: ServiceError, *, instance: str) -> JSONResponse:
+    """The problem+json response to a domain error (with ``Retry-After`` when it has one)."""
+    headers = (
+        {"Retry-After": str(error.retry_after_s)} if isinstance(error, TooManyJobsError) else None
+    )
+    return problem_response(
+        status=status_of(error),
+        detail=error.detail,
+        instance=instance,
+        slug=error.slug,
+        errors=error.errors,
+        headers=headers,
+    )
 
 
 def format_location(loc: Sequence[int | str]) -> str:
@@ -243,15 +193,8 @@ def install_problem_handlers(app: FastAPI, *, union_tags: frozenset[str]) -> Non
     """
 
     async def handle_problem(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, ProblemError)
-        return problem_response(
-            status=exc.status,
-            detail=exc.detail,
-            instance=request.url.path,
-            slug=exc.slug,
-            errors=exc.errors,
-            headers=exc.headers,
-        )
+        assert isinstance(exc, ServiceError)
+        return error_problem(exc, instance=request.url.path)
 
     async def handle_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
@@ -297,7 +240,7 @@ def install_problem_handlers(app: FastAPI, *, union_tags: frozenset[str]) -> Non
             instance=request.url.path,
         )
 
-    app.add_exception_handler(ProblemError, handle_problem)
+    app.add_exception_handler(ServiceError, handle_problem)
     app.add_exception_handler(RequestValidationError, handle_validation)
     app.add_exception_handler(StarletteHTTPException, handle_http)
     app.add_exception_handler(Exception, handle_unexpected)

@@ -11,9 +11,9 @@ from starlette.exceptions import HTTPException
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.errors import problem_response
-from service.api.metrics import ServiceMetrics
 from service.logs import request_id_var
+from service.metrics import ServiceMetrics
+from service.problems import problem_response
 
 
 def _too_large(limit: int, setting: str) -> str:

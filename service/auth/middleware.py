@@ -17,9 +17,9 @@ from urllib.parse import parse_qsl
 from fastapi import Depends, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.api.errors import problem_response
 from service.auth import policy
 from service.auth.keys import ApiKey, InvalidKeyError, KeyRing, RevokedKeyError, looks_like_key
+from service.problems import problem_response
 
 logger = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from service.api.errors import PROBLEM_MEDIA_TYPE
 from service.auth import policy
+from service.problems import PROBLEM_MEDIA_TYPE
 
 SECURITY_SCHEME = "apiKey"
 _METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")

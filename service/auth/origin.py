@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.api.errors import problem_response
+from service.problems import problem_response
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 """The names a server without ``MIXREG_ALLOWED_HOSTS`` answers to."""

@@ -9,9 +9,10 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from service.api.docs import DOCS_STATIC
 from service.auth.keys import Scope
 
+# Where the offline API docs serve their scripts and styles (open, as the docs pages are).
+DOCS_STATIC = "/static-offline-docs"
 OPEN_PATHS = frozenset(
     {
         # Probes of load balancers and orchestrators, which carry no credentials.

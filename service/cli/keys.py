@@ -24,6 +24,7 @@ from service.auth.keys import (
     read_key_file,
     revoke_key,
 )
+from service.cli.arguments import with_settings
 from service.config import Settings
 
 EXIT_OK = 0
@@ -153,13 +154,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         action="store_true",
         help="store nothing; print an entry for MIXREG_API_KEYS on stderr instead",
     )
-    create.set_defaults(handler=_create)
+    create.set_defaults(handler=with_settings(_create))
 
     listing = key_commands.add_parser("list", help="the keys, revoked ones included")
     listing.add_argument("--file", type=Path, help=file_help)
-    listing.set_defaults(handler=_list)
+    listing.set_defaults(handler=with_settings(_list))
 
     revoke = key_commands.add_parser("revoke", help="refuse a key from now on")
     revoke.add_argument("id", help="the key's id (the 12 hex digits after mixreg_)")
     revoke.add_argument("--file", type=Path, help=file_help)
-    revoke.set_defaults(handler=_revoke)
+    revoke.set_defaults(handler=with_settings(_revoke))

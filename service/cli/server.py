@@ -9,7 +9,7 @@ import uvicorn
 
 from models_store import migrate
 from service.auth.policy import bind_refusal
-from service.cli.arguments import positive_int
+from service.cli.arguments import positive_int, with_settings
 from service.config import Settings
 
 
@@ -82,13 +82,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     serve.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
-    serve.set_defaults(handler=_serve)
+    serve.set_defaults(handler=with_settings(_serve))
 
     database = commands.add_parser("db", help="manage the database schema (MIXREG_DATABASE_URL)")
     db_commands = database.add_subparsers(dest="db_command", required=True)
     upgrade = db_commands.add_parser("upgrade", help="upgrade to a revision (default: head)")
     upgrade.add_argument("revision", nargs="?", default="head")
-    upgrade.set_defaults(handler=_upgrade)
+    upgrade.set_defaults(handler=with_settings(_upgrade))
     downgrade = db_commands.add_parser(
         "downgrade", help="downgrade to a revision (a revision id, -1, or base with --yes)"
     )
@@ -96,6 +96,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     downgrade.add_argument(
         "--yes", action="store_true", help="confirm a downgrade to base, which drops all data"
     )
-    downgrade.set_defaults(handler=_downgrade)
+    downgrade.set_defaults(handler=with_settings(_downgrade))
     current = db_commands.add_parser("current", help="show the database's revision")
-    current.set_defaults(handler=_current)
+    current.set_defaults(handler=with_settings(_current))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from service.cli.arguments import positive_int
+from service.cli.arguments import positive_int, with_settings
 from service.config import Settings
 
 
@@ -43,4 +43,4 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         type=positive_int,
         help="fits run at once (default: MIXREG_WORKER_CONCURRENCY or 2)",
     )
-    worker.set_defaults(handler=_work)
+    worker.set_defaults(handler=with_settings(_work))

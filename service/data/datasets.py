@@ -23,22 +23,61 @@ from starlette.datastructures import UploadFile
 
 from models_store import repository
 from models_store.session import session_scope
-from service.api.errors import DataTooLargeError, InvalidInputError, UnsupportedMediaTypeError
-from service.api.schemas import DataIn, DatasetIn, DatasetOut
-from service.api.views import dataset_out
 from service.config import Settings
 from service.data import ingest
+from service.errors import DataTooLargeError, InvalidInputError, UnsupportedMediaTypeError
+from service.schemas import DataIn, DatasetIn, DatasetOut
+from service.views import dataset_out
 
 BinaryFile = IO[bytes]
 
+
+@dataclass(frozen=True)
+class TableOptions:
+    """How to read a CSV or Parquet upload: the column to predict, which columns are the
+    features, and (CSV) the delimiter; none of them applies to NPZ or ``.npy`` arrays."""
+
+    target: str | None = None
+    features: tuple[str, ...] | None = None
+    ignore: tuple[str, ...] = ()
+    delimiter: str | None = None
+
+    def choice(self) -> ingest.ColumnChoice:
+        """The feature columns asked for."""
+        return ingest.ColumnChoice(features=self.features, ignore=self.ignore)
+
+    def check_applies_to(self, file_format: str) -> None:
+        """Raise if an option was given that a file of ``file_format`` has no use for."""
+        given = [
+            name
+            for name, value, formats in (
+                ("features", self.features, ("csv", "parquet")),
+                ("ignore", self.ignore or None, ("csv", "parquet")),
+                ("delimiter", self.delimiter, ("csv",)),
+            )
+            if value is not None and file_format not in formats
+        ]
+        if given:
+            raise ingest.IngestError(
+                f"{', '.join(given)} applies to named columns (CSV; features and ignore also "
+                f"Parquet), not to a {file_format} upload"
+            )
+
+
 _READERS: dict[
-    str, Callable[[BinaryFile, str | None, ingest.DatasetLimits], ingest.StagedDataset]
+    str, Callable[[BinaryFile, TableOptions, ingest.DatasetLimits], ingest.StagedDataset]
 ] = {
-    "csv": lambda source, target, limits: ingest.read_csv(source, target=target, limits=limits),
-    "parquet": lambda source, target, limits: ingest.read_parquet(
-        source, target=target, limits=limits
+    "csv": lambda source, options, limits: ingest.read_csv(
+        source,
+        target=options.target,
+        limits=limits,
+        choice=options.choice(),
+        delimiter=options.delimiter,
     ),
-    "npz": lambda source, target, limits: ingest.read_npz(source, limits=limits),
+    "parquet": lambda source, options, limits: ingest.read_parquet(
+        source, target=options.target, limits=limits, choice=options.choice()
+    ),
+    "npz": lambda source, options, limits: ingest.read_npz(source, limits=limits),
 }
 _SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npz": "npz"}
 MEDIA_TYPES = {
@@ -89,11 +128,20 @@ def _reading(read: Callable[[], ingest.StagedDataset]) -> ingest.StagedDataset:
 
 
 def read_file(
-    source: BinaryFile, *, file_format: str, target: str | None, limits: ingest.DatasetLimits
+    source: BinaryFile,
+    *,
+    file_format: str,
+    options: TableOptions,
+    limits: ingest.DatasetLimits,
 ) -> ingest.StagedDataset:
     """Read an uploaded file of a known format (``file_format``) into a staged dataset."""
     reader = _READERS[file_format]
-    return _reading(lambda: reader(source, target, limits))
+
+    def read() -> ingest.StagedDataset:
+        options.check_applies_to(file_format)
+        return reader(source, options, limits)
+
+    return _reading(read)
 
 
 def read_npy_files(
@@ -140,13 +188,14 @@ class Upload:
 
 
 async def read_upload(
-    request: Request, *, target: str | None, name: str | None, settings: Settings
+    request: Request, *, options: TableOptions, name: str | None, settings: Settings
 ) -> Upload:
     """The checked rows and name of an upload: a JSON body, a multipart file (or two ``.npy``
     files) or a raw CSV, Parquet or NPZ body.
 
-    ``target`` and ``name`` are the query parameters (for raw bodies); reading and checking
-    run in a worker thread so the event loop stays free.
+    ``options`` and ``name`` are the query parameters (for raw bodies; a multipart upload has
+    them as form fields); reading and checking run in a worker thread so the event loop stays
+    free.
     """
     limits = limits_of(settings)
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -165,7 +214,7 @@ async def read_upload(
                 read_file,
                 spool,
                 file_format=MEDIA_TYPES[content_type],
-                target=target,
+                options=options,
                 limits=limits,
             )
         return Upload(staged, name)
@@ -184,10 +233,18 @@ async def _read_multipart(request: Request, *, limits: ingest.DatasetLimits) -> 
         names = [value for value in form.getlist("feature_names") if isinstance(value, str)]
         target = form_target if isinstance(form_target, str) else None
         name = form_name if isinstance(form_name, str) else None
+        form_delimiter = form.get("delimiter")
+        features = [value for value in form.getlist("features") if isinstance(value, str)]
+        options = TableOptions(
+            target=target,
+            features=tuple(features) if features else None,
+            ignore=tuple(value for value in form.getlist("ignore") if isinstance(value, str)),
+            delimiter=form_delimiter if isinstance(form_delimiter, str) else None,
+        )
         if isinstance(upload, UploadFile):
             fmt = file_format(filename=upload.filename, content_type=upload.content_type)
             staged = await run_in_threadpool(
-                read_file, upload.file, file_format=fmt, target=target, limits=limits
+                read_file, upload.file, file_format=fmt, options=options, limits=limits
             )
             return Upload(staged, name)
         if isinstance(X_upload, UploadFile) and isinstance(y_upload, UploadFile):

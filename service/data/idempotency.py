@@ -20,10 +20,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from models_store import repository
 from models_store.session import session_scope
 from models_store.tables import Dataset
-from service.api.errors import ConflictError
-from service.api.schemas import DatasetOut
-from service.api.views import dataset_out
 from service.data.datasets import Upload, store_upload
+from service.errors import ConflictError
+from service.schemas import DatasetOut
+from service.views import dataset_out
 
 _HASH_BLOCK_ROWS = 65_536
 

@@ -336,15 +336,82 @@ def _staged(
     return StagedDataset(feature_names=feature_names, target_name=target_name, limits=limits)
 
 
+@dataclass(frozen=True)
+class ColumnChoice:
+    """Which columns of a CSV or Parquet file are the features: ``features`` in that order,
+    else every column but the target and those to ``ignore`` (an id or a text column)."""
+
+    features: tuple[str, ...] | None = None
+    ignore: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.features is not None and self.ignore:
+            raise IngestError("give the feature columns or the columns to ignore, not both")
+        if self.features is not None and not self.features:
+            raise IngestError("features lists no column; name at least one")
+
+    def feature_columns(self, columns: list[str], *, target: str, source: str) -> list[str]:
+        """The feature columns of ``columns``; raises naming a listed column that is not
+        there (in time linear in the columns and the names)."""
+        present = set(columns)
+        for field, names in (("features", self.features or ()), ("ignore", self.ignore)):
+            for name in names:
+                if name not in present:
+                    raise IngestError(
+                        f"{field} names '{name}', but {source} has the columns {_listed(columns)}"
+                    )
+                if name == target:
+                    raise IngestError(f"{field} names the target column '{target}'")
+        if self.features is not None:
+            named: set[str] = set()
+            for name in self.features:
+                if name in named:
+                    raise IngestError(f"features names the column '{name}' twice")
+                named.add(name)
+            return list(self.features)
+        ignored = set(self.ignore)
+        return [column for column in columns if column != target and column not in ignored]
+
+
+EVERY_COLUMN = ColumnChoice()
+# The delimiters a CSV header is told apart by, when the upload does not name one.
+CSV_DELIMITERS = (",", ";", "\t", "|")
+
+
+def _delimiter_hint(columns: list[str]) -> str:
+    """A hint when a column name holds another delimiter: the file is likely separated by it."""
+    for delimiter in CSV_DELIMITERS:
+        if any(delimiter in column for column in columns):
+            shown = "\\t" if delimiter == "\t" else delimiter
+            return (
+                f" (the header looks separated by '{shown}': give the delimiter, "
+                f"delimiter='{shown}')"
+            )
+    return ""
+
+
 def _check_column_names(
-    columns: list[str], *, source: str, what: str, target: str | None, limits: DatasetLimits
+    columns: list[str],
+    *,
+    source: str,
+    what: str,
+    target: str | None,
+    limits: DatasetLimits,
+    choice: ColumnChoice = EVERY_COLUMN,
+    hint: str = "",
 ) -> list[str]:
     """The feature columns of a header; raises naming an empty, repeated or missing column.
 
-    ``source`` names the file ("CSV"), ``what`` the list of columns ("CSV header"). The feature
-    limit is checked first and the rest in one pass, so a header of any width costs linear time.
+    ``source`` names the file ("CSV"), ``what`` the list of columns ("CSV header"), ``hint``
+    what to add to the message of a missing target column. The feature limit is checked first
+    and the rest in one pass, so a header of any width costs linear time.
     """
-    limits.check_features(len(columns) - 1 if target in columns else len(columns))
+    width = len(columns) - (1 if target in columns else 0)
+    if choice.features is not None:
+        width = min(width, len(choice.features))
+    else:
+        width -= len(set(choice.ignore))
+    limits.check_features(max(width, 0))
     listed = _listed(columns)
     seen: set[str] = set()
     for index, column in enumerate(columns):
@@ -361,12 +428,13 @@ def _check_column_names(
             f"{listed}"
         )
     if target not in seen:
-        raise IngestError(f"{source} has no column '{target}'; columns are {listed}")
-    if len(columns) < 2:
+        raise IngestError(f"{source} has no column '{target}'; columns are {listed}{hint}")
+    features = choice.feature_columns(columns, target=target, source=source)
+    if not features:
         raise IngestError(
             f"{source} has only the target column '{target}'; at least one feature is needed"
         )
-    return [column for column in columns if column != target]
+    return features
 
 
 _LISTED_COLUMNS = 20
@@ -426,6 +494,12 @@ def _csv_lines(source: BinaryFile) -> Iterator[str]:
         yield from lines
         if final:
             return
+
+
+def detect_delimiter(header: str) -> str:
+    """The delimiter of a CSV header line: the candidate it holds most (a comma on a tie)."""
+    counts = [header.count(delimiter) for delimiter in CSV_DELIMITERS]
+    return CSV_DELIMITERS[counts.index(max(counts))] if max(counts) else ","
 
 
 def _read_csv_header(reader: Reader) -> list[str]:
@@ -501,27 +575,56 @@ class _FastPathRefusedError(Exception):
     """The fast CSV reader met something it does not read exactly as the csv module does."""
 
 
+def _csv_delimiter(source: BinaryFile, delimiter: str | None) -> str:
+    """``delimiter``, checked, or the one the first line of ``source`` holds most."""
+    if delimiter is not None:
+        if len(delimiter) != 1 or delimiter in '\r\n"':
+            raise IngestError(
+                f"delimiter must be one character other than a quote or a line end, "
+                f"got {delimiter!r}"
+            )
+        return delimiter
+    first_line = next(_csv_lines(source), "")
+    source.seek(0)
+    return detect_delimiter(first_line)
+
+
 def read_csv(
-    source: BinaryFile, *, target: str | None, limits: DatasetLimits = NO_LIMITS
+    source: BinaryFile,
+    *,
+    target: str | None,
+    limits: DatasetLimits = NO_LIMITS,
+    choice: ColumnChoice = EVERY_COLUMN,
+    delimiter: str | None = None,
 ) -> StagedDataset:
-    """Read a CSV with a header row; ``target`` names the column to predict.
+    """Read a CSV with a header row; ``target`` names the column to predict, ``choice`` the
+    features, ``delimiter`` what separates the fields (default: the one of ``,;<tab>|`` the
+    header holds most).
 
     The rows are read by pyarrow's streaming CSV reader. When it refuses a block (a value
     that is not a number, a short line, an empty cell...), the file is read again from the
     start by Python's ``csv`` module, which names the exact line and column of the problem (or
     reads a file that only pyarrow found odd, such as a line of blanks).
     """
-    reader = csv.reader(_csv_lines(source))
+    delimiter = _csv_delimiter(source, delimiter)
+    reader = csv.reader(_csv_lines(source), delimiter=delimiter)
     try:
         columns = _read_csv_header(reader)
         header_lines = reader.line_num
     except csv.Error as exc:
         raise IngestError(f"CSV line {reader.line_num} cannot be read: {exc}") from None
     feature_names = _check_column_names(
-        columns, source="CSV", what="CSV header", target=target, limits=limits
+        columns,
+        source="CSV",
+        what="CSV header",
+        target=target,
+        limits=limits,
+        choice=choice,
+        hint=_delimiter_hint(columns),
     )
     assert target is not None  # checked with the header
-    target_index = columns.index(target)
+    # The columns read, the target last; the others (ids, text) are never parsed.
+    used = [*(columns.index(name) for name in feature_names), columns.index(target)]
     staged = _staged(feature_names, target, limits)
     try:
         _stage_csv_fast(
@@ -529,14 +632,15 @@ def read_csv(
             staged,
             n_columns=len(columns),
             header_lines=header_lines,
-            target_index=target_index,
+            used=used,
+            delimiter=delimiter,
         )
     except _FastPathRefusedError:
         staged.close()
         source.seek(0)
         staged = _staged(feature_names, target, limits)
         try:
-            _stage_csv_exact(source, staged, target_index=target_index)
+            _stage_csv_exact(source, staged, n_columns=len(columns), used=used, delimiter=delimiter)
         except BaseException:
             staged.close()
             raise
@@ -565,36 +669,40 @@ def _stage_csv_fast(
     *,
     n_columns: int,
     header_lines: int,
-    target_index: int,
+    used: list[int],
+    delimiter: str,
 ) -> None:
     import pyarrow as pa
     import pyarrow.csv as pa_csv
 
     names = [f"c{index}" for index in range(n_columns)]
-    feature_indices = [index for index in range(n_columns) if index != target_index]
+    included = [names[index] for index in used]
     try:
         reader = pa_csv.open_csv(
             source,
             read_options=pa_csv.ReadOptions(
                 skip_rows=header_lines, column_names=names, block_size=CSV_BLOCK_BYTES
             ),
+            parse_options=pa_csv.ParseOptions(delimiter=delimiter),
             convert_options=pa_csv.ConvertOptions(
-                column_types=dict.fromkeys(names, pa.float64()),
+                column_types=dict.fromkeys(included, pa.float64()),
+                include_columns=included,
                 null_values=[""],
                 strings_can_be_null=False,
                 quoted_strings_can_be_null=True,
             ),
         )
         for batch in reader:
+            # The batch holds the used columns in the order of ``used``: features, then target.
             columns = [
-                batch.column(index).to_numpy(zero_copy_only=False) for index in range(n_columns)
+                batch.column(index).to_numpy(zero_copy_only=False) for index in range(len(used))
             ]
-            if any(batch.column(index).null_count for index in range(n_columns)):
+            if any(batch.column(index).null_count for index in range(len(used))):
                 columns = _drop_blank_rows(batch, columns)
-            X = np.empty((len(columns[0]), n_columns - 1), dtype=np.float64)
-            for position, index in enumerate(feature_indices):
-                X[:, position] = columns[index]
-            y = np.asarray(columns[target_index], dtype=np.float64)
+            X = np.empty((len(columns[0]), len(used) - 1), dtype=np.float64)
+            for position, column in enumerate(columns[:-1]):
+                X[:, position] = column
+            y = np.asarray(columns[-1], dtype=np.float64)
             if not (np.isfinite(X).all() and np.isfinite(y).all()):
                 raise _FastPathRefusedError  # the exact reader names the line and column
             staged.append(X, y)
@@ -617,12 +725,12 @@ def _drop_blank_rows(batch: Any, columns: list[NDArray[Any]]) -> list[NDArray[An
     return [column[~blank] for column in columns]
 
 
-def _lines_of_at_most(lines: Iterator[str], n_fields: int) -> Iterator[str]:
+def _lines_of_at_most(lines: Iterator[str], n_fields: int, delimiter: str) -> Iterator[str]:
     """``lines``, refusing one without quotes that has more than ``n_fields`` fields before
     the csv module splits it (a line of millions of fields would become millions of strings)."""
     for number, line in enumerate(lines, start=1):
         if '"' not in line:
-            fields = line.count(",") + 1
+            fields = line.count(delimiter) + 1
             if fields > n_fields:
                 raise IngestError(
                     f"CSV line {number} has {_count(fields, 'field')}, expected {n_fields}"
@@ -630,11 +738,15 @@ def _lines_of_at_most(lines: Iterator[str], n_fields: int) -> Iterator[str]:
         yield line
 
 
-def _stage_csv_exact(source: BinaryFile, staged: StagedDataset, *, target_index: int) -> None:
-    reader = csv.reader(_lines_of_at_most(_csv_lines(source), staged.n_features + 1))
+def _stage_csv_exact(
+    source: BinaryFile, staged: StagedDataset, *, n_columns: int, used: list[int], delimiter: str
+) -> None:
+    reader = csv.reader(
+        _lines_of_at_most(_csv_lines(source), n_columns, delimiter), delimiter=delimiter
+    )
     try:
         columns = _read_csv_header(reader)
-        block_rows = rows_per_block(len(columns))
+        block_rows = rows_per_block(len(used))
         values: list[list[float]] = []
         for row in reader:
             line = reader.line_num
@@ -645,24 +757,22 @@ def _stage_csv_exact(source: BinaryFile, staged: StagedDataset, *, target_index:
                     f"CSV line {line} has {_count(len(row), 'field')}, expected {len(columns)}"
                 )
             values.append(
-                [
-                    _parse_csv_number(cell, line=line, column=column)
-                    for column, cell in zip(columns, row, strict=True)
-                ]
+                [_parse_csv_number(row[index], line=line, column=columns[index]) for index in used]
             )
             if len(values) == block_rows:
-                _stage_csv_rows(staged, values, target_index)
+                _stage_csv_rows(staged, values)
                 values = []
         if values:
-            _stage_csv_rows(staged, values, target_index)
+            _stage_csv_rows(staged, values)
     except csv.Error as exc:
         raise IngestError(f"CSV line {reader.line_num} cannot be read: {exc}") from None
 
 
-def _stage_csv_rows(staged: StagedDataset, values: list[list[float]], target_index: int) -> None:
+def _stage_csv_rows(staged: StagedDataset, values: list[list[float]]) -> None:
+    """Stage rows of the used columns, the target last."""
     table = np.asarray(values, dtype=np.float64)
-    X = np.ascontiguousarray(np.delete(table, target_index, axis=1))
-    y = np.ascontiguousarray(table[:, target_index])
+    X = np.ascontiguousarray(table[:, :-1])
+    y = np.ascontiguousarray(table[:, -1])
     staged.append(X, y)
 
 
@@ -693,10 +803,15 @@ PARQUET_MAGIC = b"PAR1"
 
 
 def read_parquet(
-    source: BinaryFile, *, target: str | None, limits: DatasetLimits = NO_LIMITS
+    source: BinaryFile,
+    *,
+    target: str | None,
+    limits: DatasetLimits = NO_LIMITS,
+    choice: ColumnChoice = EVERY_COLUMN,
 ) -> StagedDataset:
-    """Read a Parquet file whose column ``target`` is the target and whose other columns, all
-    of numbers (integers or floats), are the features; row groups are read one at a time."""
+    """Read a Parquet file whose column ``target`` is the target and whose other columns (or
+    those of ``choice``), all of numbers (integers or floats), are the features; row groups
+    are read one at a time."""
     import pyarrow as pa
     import pyarrow.parquet as pa_parquet
 
@@ -709,20 +824,27 @@ def read_parquet(
     if not columns:
         raise IngestError("Parquet file has no columns")
     feature_names = _check_column_names(
-        columns, source="Parquet file", what="Parquet file", target=target, limits=limits
+        columns,
+        source="Parquet file",
+        what="Parquet file",
+        target=target,
+        limits=limits,
+        choice=choice,
     )
-    for field in schema:
+    assert target is not None  # checked with the columns
+    used = [*feature_names, target]
+    for field in (schema.field(name) for name in used):
         if not (pa.types.is_integer(field.type) or pa.types.is_floating(field.type)):
             raise IngestError(
-                f"Parquet column '{field.name}' holds {field.type}, not numbers; every column "
-                f"must hold integers or floats"
+                f"Parquet column '{field.name}' holds {field.type}, not numbers; the features "
+                f"and the target must hold integers or floats (leave a column out with ignore)"
             )
-    assert target is not None  # checked with the columns
-    target_index = columns.index(target)
-    feature_indices = [index for index in range(len(columns)) if index != target_index]
     staged = _staged(feature_names, target, limits)
     try:
-        batches = parquet_file.iter_batches(batch_size=rows_per_block(len(feature_names)))
+        # Each batch holds the used columns in that order: the features, then the target.
+        batches = parquet_file.iter_batches(
+            batch_size=rows_per_block(len(feature_names)), columns=used
+        )
         while True:
             try:
                 batch = next(batches, None)
@@ -732,11 +854,11 @@ def read_parquet(
                 ) from None
             if batch is None:
                 break
-            _check_parquet_values(batch, columns, first_row=staged.n_rows + 1)
-            X = np.empty((batch.num_rows, len(feature_indices)), dtype=np.float64)
-            for position, index in enumerate(feature_indices):
-                X[:, position] = batch.column(index).to_numpy(zero_copy_only=False)
-            y = np.asarray(batch.column(target_index).to_numpy(zero_copy_only=False), np.float64)
+            _check_parquet_values(batch, used, first_row=staged.n_rows + 1)
+            X = np.empty((batch.num_rows, len(feature_names)), dtype=np.float64)
+            for position in range(len(feature_names)):
+                X[:, position] = batch.column(position).to_numpy(zero_copy_only=False)
+            y = np.asarray(batch.column(len(used) - 1).to_numpy(zero_copy_only=False), np.float64)
             staged.append(X, y)
         if staged.n_rows == 0:
             raise IngestError("Parquet file has no rows")

@@ -22,9 +22,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from models_store import repository
 from models_store.session import session_scope
-from service.api.metrics import ServiceMetrics
 from service.config import Settings
 from service.jobs.supervisor import FitSupervisor, RunningFit, new_worker_id
+from service.metrics import ServiceMetrics
 
 logger = logging.getLogger(__name__)
 

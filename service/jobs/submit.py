@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,15 +14,11 @@ from sqlalchemy.orm import Session
 from mixreg import check_n_components_list
 from models_store import repository
 from models_store.tables import Dataset, Job
-from service.api.errors import ConflictError, InvalidInputError, NotFoundError
-from service.api.schemas import FitVariant
 from service.data import ingest
-from service.jobs.training import (
-    FORKSERVER_PRELOAD,
-    FitSpec,
-    holdout_size,
-    send_resolved_parameters,
-)
+from service.errors import ConflictError, InvalidInputError, NotFoundError
+from service.jobs.supervisor import fit_process_context
+from service.jobs.training import FitSpec, holdout_size, send_resolved_parameters
+from service.schemas import FitVariant
 
 
 @dataclass(frozen=True)
@@ -91,8 +86,7 @@ def _resolve_in_a_child(spec: FitSpec, k: int, n_train: int, n_features: int) ->
     """``resolved_parameters`` in a child process given RESOLVE_DEADLINE_S once it runs: a
     request thread is never held longer, and whatever the resolution allocates goes with the
     child. Raises ``InvalidInputError`` naming the parameters if it fails or takes too long."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(FORKSERVER_PRELOAD)  # no effect once the server runs
+    context = fit_process_context()
     reader, writer = context.Pipe(duplex=False)
     process = context.Process(
         target=send_resolved_parameters,

@@ -26,14 +26,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from models_store import repository
 from models_store.session import session_scope
-from service.api.metrics import ServiceMetrics
 from service.config import Settings
-from service.jobs.training import (
-    EXIT_ATTEMPT_SUPERSEDED,
-    EXIT_PARENT_LOST,
-    FORKSERVER_PRELOAD,
-    run_job,
-)
+from service.jobs.training import EXIT_ATTEMPT_SUPERSEDED, EXIT_PARENT_LOST, run_job
+from service.metrics import ServiceMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +54,21 @@ def describe_exit(exitcode: int | None) -> str:
     if exitcode == EXIT_ATTEMPT_SUPERSEDED:
         return "the fit process stopped: its attempt at the job is no longer the current one"
     return f"the fit process exited with code {exitcode} before it finished the job"
+
+
+def fit_process_context() -> multiprocessing.context.ForkServerContext:
+    """The multiprocessing context fit processes start from.
+
+    The fork server imports the fit code once; each fit then starts in milliseconds instead of
+    re-importing scikit-learn, and no process is forked from a threaded one. A child also
+    re-runs the imports of the server's main script: ``python -m uvicorn`` has none that it
+    re-runs, the ``mixreg`` console script imports only ``mixreg_client.cli``, which is light,
+    so a fit process holds neither the web server nor the scale-out queue nor the terminal UI.
+    """
+    context = multiprocessing.get_context("forkserver")
+    assert isinstance(context, multiprocessing.context.ForkServerContext)
+    context.set_forkserver_preload(["service.jobs.training", "mixreg_client.cli"])
+    return context
 
 
 @dataclass
@@ -106,10 +116,7 @@ class FitSupervisor:
         self._session_factory = session_factory
         self._settings = settings
         self._metrics = metrics
-        self._context = multiprocessing.get_context("forkserver")
-        # The fork server imports the fit code once; each fit then starts in milliseconds
-        # instead of re-importing scikit-learn, and no process is forked from this threaded one.
-        self._context.set_forkserver_preload(FORKSERVER_PRELOAD)
+        self._context = fit_process_context()
 
     def warm_up(self) -> None:
         """Start the fork server and wait until it has imported the fit code (seconds), so

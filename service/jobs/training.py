@@ -518,11 +518,6 @@ def check_finite_result(fitted: FittedMixture) -> None:
             raise ValueError(f"the fit produced non-finite numbers ({what}); {RESCALE_HINT}")
 
 
-FORKSERVER_PRELOAD = ["service.jobs.training", "service.cli"]
-"""What the fork server of a process imports once, so that its children start in milliseconds:
-the fit code, and the imports of the server's main script (``mixreg`` or ``uvicorn``), which a
-child re-runs."""
-
 # Address space a parameter resolution may add to its child process (see below).
 _RESOLVE_MEMORY_BYTES = 1024**3
 
@@ -948,6 +943,7 @@ def _store_models(
             model_id=model_ids[fitted.best_n_components],
             sweep=sweep,
             warnings=job_warnings,
+            best_loss=fitted.best.train_min_loss,
             now=repository.database_now(session),
         ):
             raise JobLostError(job_id)

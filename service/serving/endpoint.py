@@ -21,11 +21,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.requests import Request
 from starlette.responses import Response
 
-from service.api import limits
-from service.api.errors import InvalidInputError, ProblemError, UnsupportedMediaTypeError
-from service.api.schemas import ModelPredictRequest, PredictRequest
+from service import limits
 from service.config import Settings
 from service.data.ingest import IngestError
+from service.errors import (
+    InvalidInputError,
+    NotAcceptableError,
+    UnsupportedMediaTypeError,
+)
+from service.schemas import ModelPredictRequest, PredictRequest
 from service.serving import formats
 from service.serving.prediction import (
     FloatArray,
@@ -38,13 +42,6 @@ from service.serving.prediction import (
 
 INLINE_BODY_BYTES = 64 * 1024
 """Bodies up to this size are handled on the event loop; larger ones in the thread pool."""
-
-
-class NotAcceptableError(ProblemError):
-    """The client accepts no format the answer can be given in (406)."""
-
-    status = 406
-    slug = "not-acceptable"
 
 
 @dataclass(frozen=True)

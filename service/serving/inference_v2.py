@@ -23,8 +23,9 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import ValidationError
 
-from service.api.errors import ProblemError
-from service.api.schemas_v2 import (
+from service.data import ingest
+from service.errors import NotFoundError, ServiceError
+from service.schemas_v2 import (
     InferenceRequest,
     InferenceResponse,
     MetadataTensor,
@@ -32,7 +33,6 @@ from service.api.schemas_v2 import (
     RequestInput,
     ResponseOutput,
 )
-from service.data import ingest
 from service.serving.prediction import FloatArray, StoredLines, predict_matrix
 
 MODEL_VERSION = "1"
@@ -61,10 +61,9 @@ INPUT_DATATYPES: dict[str, np.dtype[Any]] = {
 }
 
 
-class InferenceProtocolError(ProblemError):
-    """An inference request the protocol or the model cannot serve (400)."""
+class InferenceProtocolError(ServiceError):
+    """An inference request the protocol or the model cannot serve (a bad request)."""
 
-    status = 400
     slug = "inference-request"
 
 
@@ -88,11 +87,8 @@ def check_version(model_id: str, version: str | None) -> None:
         )
 
 
-class VersionNotFoundError(ProblemError):
-    """The model exists but not in the version asked for (404)."""
-
-    status = 404
-    slug = "not-found"
+class VersionNotFoundError(NotFoundError):
+    """The model exists but not in the version asked for."""
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from mixreg import min_loss, predict_lines
 from models_store import repository
 from models_store.session import read_scope, session_scope
 from models_store.tables import Model
-from service.api.errors import InvalidInputError, NotFoundError
-from service.api.schemas import PredictResponse
+from service.errors import InvalidInputError, NotFoundError
+from service.schemas import PredictResponse
 
 FloatArray = NDArray[np.float64]
 

@@ -14,6 +14,7 @@ import pytest
 from fastapi.routing import iter_route_contexts
 from starlette.routing import BaseRoute, Mount
 
+from mixreg_client import Client, MixregError
 from service.auth import policy
 from service.config import Settings
 from service.main import create_app
@@ -253,3 +254,23 @@ def test_without_keys_the_server_will_not_bind_the_network(tmp_path: Path):
     assert "refusing to serve on 0.0.0.0 without API keys" in refused.stderr
     assert "MIXREG_ALLOW_UNAUTHENTICATED=true" in refused.stderr
     assert not (tmp_path / "mixreg.db").exists()
+
+
+def test_the_client_says_where_its_key_comes_from(keyed: Keyed, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("MIXREG_API_KEY", raising=False)
+    with Client(keyed.server.base_url) as client, pytest.raises(MixregError) as missing:
+        client.list_models()
+    assert missing.value.status == 401
+    assert missing.value.detail == (
+        "this server needs an API key: set MIXREG_API_KEY or pass api_key="
+    )
+    wrong_key = "mixreg_000000000000_wrong"
+    with (
+        Client(keyed.server.base_url, api_key=wrong_key) as client,
+        pytest.raises(MixregError) as wrong,
+    ):
+        client.list_models()
+    assert wrong.value.detail.endswith("(the key comes from api_key= or MIXREG_API_KEY)")
+    monkeypatch.setenv("MIXREG_API_KEY", keyed.read)
+    with Client(keyed.server.base_url) as client:
+        assert isinstance(client.list_models(), list)

@@ -4,6 +4,7 @@ progress bar, predict a CSV, list and show; exit codes and one-line messages; Ct
 from __future__ import annotations
 
 import csv
+import json
 import os
 import pty
 import re
@@ -154,6 +155,21 @@ def test_an_unreachable_server_exits_3_naming_the_url():
     assert result.returncode == 3
     assert result.stderr.startswith("mixreg: cannot reach the mixreg server at http://127.0.0.1:9")
     assert len(result.stderr.strip().splitlines()) == 1
+    assert "set its address with MIXREG_URL, or MIXREG_HOST and MIXREG_PORT, or --url" in (
+        result.stderr
+    )
+
+
+def test_a_k_range_far_above_the_limit_is_summarized(live: Server, tmp_path: Path):
+    data = write_csv(tmp_path / "data.csv", *mixture_data(n_rows=20))
+    result = mixreg("fit", str(data), "--target", "y", "--k", "1-500", url=live.base_url)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and len(result.stderr) < 300, result.stderr
+    assert "k lists 500 values; a sweep fits at most 20 (MIXREG_MAX_K_SWEEP)" in result.stderr
+    assert (
+        "k[100] = 101 … k[499] = 500: 400 values are above the limit of 100 (MIXREG_MAX_K)"
+        in result.stderr
+    )
 
 
 def read_until(fd: int, pattern: str, timeout: float) -> str:
@@ -247,3 +263,53 @@ def test_db_downgrade_needs_a_revision_and_yes_for_base(tmp_path: Path):
     confirmed = db("downgrade", "base", "--yes")
     assert confirmed.returncode == 0, confirmed.stderr
     assert confirmed.stdout == "database at revision None\n"
+
+
+def test_fit_chooses_columns_and_reads_semicolons(live: Server, tmp_path: Path):
+    X, y = mixture_data(n_rows=40, seed=5)
+    export = tmp_path / "export.csv"
+    lines = ["id;a;b;comment;c;y"] + [
+        f"row-{i};{a!r};{b!r};text {i};{c!r};{t!r}"
+        for i, ((a, b, c), t) in enumerate(zip(X.tolist(), y.tolist(), strict=True))
+    ]
+    export.write_text("\n".join(lines) + "\n")
+    result = mixreg(
+        "fit",
+        str(export),
+        "--target",
+        "y",
+        "--ignore",
+        "id,comment",
+        "--k",
+        "2",
+        *FAST,
+        "--json",
+        url=live.base_url,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["model"]["feature_names"] == ["a", "b", "c"]
+
+    chosen = mixreg(
+        "fit",
+        str(export),
+        "--target",
+        "y",
+        "--features",
+        "c,a",
+        "--k",
+        "2",
+        *FAST,
+        "--json",
+        url=live.base_url,
+    )
+    assert chosen.returncode == 0, chosen.stderr
+    assert json.loads(chosen.stdout)["model"]["feature_names"] == ["c", "a"]
+
+    wrong = mixreg(
+        "fit", str(export), "--target", "y", "--delimiter", ",", "--k", "2", url=live.base_url
+    )
+    assert wrong.returncode == 2
+    assert wrong.stderr.strip() == (
+        f"mixreg: {export}: CSV has no column 'y'; columns are id;a;b;comment;c;y (the header "
+        f"looks separated by ';': give the delimiter, --delimiter ';')"
+    )

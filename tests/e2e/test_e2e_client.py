@@ -275,3 +275,62 @@ def test_the_api_key_is_sent_as_a_bearer_token(live: Server, monkeypatch: pytest
         "Bearer mixreg_abc_secret",
         "Bearer mixreg_from_environment",
     ]
+
+
+def test_a_dataframe_is_matched_to_the_features_by_name(client: Client):
+    X, y = mixture_data(n_rows=60, seed=6)
+    frame = pd.DataFrame({"year": X[:, 0], "action": X[:, 1], "runtime_h": X[:, 2], "y": y})
+    model = client.get_model(
+        client.fit(client.upload(frame, target="y"), k=2, params=FAST_FIT).wait().model_id or ""
+    )
+    in_order = client.predict(model, X)
+
+    shuffled = frame[["runtime_h", "year", "action"]]
+    # By name whether the model is given by id (its features are read) or as a Model.
+    np.testing.assert_array_equal(client.predict(model.id, shuffled), in_order)
+    np.testing.assert_array_equal(client.predict(model, shuffled), in_order)
+    assert client.score(model.id, shuffled, y).min_loss == client.score(model, X, y).min_loss
+
+    with pytest.raises(ValueError, match="lacks the model's features 'runtime_h'") as missing:
+        client.predict(model.id, frame[["year", "action"]])
+    assert "the model's features are year, action, runtime_h" in str(missing.value)
+    with pytest.raises(ValueError, match="has columns the model was not fitted on: 'y'"):
+        client.predict(model.id, frame)
+
+
+def test_the_client_finds_the_server_as_the_command_line_does(
+    live: Server, monkeypatch: pytest.MonkeyPatch
+):
+    for variable in ("MIXREG_URL", "MIXREG_API_KEY"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("MIXREG_HOST", "0.0.0.0")
+    monkeypatch.setenv("MIXREG_PORT", str(live.port))
+    with Client() as client:
+        assert client.base_url == live.base_url
+        client.list_models()
+    monkeypatch.setenv("MIXREG_URL", "http://127.0.0.1:9")
+    with Client(retries=0) as client, pytest.raises(MixregError) as unreachable:
+        client.list_models()
+    assert client.base_url == "http://127.0.0.1:9"
+    assert "set its address with MIXREG_URL, or MIXREG_HOST and MIXREG_PORT" in str(
+        unreachable.value
+    )
+    assert "--url" not in str(unreachable.value)
+
+
+def test_uploads_choose_their_feature_columns(client: Client, tmp_path: Path):
+    X, y = mixture_data(n_rows=30, seed=9)
+    frame = pd.DataFrame(
+        {"id": [f"r{i}" for i in range(30)], "a": X[:, 0], "b": X[:, 1], "c": X[:, 2], "y": y}
+    )
+    path = tmp_path / "export.csv"
+    frame.to_csv(path, index=False, sep=";", float_format="%.17g")
+
+    from_csv = client.upload(path, target="y", ignore=["id"], delimiter=";")
+    from_frame = client.upload(frame, target="y", features=["c", "a"])
+    assert from_csv.feature_names == ["a", "b", "c"]
+    assert from_frame.feature_names == ["c", "a"]
+    with pytest.raises(ValueError, match="features names 'zz', but the DataFrame has the"):
+        client.upload(frame, target="y", features=["zz"])
+    with pytest.raises(MixregError, match="features names 'zz', but CSV has the columns"):
+        client.upload(path, target="y", features=["a", "zz"])

@@ -411,3 +411,92 @@ def test_the_readme_binary_prediction_example_runs_as_written(make_sqlite_server
         "POST", f"/models/{job['model_id']}/predict", json={"X": rows[:3].tolist()}
     ).json()["predictions"]
     np.testing.assert_array_equal(predictions[:3], expected)
+
+
+def export_with_id_and_text(X: np.ndarray, y: np.ndarray, delimiter: str) -> bytes:
+    """A spreadsheet's export: an id and a text column beside the numbers, a chosen delimiter."""
+    header = delimiter.join(["id", "a", "comment", "b", "c", "y"])
+    rows = [
+        delimiter.join([f"row-{index}", repr(a), f'"note {index}, ok"', repr(b), repr(c), repr(t)])
+        for index, ((a, b, c), t) in enumerate(zip(X.tolist(), y.tolist(), strict=True))
+    ]
+    return ("\n".join([header, *rows]) + "\n").encode()
+
+
+@pytest.mark.parametrize("delimiter", [",", ";", "\t"], ids=["comma", "semicolon", "tab"])
+def test_csv_columns_chosen_by_name_with_any_delimiter(
+    server: Server, database_path: Path, delimiter: str
+):
+    X, y = mixture_data(n_rows=50, seed=3)
+    content = export_with_id_and_text(X, y, delimiter)
+    raw = server.request(
+        "POST",
+        "/datasets",
+        content=content,
+        headers={"content-type": "text/csv"},
+        params={"target": "y", "ignore": ["id", "comment"]},
+    )
+    assert raw.status_code == 201, raw.text
+    assert raw.json()["feature_names"] == ["a", "b", "c"]
+    stored_X, stored_y = stored_arrays(database_path, raw.json()["id"])
+    np.testing.assert_array_equal(stored_X, X)
+    np.testing.assert_array_equal(stored_y, y)
+
+    form = server.request(
+        "POST",
+        "/datasets",
+        files={"file": ("export.csv", content, "text/csv")},
+        data={"target": "y", "features": ["c", "a"], "delimiter": delimiter},
+    )
+    assert form.status_code == 201, form.text
+    assert form.json()["feature_names"] == ["c", "a"]
+    np.testing.assert_array_equal(stored_arrays(database_path, form.json()["id"])[0], X[:, [2, 0]])
+
+
+def test_csv_and_parquet_column_options_refused_naming_the_problem(server: Server):
+    X, y = mixture_data(n_rows=10)
+    semicolons = csv(X, y).replace(b",", b";")
+    wrong_delimiter = server.request(
+        "POST",
+        "/datasets",
+        content=semicolons,
+        headers={"content-type": "text/csv"},
+        params={"target": "y", "delimiter": ","},
+    )
+    assert_problem(
+        wrong_delimiter,
+        422,
+        "CSV has no column 'y'; columns are a;b;c;y (the header looks separated by ';': give "
+        "the delimiter, delimiter=';')",
+    )
+    for params, detail in (
+        ({"features": ["a", "zz"]}, "features names 'zz', but CSV has the columns a, b, c, y"),
+        ({"ignore": ["y"]}, "ignore names the target column 'y'"),
+        ({"features": ["a"], "ignore": ["b"]}, "give the feature columns or the columns to"),
+    ):
+        response = server.request(
+            "POST",
+            "/datasets",
+            content=csv(X, y),
+            headers={"content-type": "text/csv"},
+            params={"target": "y", **params},
+        )
+        assert_problem(response, 422, detail)
+    table = pa.table({"id": ["r"] * 10, "a": X[:, 0], "b": X[:, 1], "y": y})
+    with_text = server.request(
+        "POST",
+        "/datasets",
+        content=parquet_table(table),
+        headers={"content-type": PARQUET},
+        params={"target": "y", "ignore": ["id"]},
+    )
+    assert with_text.status_code == 201, with_text.text
+    assert with_text.json()["feature_names"] == ["a", "b"]
+    npz_with_delimiter = server.request(
+        "POST",
+        "/datasets",
+        content=npz(X, y),
+        headers={"content-type": "application/x-npz"},
+        params={"delimiter": ";"},
+    )
+    assert_problem(npz_with_delimiter, 422, "delimiter applies to named columns")

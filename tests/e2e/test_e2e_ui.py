@@ -29,7 +29,7 @@ pytestmark = pytest.mark.e2e
 
 CHROMIUM = Path("/usr/bin/chromium")
 FAST = {"n_init": 4, "n_partitions": 50, "subsample_size": 30}
-# Colours of the page and of the pictures (service/ui/static/ui.css, service/ui/plots.py).
+# Colours of the page and of the pictures (service/api/ui/static/ui.css, service/api/ui/plots.py).
 SUCCEEDED_BADGE = (0x1A, 0x7F, 0x37)
 FIRST_LINE, SECOND_LINE = (0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E)
 SWAGGER_POST_GREEN = (0x49, 0xCC, 0x90)

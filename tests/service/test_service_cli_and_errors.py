@@ -7,8 +7,8 @@ import logging
 import pytest
 from fastapi.testclient import TestClient
 
+from mixreg_client.cli import build_parser, main
 from models_store import migrate
-from service.cli import build_parser, main
 from service.config import Settings
 from service.main import create_app
 from tests.service.conftest import LOCAL_URL

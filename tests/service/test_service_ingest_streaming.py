@@ -131,7 +131,8 @@ GOOD_PARQUET = parquet_bytes(pa.table({"a": [1.0, 2.0, 3.0], "y": [0.5, 1.5, 2.5
         (
             parquet_bytes(pa.table({"a": ["1", "2"], "y": [1.0, 2.0]})),
             "y",
-            "Parquet column 'a' holds string, not numbers; every column must hold integers or",
+            "Parquet column 'a' holds string, not numbers; the features and the target must "
+            "hold integers or",
         ),
         (
             parquet_bytes(pa.table({"a": [1.0, None, 3.0], "y": [1.0, 2.0, 3.0]})),

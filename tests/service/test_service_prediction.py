@@ -7,7 +7,7 @@ import pytest
 
 from models_store import repository
 from models_store.session import session_scope
-from service.api.errors import InvalidInputError, NotFoundError
+from service.errors import InvalidInputError, NotFoundError
 from service.serving.prediction import ModelCache, StoredLines, delete_model, load_lines, predict
 
 

@@ -6,10 +6,10 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from mixreg import ALGORITHM_PARAMETERS, ALGORITHMS
-from service.api.schemas import PARAMS_MODELS, FitRequest
 from service.config import Settings
 from service.jobs.submit import request_hash
 from service.main import create_app
+from service.schemas import PARAMS_MODELS, FitRequest
 
 fit_request = TypeAdapter(FitRequest)
 

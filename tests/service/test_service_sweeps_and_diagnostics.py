@@ -3,6 +3,8 @@ auto's candidates, convergence, warnings, BIC and the comparison with the one-li
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import numpy as np
 import pytest
 
@@ -11,7 +13,7 @@ from mixreg.datasets import make_realizable
 from models_store import repository
 from models_store.session import session_scope
 from service.config import Settings
-from service.jobs.training import holdout_split
+from service.jobs.training import holdout_split, run_job
 
 MAX_K_SWEEP = 6
 SEED = 1
@@ -307,3 +309,26 @@ def test_models_stored_before_the_diagnostics_read_as_unknown(client, app_sessio
     assert (model["converged"], model["log_likelihood"], model["bic"]) == (None, None, None)
     assert (model["n_parameters"], model["candidates"], model["warnings"]) == (None, None, [])
     assert model["beats_baseline"] is True  # 0.5 < 0.75 on the holdout
+
+
+@pytest.mark.parametrize(
+    ("k", "algorithm"), [([1, 2, 3, 4], "auto"), (3, "subsample+am")], ids=["sweep", "subsample"]
+)
+def test_the_jobs_best_min_loss_is_the_chosen_models(
+    client, app_sessionmaker, settings, three_lines, k, algorithm
+):
+    X, y = three_lines
+    response = client.post("/fit", json=inline(X, y, k=k, algorithm=algorithm))
+    assert response.status_code == 202, response.text
+    with session_scope(app_sessionmaker) as session:
+        claimed = repository.claim_next_job(session, worker_id="test", now=datetime.now(UTC))
+        assert claimed is not None
+        job_id = claimed.id
+    # Every progress report written: the last one is the search's, not the chosen model's.
+    assert (
+        run_job(job_id, settings.database_url, worker_id="test", progress_interval_s=0.0)
+        == "succeeded"
+    )
+    job = client.get(response.json()["url"]).json()
+    model = client.get(job["model_url"]).json()
+    assert job["progress"]["best_min_loss"] == model["train_min_loss"]

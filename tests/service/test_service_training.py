@@ -11,10 +11,10 @@ from pydantic import TypeAdapter
 from mixreg import MixtureOfLinearRegressions, min_loss
 from models_store import repository
 from models_store.session import session_scope
-from service.api.errors import ConflictError, InvalidInputError, NotFoundError
-from service.api.schemas import FitRequest
+from service.errors import ConflictError, InvalidInputError, NotFoundError
 from service.jobs.submit import submit_fit
 from service.jobs.training import FitSpec, fit_mixture, holdout_split, run_job
+from service.schemas import FitRequest
 
 fit_request = TypeAdapter(FitRequest)
 

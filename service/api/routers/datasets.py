@@ -8,13 +8,13 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from models_store import repository
-from service.api import limits
+from service import limits
 from service.api.deps import SessionDep, SessionFactoryDep, SettingsDep, ValidDataset
-from service.api.schemas import MAX_OFFSET, MAX_TEXT_LENGTH, DatasetIn, DatasetOut, Page
-from service.api.views import dataset_out
 from service.auth.middleware import ApiKeyDep
-from service.data.datasets import read_upload
+from service.data.datasets import TableOptions, read_upload
 from service.data.idempotency import store_upload_once
+from service.schemas import MAX_OFFSET, MAX_TEXT_LENGTH, DatasetIn, DatasetOut, Page
+from service.views import dataset_out
 
 router = APIRouter(prefix="/datasets", tags=["datasets"])
 
@@ -47,6 +47,23 @@ _UPLOAD_BODY: dict[str, Any] = {
                         "target": {
                             "type": "string",
                             "description": "CSV and Parquet: the name of the column to predict",
+                        },
+                        "features": {
+                            "type": "array",
+                            "items": {"type": "string"},
+                            "description": "CSV and Parquet: the feature columns, in this order "
+                            "(repeat the field); default every column but the target",
+                        },
+                        "ignore": {
+                            "type": "array",
+                            "items": {"type": "string"},
+                            "description": "CSV and Parquet: columns to leave out, such as an id "
+                            "or a text column (repeat the field)",
+                        },
+                        "delimiter": {
+                            "type": "string",
+                            "description": "CSV: the field delimiter; default the one of , ; tab "
+                            "| that the header holds most",
                         },
                         "feature_names": {
                             "type": "array",
@@ -103,6 +120,29 @@ async def create(
             max_length=MAX_TEXT_LENGTH,
         ),
     ] = None,
+    features: Annotated[
+        list[str] | None,
+        Query(
+            description="raw CSV and Parquet bodies: the feature columns, in this order "
+            "(repeat the parameter); default every column but the target",
+        ),
+    ] = None,
+    ignore: Annotated[
+        list[str] | None,
+        Query(
+            description="raw CSV and Parquet bodies: columns to leave out, such as an id or a "
+            "text column (repeat the parameter)",
+        ),
+    ] = None,
+    delimiter: Annotated[
+        str | None,
+        Query(
+            description="raw CSV bodies: the field delimiter; default the one of , ; tab | "
+            "that the header holds most",
+            min_length=1,
+            max_length=1,
+        ),
+    ] = None,
     name: Annotated[
         str | None, Query(description="raw bodies: a name", max_length=MAX_TEXT_LENGTH)
     ] = None,
@@ -116,7 +156,13 @@ async def create(
     ] = None,
 ) -> DatasetOut:
     """Store ``X`` and ``y`` and return the dataset's id, rows and features."""
-    upload = await read_upload(request, target=target, name=name, settings=settings)
+    options = TableOptions(
+        target=target,
+        features=tuple(features) if features else None,
+        ignore=tuple(ignore or ()),
+        delimiter=delimiter,
+    )
+    upload = await read_upload(request, options=options, name=name, settings=settings)
     try:
         staged = upload.staged
         limits.check_upload_names(

@@ -6,12 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Body, Header, Response
 
-from service.api import limits
+from service import limits
 from service.api.deps import SessionDep, SettingsDep, TaskQueueDep, WorkerDep
-from service.api.schemas import FitAccepted, FitRequest, FitVariant
-from service.api.views import job_url
 from service.auth.middleware import ApiKeyDep
 from service.jobs.submit import submit_fit
+from service.schemas import FitAccepted, FitRequest, FitVariant
+from service.views import job_url
 
 router = APIRouter(prefix="/fit", tags=["fit"])
 

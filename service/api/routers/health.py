@@ -11,11 +11,11 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from models_store.migrate import head_revision
 from service.api.deps import SessionFactoryDep, SettingsDep, TaskQueueDep
-from service.api.errors import problem_response
-from service.api.metrics import ServiceMetrics
-from service.api.schemas import QueueStatus, Readiness
 from service.auth.keys import ApiKey
 from service.auth.middleware import ApiKeyDep, is_local_client
+from service.metrics import ServiceMetrics
+from service.problems import problem_response
+from service.schemas import QueueStatus, Readiness
 
 router = APIRouter(tags=["health"])
 

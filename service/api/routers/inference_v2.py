@@ -15,16 +15,18 @@ from fastapi import APIRouter, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from service.api import limits
-from service.api.errors import PROBLEM_MEDIA_TYPE, ProblemError, problem_response
+from service import limits
+from service.api.errors import status_of
 from service.api.routers import health
-from service.api.schemas_v2 import (
+from service.config import Settings
+from service.errors import ServiceError
+from service.problems import PROBLEM_MEDIA_TYPE, problem_response
+from service.schemas_v2 import (
     InferenceRequest,
     InferenceResponse,
     ModelMetadata,
     ServerMetadata,
 )
-from service.config import Settings
 from service.serving import inference_v2
 from service.serving.endpoint import INLINE_BODY_BYTES
 from service.serving.prediction import ModelCache, StoredLines, load_lines
@@ -64,14 +66,15 @@ _INFER_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _problem(request: Request, error: ProblemError) -> JSONResponse:
+def _problem(request: Request, error: ServiceError) -> JSONResponse:
     """The problem+json answer to ``error``, with the protocol's ``error`` member."""
+    status = status_of(error)
     problem = problem_response(
-        status=error.status, detail=error.detail, instance=request.url.path, slug=error.slug
+        status=status, detail=error.detail, instance=request.url.path, slug=error.slug
     )
     body = json.loads(bytes(problem.body))
     body["error"] = error.detail
-    return JSONResponse(body, status_code=error.status, media_type=PROBLEM_MEDIA_TYPE)
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_MEDIA_TYPE)
 
 
 async def _lines(request: Request, model_id: str, version: str | None) -> StoredLines:
@@ -138,7 +141,7 @@ async def _metadata(
 ) -> ModelMetadata | JSONResponse:
     try:
         return inference_v2.model_metadata(await _lines(request, model_id, version))
-    except ProblemError as error:
+    except ServiceError as error:
         return _problem(request, error)
 
 
@@ -159,7 +162,7 @@ async def model_version_ready(request: Request, model_id: ModelId, version: Vers
 async def _ready(request: Request, model_id: str, version: str | None) -> Response:
     try:
         await _lines(request, model_id, version)
-    except ProblemError as error:
+    except ServiceError as error:
         return _problem(request, error)
     return Response(status_code=200)
 
@@ -204,7 +207,7 @@ async def _infer(request: Request, model_id: str, version: str | None) -> Respon
             content, header_length = inference_v2.infer(lines, parsed)
         else:
             content, header_length = await run_in_threadpool(inference_v2.infer, lines, parsed)
-    except ProblemError as error:
+    except ServiceError as error:
         return _problem(request, error)
     if header_length is None:
         return Response(content, media_type="application/json")

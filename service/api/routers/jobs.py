@@ -8,10 +8,10 @@ from fastapi import APIRouter, BackgroundTasks, Query
 
 from models_store import repository
 from service.api.deps import SessionDep, TaskQueueDep, ValidJob, WorkerDep
-from service.api.errors import ConflictError
-from service.api.schemas import MAX_OFFSET, JobOut, JobStatus, Page
-from service.api.views import job_out
 from service.auth.middleware import ApiKeyDep
+from service.errors import ConflictError
+from service.schemas import MAX_OFFSET, JobOut, JobStatus, Page
+from service.views import job_out
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 

@@ -14,7 +14,7 @@ from service.api.deps import (
     ValidModel,
 )
 from service.api.routers.predict import PREDICT_RESPONSES, predict_body
-from service.api.schemas import (
+from service.schemas import (
     MAX_OFFSET,
     ModelOut,
     ModelPredictRequest,
@@ -22,9 +22,9 @@ from service.api.schemas import (
     Page,
     PredictResponse,
 )
-from service.api.views import model_out, model_summary
 from service.serving import prediction
 from service.serving.endpoint import serve_predict
+from service.views import model_out, model_summary
 
 router = APIRouter(prefix="/models", tags=["models"])
 

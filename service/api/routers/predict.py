@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
-from service.api.schemas import ModelPredictRequest, PredictRequest, PredictResponse
+from service.schemas import ModelPredictRequest, PredictRequest, PredictResponse
 from service.serving import formats
 from service.serving.endpoint import serve_predict
 

@@ -27,8 +27,6 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 
 from mixreg_client import Client, FitJob, Job, MixregError, Model, ModelSummary
-from mixreg_client._core import API_KEY_VARIABLE, URL_VARIABLE
-from service.config import Settings
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -37,7 +35,7 @@ EXIT_UNREACHABLE = 3
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 
-Handler = Callable[[argparse.Namespace, Settings], int]
+Handler = Callable[[argparse.Namespace], int]
 
 
 class LocalInputError(Exception):
@@ -47,18 +45,18 @@ class LocalInputError(Exception):
 # --- the server to talk to ---
 
 
-def server_url(args: argparse.Namespace, settings: Settings) -> str:
-    """``--url``, else ``MIXREG_URL``, else the address ``mixreg serve`` binds by default."""
-    if args.url:
-        return str(args.url)
-    if os.environ.get(URL_VARIABLE):
-        return os.environ[URL_VARIABLE]
-    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
-    return f"http://{host}:{settings.port}"
+def _client(args: argparse.Namespace) -> Client:
+    # The client finds the server and its key as every script does: --url and --api-key
+    # stand for its base_url= and api_key=.
+    try:
+        return Client(args.url, api_key=args.api_key, timeout=args.timeout)
+    except ValueError as exc:
+        raise LocalInputError(str(exc)) from None
 
 
-def _client(args: argparse.Namespace, settings: Settings) -> Client:
-    return Client(server_url(args, settings), api_key=args.api_key, timeout=args.timeout)
+def _in_command_line_terms(message: str) -> str:
+    """A client message with the command's flags beside the client's arguments."""
+    return message.replace("pass base_url=", "--url").replace("pass api_key=", "--api-key")
 
 
 def _stderr() -> Console:
@@ -70,16 +68,16 @@ def _stdout() -> Console:
     return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
 
-def _command(handler: Callable[[argparse.Namespace, Settings], int]) -> Handler:
+def _command(handler: Handler) -> Handler:
     """Run ``handler``, turning every failure into a one-line message and an exit code."""
 
-    def run(args: argparse.Namespace, settings: Settings) -> int:
+    def run(args: argparse.Namespace) -> int:
         # httpx logs every request at INFO; a user's command shows results, not requests.
         logging.getLogger("httpx").setLevel(logging.WARNING)
         try:
-            return handler(args, settings)
+            return handler(args)
         except MixregError as exc:
-            print(f"mixreg: {exc}", file=sys.stderr)
+            print(f"mixreg: {_in_command_line_terms(str(exc))}", file=sys.stderr)
             return (
                 EXIT_UNREACHABLE
                 if exc.status is None and exc.title == "Unreachable"
@@ -115,6 +113,19 @@ def parse_k(text: str) -> int | list[int]:
         raise argparse.ArgumentTypeError(
             f"'{text}' is not a k: give an integer (2), a list (1,2,3) or a range (1-4)"
         ) from None
+
+
+def parse_columns(text: str) -> list[str]:
+    """``"a,b"``: column names separated by commas."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("name at least one column, e.g. --ignore id,comment")
+    return names
+
+
+def parse_delimiter(text: str) -> str:
+    """One character; ``tab`` (or ``\\t``) for a tab."""
+    return "\t" if text in ("tab", "\\t") else text
 
 
 def parse_param(text: str) -> tuple[str, Any]:
@@ -209,21 +220,30 @@ def _read_dataset_source(args: argparse.Namespace, client: Client) -> str:
             f"{', '.join(_csv_header(path))}"
         )
     try:
-        dataset = client.upload(path, target=args.target, name=args.name)
+        dataset = client.upload(
+            path,
+            target=args.target,
+            name=args.name,
+            features=args.features,
+            ignore=args.ignore,
+            delimiter=args.delimiter,
+        )
     except (ValueError, OSError, ImportError) as exc:
-        raise LocalInputError(f"{path}: {str(exc).replace('target=', '--target')}") from None
+        flags = str(exc).replace("target=", "--target").replace("delimiter=", "--delimiter ")
+        raise LocalInputError(f"{path}: {flags}") from None
     except MixregError as exc:
         if exc.status in (413, 415, 422):
             # The server could not use the file: the file is what needs fixing.
-            raise LocalInputError(f"{path}: {exc.detail}") from None
+            detail = exc.detail.replace("delimiter=", "--delimiter ")
+            raise LocalInputError(f"{path}: {detail}") from None
         raise
     return dataset.id
 
 
-def _fit(args: argparse.Namespace, settings: Settings) -> int:
+def _fit(args: argparse.Namespace) -> int:
     if (args.data is None) == (args.dataset is None):
         raise LocalInputError("give a data file or --dataset ID (one of them)")
-    with _client(args, settings) as client:
+    with _client(args) as client:
         dataset_id = _read_dataset_source(args, client)
         handle = client.fit(
             dataset_id,
@@ -321,8 +341,8 @@ def _print_sweep(console: Console, job: Job) -> None:
     console.print(f"BIC prefers k={job.sweep.best_n_components} (*)")
 
 
-def _models(args: argparse.Namespace, settings: Settings) -> int:
-    with _client(args, settings) as client:
+def _models(args: argparse.Namespace) -> int:
+    with _client(args) as client:
         models = client.list_models(limit=args.limit)
     if args.json:
         print(json.dumps([model.raw for model in models], indent=2))
@@ -350,8 +370,8 @@ def _model_row(model: ModelSummary) -> list[str]:
     ]
 
 
-def _jobs(args: argparse.Namespace, settings: Settings) -> int:
-    with _client(args, settings) as client:
+def _jobs(args: argparse.Namespace) -> int:
+    with _client(args) as client:
         jobs = client.list_jobs(status=args.status, limit=args.limit)
     if args.json:
         print(json.dumps([job.raw for job in jobs], indent=2))
@@ -376,8 +396,8 @@ def _jobs(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
-def _show(args: argparse.Namespace, settings: Settings) -> int:
-    with _client(args, settings) as client:
+def _show(args: argparse.Namespace) -> int:
+    with _client(args) as client:
         try:
             model = client.get_model(args.id)
         except MixregError as exc:
@@ -512,11 +532,11 @@ def _write_predictions(out: TextIO, predictions: np.ndarray, scores: Any | None)
         writer.writerow(cells)
 
 
-def _predict(args: argparse.Namespace, settings: Settings) -> int:
+def _predict(args: argparse.Namespace) -> int:
     path = Path(args.data)
     if not path.is_file():
         raise LocalInputError(f"{path} is not a file; give a CSV file with a header row")
-    with _client(args, settings) as client:
+    with _client(args) as client:
         model = client.get_model(args.model)
         target = _target_column(args, client, model, path)
         needed = [*model.feature_names, *([target] if target else [])]
@@ -549,12 +569,10 @@ def _connection_options() -> argparse.ArgumentParser:
     options = argparse.ArgumentParser(add_help=False)
     options.add_argument(
         "--url",
-        help=f"the server (default: {URL_VARIABLE}, else http://MIXREG_HOST:MIXREG_PORT)",
+        help="the server (default: MIXREG_URL, else http://MIXREG_HOST:MIXREG_PORT)",
     )
     options.add_argument(
-        "--api-key",
-        default=os.environ.get(API_KEY_VARIABLE),
-        help=f"sent as 'Authorization: Bearer KEY' (default: {API_KEY_VARIABLE})",
+        "--api-key", help="sent as 'Authorization: Bearer KEY' (default: MIXREG_API_KEY)"
     )
     options.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to wait for each answer (60)"
@@ -576,6 +594,25 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     fit.add_argument("data", nargs="?", help="a .csv or .parquet file (with --target) or .npz")
     fit.add_argument("--dataset", metavar="ID", help="fit a stored dataset instead of a file")
     fit.add_argument("--target", help="the column to predict (CSV and Parquet files)")
+    columns = fit.add_mutually_exclusive_group()
+    columns.add_argument(
+        "--features",
+        type=parse_columns,
+        metavar="A,B,...",
+        help="the feature columns, in this order (default: every column but the target)",
+    )
+    columns.add_argument(
+        "--ignore",
+        type=parse_columns,
+        metavar="A,B,...",
+        help="columns to leave out, such as an id or a text column",
+    )
+    fit.add_argument(
+        "--delimiter",
+        help="what separates a CSV file's fields (default: the one of , ; tab | that its "
+        "header holds most); 'tab' for a tab",
+        type=parse_delimiter,
+    )
     fit.add_argument(
         "--k",
         type=parse_k,

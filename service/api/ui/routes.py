@@ -23,10 +23,10 @@ from models_store import repository
 from models_store.session import read_scope
 from models_store.tables import Job, Model
 from service.api.deps import SessionFactoryDep
-from service.api.errors import ConflictError, NotFoundError
-from service.api.views import job_out, model_out, model_summary
+from service.api.ui import plots
 from service.auth.middleware import ApiKeyDep
-from service.ui import plots
+from service.errors import ConflictError, NotFoundError
+from service.views import job_out, model_out, model_summary
 
 HERE = Path(__file__).parent
 TEMPLATES = Jinja2Templates(directory=HERE / "templates")

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from models_store.tables import Dataset, Job, Model
-from service.api.schemas import (
+from service.auth.keys import ApiKey
+from service.jobs.training import beats_baseline
+from service.schemas import (
     Baseline,
     Candidate,
     Component,
@@ -17,8 +19,6 @@ from service.api.schemas import (
     Sweep,
     SweepModel,
 )
-from service.auth.keys import ApiKey
-from service.jobs.training import beats_baseline
 
 
 def dataset_url(dataset_id: str) -> str:

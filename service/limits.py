@@ -13,9 +13,9 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from models_store import repository
-from service.api.errors import DataTooLargeError, LimitExceededError, TooManyJobsError
-from service.api.schemas import MAX_TEXT_LENGTH, FitVariant
 from service.config import Settings
+from service.errors import DataTooLargeError, LimitExceededError, TooManyJobsError
+from service.schemas import MAX_TEXT_LENGTH, FitVariant
 
 RETRY_AFTER_S = 5
 """What a client told to wait for its jobs (429) is asked to wait before it tries again."""
@@ -74,6 +74,27 @@ def _above(loc: list[str | int], value: float, limit: _Limit, settings: Settings
         f"{_number(maximum)} ({limit.variable})",
         "type": "limit_exceeded",
     }
+
+
+# A k list with more values above the limit than this is told as a count, not value by value.
+MAX_K_VALUES_LISTED = 3
+
+
+def _k_values_above(k: list[int], settings: Settings) -> list[dict[str, Any]]:
+    """The errors of a k list's values above the limit: one per value for a few, else one that
+    counts them (a sweep of 1-500 must not answer with 400 sentences)."""
+    above = [(index, value) for index, value in enumerate(k) if value > settings.max_k]
+    if len(above) <= MAX_K_VALUES_LISTED:
+        return [_above(["k", index], value, _K, settings) for index, value in above]
+    (first, first_value), (last, last_value) = above[0], above[-1]
+    return [
+        {
+            "loc": ["body", "k"],
+            "msg": f"k[{first}] = {first_value} … k[{last}] = {last_value}: {len(above)} values "
+            f"are above the limit of {settings.max_k} ({_K.variable})",
+            "type": "limit_exceeded",
+        }
+    ]
 
 
 def check_data_shape(
@@ -152,11 +173,7 @@ def check_fit_request(request: FitVariant, *, settings: Settings) -> None:
             }
         )
     if isinstance(k, list):
-        errors.extend(
-            _above(["k", index], value, _K, settings)
-            for index, value in enumerate(k)
-            if value > settings.max_k
-        )
+        errors.extend(_k_values_above(k, settings))
     elif k > settings.max_k:
         errors.append(_above(["k"], k, _K, settings))
     for parameter, limit in PARAMETER_LIMITS.items():

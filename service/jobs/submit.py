@@ -180,6 +180,7 @@ def submit_fit(
                 idempotency_key=idempotency_key,
                 request_hash=digest,
                 max_attempts=max_attempts,
+                registered_model=request.registered_model,
             )
             if enqueue is not None:
                 enqueue(session, job.id)

@@ -265,6 +265,9 @@ class AutoParams(AlgorithmParams):
     tol: Tol = 1e-6
     subsample_size: SubsampleSize = 150
     n_partitions: NPartitions = 1000
+    init: Lines | None = Field(
+        default=None, description="starting lines polished as one more candidate (a warm start)"
+    )
 
 
 class AmParams(AlgorithmParams):
@@ -403,6 +406,12 @@ class _FitBase(_Strict):
         default=None,
         description="a registered model whose next version (1, 2, 3, ...) the fit becomes; "
         "created by its first fit (of a k sweep, the model of the preferred k)",
+    )
+    init_model: Text | None = Field(
+        default=None,
+        description="warm start: a model (id, name@alias or name/versions/N) with the same "
+        "features, k and fit_intercept whose lines start the fit (auto: as one candidate "
+        "among the others; am, am-classic, em: as their start)",
     )
 
     @model_validator(mode="after")

@@ -224,3 +224,67 @@ def test_the_inference_protocol_addresses_versions_and_aliases(client, two_versi
     not_a_number = client.get("/v2/models/reco/versions/one")
     assert not_a_number.status_code == 404
     assert "versions are numbers" in not_a_number.json()["error"]
+
+
+def fit_job(client, run_queued_jobs, X, y, **body) -> dict:
+    response = client.post("/fit", json={"data": {"X": X.tolist(), "y": y.tolist()}, **body})
+    assert response.status_code == 202, response.text
+    run_queued_jobs()
+    job = dict(client.get(response.json()["url"]).json())
+    assert job["status"] == "succeeded", job["error"]
+    return job
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "am", "am-classic", "em"])
+def test_a_fit_warm_started_from_an_alias_starts_from_its_lines(
+    client, run_queued_jobs, noisy_data, algorithm
+):
+    X, y = noisy_data
+    first = fit_job(client, run_queued_jobs, X[:50], y[:50], k=2, registered_model="reco")
+    move(client, "production", 1)
+    lines = client.get("/models/reco@production").json()["components"]
+    common = {"k": 2, "algorithm": algorithm, "seed": 3}
+    cold = fit_job(client, run_queued_jobs, X[50:], y[50:], **common)
+    warm = fit_job(client, run_queued_jobs, X[50:], y[50:], init_model="reco@production", **common)
+    assert warm["params"]["init"] == [[*line["coef"], line["intercept"]] for line in lines]
+    cold_model = client.get(f"/models/{cold['model_id']}").json()
+    warm_model = client.get(f"/models/{warm['model_id']}").json()
+    assert first["model_id"] != warm["model_id"]
+    if algorithm == "auto":
+        assert warm_model["candidates"][0]["source"] == "init"
+        assert warm_model["candidates"][0]["n_iter"] < cold_model["candidates"][0]["n_iter"]
+    else:
+        assert warm_model["n_iter"] < cold_model["n_iter"]
+    assert warm_model["train_min_loss"] <= cold_model["train_min_loss"] * 1.001
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "detail"),
+    [
+        ({"k": 3}, 422, "has k=2 lines, but the fit asks for k=3; ask for k=2"),
+        ({"k": [2, 3]}, 422, "gives the starting lines of one k"),
+        ({"k": 2, "fit_intercept": False}, 422, "was fitted with fit_intercept=true"),
+        ({"k": 2, "algorithm": "subsample"}, 422, "algorithm subsample takes no starting lines"),
+        ({"k": 2, "feature_names": ["a", "b"]}, 422, "was fitted on the features [x0, x1] (2)"),
+        (
+            {"k": 2, "algorithm": "am", "params": {"init": [[1, 2, 3], [4, 5, 6]]}},
+            422,
+            "init_model reco and params.init both give starting lines",
+        ),
+        ({"k": 2, "init_model": "reco@canary"}, 404, "has no alias 'canary'"),
+    ],
+)
+def test_a_warm_start_that_does_not_fit_is_refused(
+    client, two_versions, data, body, status, detail
+):
+    X, y = data
+    body = dict(body)  # the parameters are shared by both backends' runs
+    names = body.pop("feature_names", None)
+    request = {
+        "data": {"X": X.tolist(), "y": y.tolist(), **({"feature_names": names} if names else {})},
+        "init_model": "reco",
+        **body,
+    }
+    response = client.post("/fit", json=request)
+    assert response.status_code == status, response.text
+    assert detail in response.json()["detail"]

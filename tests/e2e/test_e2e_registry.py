@@ -14,7 +14,10 @@ import numpy as np
 import pytest
 import tritonclient.http as triton
 
+from mixreg_client import Client
+
 from .conftest import Server, ServerFactory, mixture_data
+from .test_e2e_cli import mixreg
 
 pytestmark = pytest.mark.e2e
 
@@ -198,3 +201,64 @@ def test_the_triton_client_addresses_versions_and_aliases(make_server: ServerFac
             )
     finally:
         client.close()
+
+
+def test_the_daily_retrain_with_the_client_and_the_console_script(
+    make_server: ServerFactory, tmp_path
+):
+    """Fit v1 and v2, serve v1 as production, warm-start today's fit from v2, promote, roll
+    back: the README's recipe."""
+    server = make_server(MIXREG_ALIAS_REFRESH_S="0.1")
+    X, y = mixture_data(n_rows=300, seed=5)
+    X_new, y_new = mixture_data(n_rows=300, seed=6)
+    with Client(server.base_url) as client:
+        stored = client.upload(X, y)
+        for seed in (1, 2):
+            client.fit(
+                stored, k=2, algorithm="am-classic", seed=seed, registered_model="reco"
+            ).wait(timeout=120)
+        assert client.get_registered_model("reco").latest_version == 2
+        assert client.set_alias("reco", "production", 1).previous_version is None
+        v1 = client.get_model("reco/versions/1")
+        np.testing.assert_array_equal(
+            client.predict("reco@production", X_new[:5]), client.predict(v1, X_new[:5])
+        )
+
+        today = client.upload(X_new, y_new)
+        cold = client.fit(today, k=2, algorithm="am-classic", seed=7).wait(timeout=120)
+        warm = client.fit(
+            today,
+            k=2,
+            algorithm="am-classic",
+            seed=7,
+            init_model="reco/versions/2",
+            registered_model="reco",
+        ).wait(timeout=120)
+        assert warm.status == cold.status == "succeeded"
+        cold_model, warm_model = client.get_model(cold.model_id), client.get_model(warm.model_id)
+        assert warm_model.raw["n_iter"] < cold_model.raw["n_iter"]
+        assert (warm_model.registered_model, warm_model.version) == ("reco", 3)
+        assert [version.version for version in client.list_versions("reco")] == [3, 2, 1]
+
+    url = server.base_url
+    promoted = mixreg("alias", "reco", "production", "3", url=url)
+    assert promoted.returncode == 0, promoted.stderr
+    assert promoted.stdout.strip() == (
+        f"reco@production -> version 3 (model {warm.model_id}; was version 1)"
+    )
+    rows = tmp_path / "rows.csv"
+    np.savetxt(rows, X_new[:3], delimiter=",", header="x0,x1,x2", comments="")
+    time.sleep(0.3)
+    predicted = mixreg("predict", "reco@production", str(rows), url=url)
+    assert predicted.returncode == 0, predicted.stderr
+    with Client(url) as client:
+        expected = client.predict(warm.model_id, X_new[:3])
+    printed = np.loadtxt(predicted.stdout.splitlines()[1:], delimiter=",")
+    np.testing.assert_allclose(printed, expected, rtol=1e-6)
+    rolled_back = mixreg("alias", "reco", "production", "1", url=url)
+    assert "-> version 1" in rolled_back.stdout and "was version 3" in rolled_back.stdout
+    shown = mixreg("alias", "reco", "production", url=url)
+    assert shown.stdout.startswith("reco@production -> version 1 ")
+    missing = mixreg("alias", "reco", "production", "9", url=url)
+    assert missing.returncode != 0
+    assert "registered model reco has no version 9" in missing.stderr

@@ -304,8 +304,9 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         For ``auto``, the number of random starts, from 100 on small data down to 4 on large
         data (``n_init // 4`` EM restarts, at most 10, run beside them).
     init : array-like of shape (n_components, n_features + fit_intercept), optional
-        Starting lines: coefficients then intercept, in the caller's units
-        (``am``, ``am-classic``, ``em``).
+        Starting lines: coefficients then intercept, in the caller's units (``am``,
+        ``am-classic``, ``em``; for ``auto``, the first candidate beside the others, e.g. a
+        warm start from yesterday's lines).
     subsample_size : int, default=150
         |A|, drawn uniformly with replacement. For ``subsample-exhaustive`` the default is the
         largest size whose number of partitions (a Stirling number) is at most 100,000.

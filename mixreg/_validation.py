@@ -29,6 +29,7 @@ ALGORITHM_PARAMETERS: dict[str, dict[str, Any]] = {
         "tol": 1e-6,
         "subsample_size": 150,
         "n_partitions": 1000,
+        "init": None,
         "time_budget": None,
     },
     "am": {
@@ -218,7 +219,8 @@ def resolve_parameters(
                 f"got shape {init.shape}"
             )
         _check_finite(init, "init")
-        if params["n_init"] not in (1, None):
+        # auto polishes the given lines as one more candidate beside its n_init random starts.
+        if algorithm != "auto" and params["n_init"] not in (1, None):
             raise ValueError("init fixes the starting lines: n_init must be 1 when init is given")
         params["init"] = init
     return params

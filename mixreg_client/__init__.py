@@ -17,19 +17,23 @@ from mixreg_client._async import AsyncClient, AsyncFitJob
 from mixreg_client._errors import MixregError
 from mixreg_client._sync import Client, FitJob
 from mixreg_client._types import (
+    Alias,
     Component,
     Dataset,
     Job,
     JobStatus,
     Model,
     ModelSummary,
+    ModelVersion,
     Progress,
+    RegisteredModel,
     Scores,
     Sweep,
     SweepModel,
 )
 
 __all__ = [
+    "Alias",
     "AsyncClient",
     "AsyncFitJob",
     "Client",
@@ -41,7 +45,9 @@ __all__ = [
     "MixregError",
     "Model",
     "ModelSummary",
+    "ModelVersion",
     "Progress",
+    "RegisteredModel",
     "Scores",
     "Sweep",
     "SweepModel",

@@ -16,13 +16,24 @@ import uuid
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 import numpy as np
 
 from mixreg_client import _data
 from mixreg_client._errors import MixregError
-from mixreg_client._types import Dataset, Job, Model, ModelSummary, Scores, Sweep
+from mixreg_client._types import (
+    Alias,
+    Dataset,
+    Job,
+    Model,
+    ModelSummary,
+    ModelVersion,
+    RegisteredModel,
+    Scores,
+    Sweep,
+)
 
 T = TypeVar("T")
 
@@ -219,6 +230,8 @@ def fit(
     seed: int,
     time_budget_s: float | None,
     name: str | None,
+    registered_model: str | None = None,
+    init_model: str | None = None,
 ) -> Operation[Job]:
     """Queue a fit of a stored dataset; the job as accepted."""
     body: dict[str, Any] = {
@@ -235,6 +248,10 @@ def fit(
         body["time_budget_s"] = time_budget_s
     if name is not None:
         body["name"] = name
+    if registered_model is not None:
+        body["registered_model"] = registered_model
+    if init_model is not None:
+        body["init_model"] = init_model
     accepted = _json(_response((yield Call("POST", "/fit", json=body, headers=_idempotency_key()))))
     return (yield from get_job(accepted["job_id"]))
 
@@ -352,3 +369,57 @@ def model_plot(model_id: str) -> Operation[bytes]:
 def sweep_plot(job_id: str) -> Operation[bytes]:
     """The PNG picture of a k sweep: min-loss and BIC against k."""
     return _content(_response((yield Call("GET", f"/jobs/{job_id}/plot.png"))))
+
+
+# --- registered models ---
+
+
+def _cursor_paged(path: str, limit: int | None) -> Operation[list[Any]]:
+    """Every item of a list read with cursors (or the first ``limit``)."""
+    items: list[Any] = []
+    cursor: str | None = None
+    while limit is None or len(items) < limit:
+        size = PAGE_SIZE if limit is None else min(PAGE_SIZE, limit - len(items))
+        params: dict[str, Any] = {"limit": size}
+        if cursor is not None:
+            params["cursor"] = cursor
+        page = _json(_response((yield Call("GET", path, params=params))))
+        items.extend(page["items"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    return items
+
+
+def _segment(text: str) -> str:
+    # A name or alias is one path segment; quoting keeps a stray '/' or '?' from changing the
+    # request (the server then answers that the name does not exist).
+    return quote(text, safe="@")
+
+
+def get_registered_model(name: str) -> Operation[RegisteredModel]:
+    """A registered model."""
+    call = Call("GET", f"/registered-models/{_segment(name)}")
+    return RegisteredModel.from_json(_json(_response((yield call))))
+
+
+def list_versions(name: str, limit: int | None) -> Operation[list[ModelVersion]]:
+    """A registered model's versions, newest first."""
+    items = yield from _cursor_paged(f"/registered-models/{_segment(name)}/versions", limit)
+    return [ModelVersion.from_json(item) for item in items]
+
+
+def set_alias(name: str, alias: str, version: int) -> Operation[Alias]:
+    """Point ``name@alias`` at ``version``."""
+    call = Call(
+        "PUT",
+        f"/registered-models/{_segment(name)}/aliases/{_segment(alias)}",
+        json={"version": version},
+    )
+    return Alias.from_json(_json(_response((yield call))))
+
+
+def get_alias(name: str, alias: str) -> Operation[Alias]:
+    """Where ``name@alias`` points."""
+    call = Call("GET", f"/registered-models/{_segment(name)}/aliases/{_segment(alias)}")
+    return Alias.from_json(_json(_response((yield call))))

@@ -13,7 +13,17 @@ import numpy as np
 from mixreg_client import _core
 from mixreg_client._core import Call, Operation, ProgressCallback, Sleep
 from mixreg_client._errors import MixregError
-from mixreg_client._types import Dataset, Job, Model, ModelSummary, Scores, Sweep
+from mixreg_client._types import (
+    Alias,
+    Dataset,
+    Job,
+    Model,
+    ModelSummary,
+    ModelVersion,
+    RegisteredModel,
+    Scores,
+    Sweep,
+)
 
 T = TypeVar("T")
 
@@ -180,11 +190,15 @@ class Client:
         seed: int = 0,
         time_budget_s: float | None = None,
         name: str | None = None,
+        registered_model: str | None = None,
+        init_model: str | None = None,
     ) -> FitJob:
         """Queue a fit of a stored dataset and return its job.
 
         ``k`` is the number of lines, or a list of them for a k sweep (a model per k; BIC
         picks one). ``algorithm`` and ``params`` are those of ``POST /fit``.
+        ``registered_model`` makes the fitted model that name's next version; ``init_model``
+        (a model id, ``name@alias`` or ``name/versions/N``) starts the fit from its lines.
         """
         job = self._drive(
             _core.fit(
@@ -197,6 +211,8 @@ class Client:
                 seed=seed,
                 time_budget_s=time_budget_s,
                 name=name,
+                registered_model=registered_model,
+                init_model=init_model,
             )
         )
         return FitJob(self, job)
@@ -247,6 +263,25 @@ class Client:
     def score(self, model: str | Model | ModelSummary, X: Any, y: Any) -> Scores:
         """Predictions of rows with known targets, their min-loss and each row's best line."""
         return self._drive(_core.score(model, X, y))
+
+    # --- registered models ---
+
+    def get_registered_model(self, name: str) -> RegisteredModel:
+        """A registered model: its latest version and where its aliases point."""
+        return self._drive(_core.get_registered_model(name))
+
+    def list_versions(self, name: str, *, limit: int | None = None) -> list[ModelVersion]:
+        """A registered model's versions, newest first (all, or the first ``limit``)."""
+        return self._drive(_core.list_versions(name, limit))
+
+    def set_alias(self, name: str, alias: str, version: int) -> Alias:
+        """Point ``name@alias`` at ``version`` (creating or moving the alias); every server
+        process follows within its alias refresh delay."""
+        return self._drive(_core.set_alias(name, alias, version))
+
+    def get_alias(self, name: str, alias: str) -> Alias:
+        """Where ``name@alias`` points."""
+        return self._drive(_core.get_alias(name, alias))
 
     def model_plot(self, model_id: str) -> bytes:
         """The PNG picture of a model's fit."""

@@ -182,6 +182,8 @@ class ModelSummary:
 
     id: str
     name: str | None
+    registered_model: str | None
+    version: int | None
     algorithm: str
     n_components: int
     n_features: int
@@ -206,6 +208,8 @@ def _summary_fields(data: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": data["id"],
         "name": data.get("name"),
+        "registered_model": data.get("registered_model"),
+        "version": _optional_int(data.get("version")),
         "algorithm": data["algorithm"],
         "n_components": int(data["n_components"]),
         "n_features": int(data["n_features"]),
@@ -299,3 +303,87 @@ class Scores:
         best = np.take_along_axis(self.predictions, index, axis=1)[:, 0]
         errors: NDArray[np.float64] = (self.y - best) ** 2
         return errors
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    """One version of a registered model: the model it is and the aliases that point at it."""
+
+    registered_model: str
+    version: int
+    model_id: str
+    aliases: list[str]
+    created_at: str
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def reference(self) -> str:
+        """``name/versions/N``, accepted wherever a model id is."""
+        return f"{self.registered_model}/versions/{self.version}"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ModelVersion:
+        """Read the server's JSON."""
+        return cls(
+            registered_model=data["registered_model"],
+            version=int(data["version"]),
+            model_id=data["model_id"],
+            aliases=list(data.get("aliases") or []),
+            created_at=data["created_at"],
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class RegisteredModel:
+    """A registered model: its latest version and where its aliases point."""
+
+    name: str
+    latest_version: int
+    aliases: dict[str, int]
+    created_at: str
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RegisteredModel:
+        """Read the server's JSON."""
+        return cls(
+            name=data["name"],
+            latest_version=int(data["latest_version"]),
+            aliases={str(alias): int(version) for alias, version in data["aliases"].items()},
+            created_at=data["created_at"],
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Alias:
+    """An alias of a registered model and the version it points at."""
+
+    registered_model: str
+    alias: str
+    version: int
+    model_id: str
+    previous_version: int | None
+    updated_at: str
+    updated_by: str | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def reference(self) -> str:
+        """``name@alias``, accepted wherever a model id is."""
+        return f"{self.registered_model}@{self.alias}"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Alias:
+        """Read the server's JSON."""
+        return cls(
+            registered_model=data["registered_model"],
+            alias=data["alias"],
+            version=int(data["version"]),
+            model_id=data["model_id"],
+            previous_version=_optional_int(data.get("previous_version")),
+            updated_at=data["updated_at"],
+            updated_by=data.get("updated_by"),
+            raw=data,
+        )

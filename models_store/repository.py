@@ -370,12 +370,14 @@ def create_job(
     idempotency_key: str | None = None,
     request_hash: str | None = None,
     k_values: Sequence[int] | None = None,
+    registered_model: str | None = None,
 ) -> Job:
     """Queue a fit of ``dataset_id``; ``params`` are the validated algorithm parameters.
 
     ``k_values`` makes the job a k sweep (one model per k); ``n_components`` is then the
     largest of them. ``api_key_id`` is the key that submitted it (None without keys); an
-    ``idempotency_key`` is unique among that caller's jobs.
+    ``idempotency_key`` is unique among that caller's jobs. ``registered_model`` names the
+    registered model whose next version the fit becomes.
     """
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -402,6 +404,7 @@ def create_job(
         progress_fraction=0.0,
         created_at=_utcnow(),
         warnings=[],
+        registered_model=registered_model,
     )
     session.add(job)
     session.flush()

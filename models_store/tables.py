@@ -11,6 +11,8 @@ from sqlalchemy import (
     CheckConstraint,
     Double,
     ForeignKey,
+    ForeignKeyConstraint,
+    Index,
     LargeBinary,
     String,
     Text,
@@ -22,6 +24,9 @@ from models_store.base import Base
 
 ID_LENGTH = 32
 """Length of the uuid4 hex strings used as primary keys."""
+
+REGISTERED_NAME_LENGTH = 128
+"""The most characters of a registered model's name or of an alias."""
 
 JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
 TERMINAL_JOB_STATUSES = ("succeeded", "failed", "cancelled")
@@ -89,7 +94,9 @@ class Job(Base):
 
     id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
     status: Mapped[str] = mapped_column(String(16), index=True)
-    dataset_id: Mapped[str] = mapped_column(String(ID_LENGTH), ForeignKey("datasets.id"))
+    # No foreign key since revision 0007: a dataset may be deleted once no unfinished job uses
+    # it, and the job keeps the (then dangling) id as provenance.
+    dataset_id: Mapped[str] = mapped_column(String(ID_LENGTH), index=True)
     name: Mapped[str | None] = mapped_column(String)
     algorithm: Mapped[str] = mapped_column(String(64))
     # For a k sweep, the largest k; ``k_values`` lists every k (None for a single k).
@@ -128,6 +135,8 @@ class Job(Base):
     task_id: Mapped[int | None] = mapped_column(BigInteger)
     # Added in revision 0005: the id of the API key that submitted the job (None without keys).
     api_key_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    # Added in revision 0007: the registered model whose next version the fit becomes.
+    registered_model: Mapped[str | None] = mapped_column(String(REGISTERED_NAME_LENGTH))
 
 
 class Model(Base):
@@ -139,7 +148,8 @@ class Model(Base):
     job_id: Mapped[str | None] = mapped_column(
         String(ID_LENGTH), ForeignKey("jobs.id", ondelete="SET NULL")
     )
-    dataset_id: Mapped[str] = mapped_column(String(ID_LENGTH), ForeignKey("datasets.id"))
+    # No foreign key since revision 0007 (see ``Job.dataset_id``).
+    dataset_id: Mapped[str] = mapped_column(String(ID_LENGTH))
     name: Mapped[str | None] = mapped_column(String)
     algorithm: Mapped[str] = mapped_column(String(64))
     n_components: Mapped[int]
@@ -167,3 +177,71 @@ class Model(Base):
     n_parameters: Mapped[int | None]
     candidates: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
     warnings: Mapped[list[str]] = mapped_column(JSON, default=list)
+
+
+class RegisteredModel(Base):
+    """A name under which successive fits become versions 1, 2, 3, ... (revision 0007)."""
+
+    __tablename__ = "registered_models"
+
+    name: Mapped[str] = mapped_column(String(REGISTERED_NAME_LENGTH), primary_key=True)
+    # The highest version ever given; versions are never reused, even after a deletion.
+    latest_version: Mapped[int] = mapped_column(default=0)
+    created_at: Mapped[datetime]
+
+
+class ModelVersion(Base):
+    """Version ``version`` of a registered model: one fitted model (revision 0007)."""
+
+    __tablename__ = "model_versions"
+
+    registered_model: Mapped[str] = mapped_column(
+        String(REGISTERED_NAME_LENGTH),
+        ForeignKey("registered_models.name", ondelete="CASCADE"),
+        primary_key=True,
+    )
+    version: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    model_id: Mapped[str] = mapped_column(
+        String(ID_LENGTH), ForeignKey("models.id", ondelete="CASCADE"), unique=True
+    )
+    created_at: Mapped[datetime]
+
+
+class ModelAlias(Base):
+    """A movable name (``production``, ``staging``, ...) for one version (revision 0007)."""
+
+    __tablename__ = "model_aliases"
+    __table_args__ = (
+        # A version behind an alias cannot be deleted: the alias must move first.
+        ForeignKeyConstraint(
+            ["registered_model", "version"],
+            ["model_versions.registered_model", "model_versions.version"],
+            name="fk_model_aliases_version_model_versions",
+        ),
+    )
+
+    registered_model: Mapped[str] = mapped_column(
+        String(REGISTERED_NAME_LENGTH),
+        ForeignKey("registered_models.name", ondelete="CASCADE"),
+        primary_key=True,
+    )
+    alias: Mapped[str] = mapped_column(String(REGISTERED_NAME_LENGTH), primary_key=True)
+    version: Mapped[int]
+    updated_at: Mapped[datetime]
+    updated_by: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+
+
+class ModelAliasEvent(Base):
+    """One move of an alias: who (which API key), when, from which version to which."""
+
+    __tablename__ = "model_alias_events"
+    __table_args__ = (Index("ix_model_alias_events_registered_model", "registered_model", "id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    registered_model: Mapped[str] = mapped_column(String(REGISTERED_NAME_LENGTH))
+    alias: Mapped[str] = mapped_column(String(REGISTERED_NAME_LENGTH))
+    # None: the alias was created (from) or removed (to).
+    from_version: Mapped[int | None]
+    to_version: Mapped[int | None]
+    changed_by: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    changed_at: Mapped[datetime]

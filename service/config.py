@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     max_time_budget_s: float = Field(default=3000.0, gt=0)
     max_queued_jobs_per_key: int = Field(default=100, ge=1)
     model_cache_check_interval_s: float = Field(default=1.0, gt=0)
+    # How long an API process keeps what `name@alias` resolved to: an alias that moves is
+    # followed by every process within this delay.
+    alias_refresh_s: float = Field(default=1.0, gt=0, le=3600)
 
     @model_validator(mode="after")
     def _check_worker(self) -> Self:

@@ -18,7 +18,16 @@ from models_store.tables import JOB_STATUSES
 from service.api.docs import install_docs
 from service.api.errors import install_problem_handlers
 from service.api.middleware import BodySizeLimitMiddleware, MetricsMiddleware, RequestIdMiddleware
-from service.api.routers import datasets, fit, health, inference_v2, jobs, models, predict
+from service.api.routers import (
+    datasets,
+    fit,
+    health,
+    inference_v2,
+    jobs,
+    models,
+    predict,
+    registry,
+)
 from service.api.ui import routes as ui
 from service.auth import openapi as auth_openapi
 from service.auth.keys import KeyRing
@@ -32,6 +41,7 @@ from service.logs import configure_logging
 from service.metrics import ServiceMetrics
 from service.serving.cache_check import ModelCacheChecker
 from service.serving.prediction import ModelCache
+from service.serving.references import ReferenceResolver
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +59,11 @@ OPENAPI_TAGS = [
     {"name": "jobs", "description": "Follow and cancel fit jobs."},
     {"name": "models", "description": "Fitted models: their lines, scores and predictions."},
     {"name": "predict", "description": "k predictions per row, JSON or binary (.npy)."},
+    {
+        "name": "registered-models",
+        "description": "Names whose fits become versions 1, 2, 3, ..., and movable aliases "
+        "(name@alias) with their audit trail.",
+    },
     {
         "name": "inference",
         "description": "The Open Inference Protocol (KServe v2, Triton): health, model "
@@ -125,6 +140,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.keys_required = keyring.enabled
     app.state.model_cache = ModelCache(settings.model_cache_size)
+    app.state.reference_resolver = ReferenceResolver(settings.alias_refresh_s)
     metrics.count_jobs_with(lambda: _job_counter(app.state.session_factory))
     install_problem_handlers(app, union_tags=frozenset(ALGORITHMS))
     app.add_middleware(
@@ -150,7 +166,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Predictions first: requests are matched against the routes in order, and single-row
     # predictions are the hot path (matching them past every other route cost a third of
     # their time). OPENAPI_TAGS keeps the documentation's order.
-    for router in (predict.router, models.router, datasets.router, fit.router, jobs.router):
+    for router in (
+        predict.router,
+        models.router,
+        registry.router,
+        datasets.router,
+        fit.router,
+        jobs.router,
+    ):
         app.include_router(router)
     app.include_router(health.router)
     app.include_router(inference_v2.router)

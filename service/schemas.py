@@ -23,6 +23,8 @@ from pydantic_core import PydanticCustomError, PydanticKnownError
 from mixreg import ALGORITHMS, check_n_components_list
 from service.config import MAX_K_SWEEP_LIMIT
 from service.data import ingest
+from service.errors import ServiceError
+from service.serving import references
 
 DEFAULT_ALGORITHM = "auto"
 
@@ -109,6 +111,20 @@ Text = Annotated[
     AfterValidator(_check_text),
     AfterValidator(_check_length),
     WithJsonSchema({"type": "string", "maxLength": MAX_TEXT_LENGTH}),
+]
+
+
+def _check_registered_name(value: str) -> str:
+    try:
+        return references.check_name(value, what="registered_model")
+    except ServiceError as exc:
+        raise _invalid(exc.detail) from None
+
+
+RegisteredName = Annotated[
+    str,
+    AfterValidator(_check_registered_name),
+    WithJsonSchema({"type": "string", "pattern": f"^{references.NAME_PATTERN}$"}),
 ]
 # JSON integers only: `true` or `2.0` is not a count.
 Count = Annotated[int, Field(strict=True)]
@@ -249,6 +265,9 @@ class AutoParams(AlgorithmParams):
     tol: Tol = 1e-6
     subsample_size: SubsampleSize = 150
     n_partitions: NPartitions = 1000
+    init: Lines | None = Field(
+        default=None, description="starting lines polished as one more candidate (a warm start)"
+    )
 
 
 class AmParams(AlgorithmParams):
@@ -383,6 +402,17 @@ class _FitBase(_Strict):
         default=None, gt=0, description="stop the search after this many seconds"
     )
     name: Text | None = None
+    registered_model: RegisteredName | None = Field(
+        default=None,
+        description="a registered model whose next version (1, 2, 3, ...) the fit becomes; "
+        "created by its first fit (of a k sweep, the model of the preferred k)",
+    )
+    init_model: Text | None = Field(
+        default=None,
+        description="warm start: a model (id, name@alias or name/versions/N) with the same "
+        "features, k and fit_intercept whose lines start the fit (auto: as one candidate "
+        "among the others; am, am-classic, em: as their start)",
+    )
 
     @model_validator(mode="after")
     def _one_data_source(self) -> _FitBase:
@@ -516,6 +546,9 @@ class JobOut(BaseModel):
     id: str
     status: JobStatus
     name: str | None
+    registered_model: str | None = Field(
+        default=None, description="the registered model whose next version the fit becomes"
+    )
     dataset_id: str
     algorithm: str
     n_components: int = Field(description="k; for a k sweep the largest k of k_values")
@@ -618,6 +651,10 @@ class ModelSummary(BaseModel):
 
     id: str
     name: str | None
+    registered_model: str | None = Field(
+        default=None, description="the registered model this model is a version of, if any"
+    )
+    version: int | None = Field(default=None, description="its version number, if any")
     algorithm: str
     n_components: int
     n_features: int
@@ -686,7 +723,11 @@ class PredictRequest(_PredictBody):
 class PredictResponse(BaseModel):
     """k predictions per row; with ``y``, also the min-loss and each row's best component."""
 
-    model_id: str
+    model_id: str = Field(description="the model that answered")
+    registered_model: str | None = Field(
+        default=None, description="the registered model it is a version of, if any"
+    )
+    version: int | None = Field(default=None, description="its version, if any")
     predictions: list[list[float]]
     min_loss: float | None = None
     best_component: list[int] | None = None
@@ -708,3 +749,68 @@ class Page(BaseModel, Generic[Item]):
     total: int
     limit: int
     offset: int
+
+
+# --- registered models ---
+
+
+class AliasIn(_Strict):
+    """Where an alias points."""
+
+    version: Count = Field(ge=1, le=999_999_999, description="a version of the registered model")
+
+
+class AliasOut(BaseModel):
+    """An alias and the version it points at."""
+
+    registered_model: str
+    alias: str
+    version: int
+    model_id: str
+    previous_version: int | None = Field(
+        default=None, description="the version it pointed at before this move (PUT only)"
+    )
+    updated_at: datetime
+    updated_by: str | None = Field(description="id of the API key that moved it last")
+    url: str = Field(description="where to predict with it")
+
+
+class ModelVersionOut(BaseModel):
+    """One version of a registered model."""
+
+    registered_model: str
+    version: int
+    model_id: str
+    aliases: list[str] = Field(description="the aliases that point at this version")
+    created_at: datetime
+    url: str
+
+
+class RegisteredModelOut(BaseModel):
+    """A registered model: its latest version and its aliases."""
+
+    name: str
+    latest_version: int = Field(description="the highest version given (0 before the first)")
+    aliases: dict[str, int] = Field(description="alias -> version")
+    created_at: datetime
+    url: str
+
+
+class AliasEventOut(BaseModel):
+    """One move of an alias (the audit trail)."""
+
+    id: int
+    alias: str
+    from_version: int | None = Field(description="null when the alias was created")
+    to_version: int | None = Field(description="null when the alias was removed")
+    changed_by: str | None = Field(description="id of the API key that moved it")
+    changed_at: datetime
+
+
+class CursorPage(BaseModel, Generic[Item]):
+    """One page of a list read with a cursor: pass ``next_cursor`` as ``cursor`` to read the
+    next one (null: this was the last). Rows added meanwhile never make a page skip or repeat
+    an item."""
+
+    items: list[Item]
+    next_cursor: str | None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from models_store.tables import Dataset, Job, Model
+from models_store.tables import Dataset, Job, Model, ModelVersion
 from service.auth.keys import ApiKey
 from service.jobs.training import beats_baseline
 from service.schemas import (
@@ -61,6 +61,7 @@ def job_out(job: Job, *, caller: ApiKey | None) -> JobOut:
         id=job.id,
         status=job.status,
         name=job.name,
+        registered_model=job.registered_model,
         dataset_id=job.dataset_id,
         algorithm=job.algorithm,
         n_components=job.n_components,
@@ -103,11 +104,13 @@ def sweep_out(sweep: dict[str, Any]) -> Sweep:
     )
 
 
-def model_summary(model: Model) -> ModelSummary:
-    """A model as listed."""
+def model_summary(model: Model, version: ModelVersion | None = None) -> ModelSummary:
+    """A model as listed; ``version`` is the registered version it is, if any."""
     return ModelSummary(
         id=model.id,
         name=model.name,
+        registered_model=None if version is None else version.registered_model,
+        version=None if version is None else version.version,
         algorithm=model.algorithm,
         n_components=model.n_components,
         n_features=model.n_features,
@@ -130,14 +133,14 @@ def model_summary(model: Model) -> ModelSummary:
     )
 
 
-def model_out(model: Model) -> ModelOut:
+def model_out(model: Model, version: ModelVersion | None = None) -> ModelOut:
     """The full public view of a model: its θ list, scores, baseline and provenance."""
     components = [
         Component(coef=list(coef), intercept=intercept, share=share)
         for coef, intercept, share in zip(model.coef, model.intercept, model.shares, strict=True)
     ]
     return ModelOut(
-        **model_summary(model).model_dump(),
+        **model_summary(model, version).model_dump(),
         feature_names=list(model.feature_names),
         fit_intercept=model.fit_intercept,
         components=components,

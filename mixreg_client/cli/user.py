@@ -254,6 +254,8 @@ def _fit(args: argparse.Namespace) -> int:
             seed=args.seed,
             time_budget_s=args.time_budget,
             name=args.name,
+            registered_model=args.register,
+            init_model=args.init_model,
         )
         if args.no_wait:
             print(handle.id)
@@ -285,6 +287,18 @@ def _fit(args: argparse.Namespace) -> int:
 # --- printing models and jobs ---
 
 
+def _alias(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        if args.version is None:
+            alias = client.get_alias(args.name, args.alias)
+            print(f"{alias.reference} -> version {alias.version} (model {alias.model_id})")
+            return EXIT_OK
+        alias = client.set_alias(args.name, args.alias, args.version)
+    before = "new" if alias.previous_version is None else f"was version {alias.previous_version}"
+    print(f"{alias.reference} -> version {alias.version} (model {alias.model_id}; {before})")
+    return EXIT_OK
+
+
 def _line_equation(model: Model, index: int) -> str:
     component = model.components[index]
     terms = [
@@ -297,6 +311,8 @@ def _line_equation(model: Model, index: int) -> str:
 
 def _print_model(console: Console, model: Model, *, job: Job | None = None) -> None:
     console.print(f"model {model.id}")
+    if model.registered_model is not None:
+        console.print(f"  version           {model.registered_model}/versions/{model.version}")
     if job is not None:
         console.print(f"  job               {job.id} ({job.status})")
     console.print(
@@ -581,7 +597,8 @@ def _connection_options() -> argparse.ArgumentParser:
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``fit``, ``predict``, ``models``, ``jobs`` and ``show`` to the ``mixreg`` command."""
+    """Add ``fit``, ``predict``, ``models``, ``jobs``, ``show`` and ``alias`` to the ``mixreg``
+    command."""
     connection = _connection_options()
 
     fit = commands.add_parser(
@@ -633,6 +650,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     fit.add_argument("--time-budget", type=float, help="stop the search after this many seconds")
     fit.add_argument("--name", help="a name for the dataset, job and model")
+    fit.add_argument(
+        "--register",
+        metavar="NAME",
+        help="make the model the next version of registered model NAME",
+    )
+    fit.add_argument(
+        "--init-model",
+        metavar="MODEL",
+        help="start from this model's lines (an id, name@alias or name/versions/N)",
+    )
     output = fit.add_mutually_exclusive_group()
     output.add_argument("--no-wait", action="store_true", help="print the job id and return")
     output.add_argument("-q", "--quiet", action="store_true", help="print only the model id")
@@ -646,7 +673,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="Predict every row of DATA with MODEL: one column per component; when "
         "the target column is present, also the best component and its squared error.",
     )
-    predict.add_argument("model", metavar="MODEL", help="a model id")
+    predict.add_argument("model", metavar="MODEL", help="a model id, name@alias or name/versions/N")
     predict.add_argument("data", metavar="DATA", help="a CSV file with the model's features")
     predict.add_argument("-o", "--output", help="write the CSV here (default: standard output)")
     predict.add_argument(
@@ -668,6 +695,20 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     show = commands.add_parser(
         "show", parents=[connection], help="show a model's lines and scores (or a job)"
     )
-    show.add_argument("id", metavar="MODEL", help="a model id (or a job id)")
+    show.add_argument(
+        "id", metavar="MODEL", help="a model id, name@alias or name/versions/N (or a job id)"
+    )
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(handler=_command(_show))
+
+    alias = commands.add_parser(
+        "alias",
+        parents=[connection],
+        help="point NAME@ALIAS at a version of a registered model (or show where it points)",
+        description="Without VERSION, print the version NAME@ALIAS points at; with it, move "
+        "the alias there (every server process follows within MIXREG_ALIAS_REFRESH_S).",
+    )
+    alias.add_argument("name", metavar="NAME", help="a registered model")
+    alias.add_argument("alias", metavar="ALIAS", help="an alias, e.g. production")
+    alias.add_argument("version", metavar="VERSION", type=int, nargs="?", help="a version")
+    alias.set_defaults(handler=_command(_alias))

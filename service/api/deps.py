@@ -15,6 +15,7 @@ from service.config import Settings
 from service.errors import NotFoundError
 from service.jobs.queue import EmbeddedWorker
 from service.jobs.task_queue import FitTaskQueue
+from service.serving import references
 from service.serving.prediction import ModelCache
 
 
@@ -96,16 +97,26 @@ def valid_job(
     return job
 
 
+MODEL_REFERENCE = "a model: its id, name@alias, or a registered model's name (latest version)"
+
+
 def valid_model(
-    model_id: Annotated[str, Path(description="id of a fitted model")], session: SessionDep
+    model_id: Annotated[str, Path(description=MODEL_REFERENCE)], session: SessionDep
 ) -> Model:
-    """The model named in the path, or 404."""
-    model = repository.get_model(session, model_id=model_id)
-    if model is None:
-        raise NotFoundError(f"model {model_id} does not exist")
-    return model
+    """The model named in the path (by id or reference), or 404."""
+    return references.get_model(session, model_id)
+
+
+def valid_model_version(
+    name: Annotated[str, Path(description="a registered model's name")],
+    version: Annotated[int, Path(description="its version number", ge=1, le=999_999_999)],
+    session: SessionDep,
+) -> Model:
+    """Version ``version`` of the registered model ``name``, or 404."""
+    return references.get_model(session, f"{name}/versions/{version}")
 
 
 ValidDataset = Annotated[Dataset, Depends(valid_dataset)]
 ValidJob = Annotated[Job, Depends(valid_job)]
 ValidModel = Annotated[Model, Depends(valid_model)]
+ValidModelVersion = Annotated[Model, Depends(valid_model_version)]

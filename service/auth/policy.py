@@ -40,6 +40,7 @@ _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _READ_POSTS = (
     re.compile(r"/predict"),
     re.compile(r"/models/[^/]+/predict"),
+    re.compile(r"/models/[^/]+/versions/[^/]+/predict"),
     re.compile(r"/v2/models/[^/]+(?:/versions/[^/]+)?/infer"),
 )
 

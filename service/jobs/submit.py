@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -19,6 +19,7 @@ from service.errors import ConflictError, InvalidInputError, NotFoundError
 from service.jobs.supervisor import fit_process_context
 from service.jobs.training import FitSpec, holdout_size, send_resolved_parameters
 from service.schemas import FitVariant
+from service.serving import references
 
 
 @dataclass(frozen=True)
@@ -213,10 +214,14 @@ def submit_fit(
         except ingest.IngestError as exc:
             raise InvalidInputError(str(exc)) from None
         n_rows, n_features = parsed.X.shape
+        feature_names = parsed.feature_names
     else:
         assert request.dataset_id is not None  # the schema requires one of the two
         dataset = _existing_dataset(session, request.dataset_id)
         n_rows, n_features = dataset.n_rows, dataset.n_features
+        feature_names = list(dataset.feature_names)
+    if request.init_model is not None:
+        spec = warm_start(session, spec, request.init_model, feature_names=feature_names)
     params = check_fit(spec, n_rows=n_rows, n_features=n_features)
     try:
         # A savepoint: a concurrent request with the same key wins the unique constraint, and
@@ -249,6 +254,7 @@ def submit_fit(
                 idempotency_key=idempotency_key,
                 request_hash=digest,
                 max_attempts=max_attempts,
+                registered_model=request.registered_model,
             )
             if enqueue is not None:
                 enqueue(session, job.id)
@@ -262,6 +268,59 @@ def submit_fit(
             raise
         return _replay(winner, digest, idempotency_key)
     return Submission(job=job, created=True)
+
+
+WARM_STARTED_ALGORITHMS = ("auto", "am", "am-classic", "em")
+"""The algorithms that take starting lines (``init_model``)."""
+
+
+def warm_start(
+    session: Session, spec: FitSpec, reference: str, *, feature_names: Sequence[str] | None
+) -> FitSpec:
+    """``spec`` starting from the lines of the model ``reference`` names; 404 if it names
+    none, 422 if its features, k or intercept differ from the fit's.
+
+    ``feature_names`` are the names of the data to fit (None: ``x0, x1, ...``).
+    """
+    what = f"init_model {reference}"
+    if spec.algorithm not in WARM_STARTED_ALGORITHMS:
+        raise InvalidInputError(
+            f"{what}: algorithm {spec.algorithm} takes no starting lines; use one of "
+            f"{', '.join(WARM_STARTED_ALGORITHMS)}"
+        )
+    if spec.k_values is not None:
+        raise InvalidInputError(f"{what} gives the starting lines of one k; k must be one number")
+    if spec.params.get("init") is not None:
+        raise InvalidInputError(f"{what} and params.init both give starting lines; give one")
+    model = references.get_model(session, reference)
+    names = list(feature_names) if feature_names is not None else None
+    if names is None:
+        names = [f"x{j}" for j in range(model.n_features)]
+    if list(model.feature_names) != names:
+        raise InvalidInputError(
+            f"{what} was fitted on the features {_listed(model.feature_names)}, but the data "
+            f"has {_listed(names)}; a warm start needs the same features in the same order"
+        )
+    if model.n_components != spec.n_components:
+        raise InvalidInputError(
+            f"{what} has k={model.n_components} lines, but the fit asks for k="
+            f"{spec.n_components}; ask for k={model.n_components}"
+        )
+    if model.fit_intercept != spec.fit_intercept:
+        raise InvalidInputError(
+            f"{what} was fitted with fit_intercept={str(model.fit_intercept).lower()}; fit with "
+            f"the same"
+        )
+    lines = [
+        [*coef, intercept] if model.fit_intercept else list(coef)
+        for coef, intercept in zip(model.coef, model.intercept, strict=True)
+    ]
+    return replace(spec, params={**spec.params, "init": lines})
+
+
+def _listed(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+    return f"[{shown}] ({len(names)})"
 
 
 def _existing_dataset(session: Session, dataset_id: str) -> Dataset:

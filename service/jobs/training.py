@@ -44,7 +44,7 @@ from mixreg import (
     predict_lines,
     preferred_n_components,
 )
-from models_store import repository
+from models_store import registry, repository
 from models_store.session import make_engine, make_sessionmaker, read_scope, session_scope
 from models_store.tables import Job
 from service.logs import LogFormat, configure_logging, job_context
@@ -752,6 +752,7 @@ class _ClaimedJob:
     spec: FitSpec
     data: TrainHoldout
     feature_names: list[str]
+    registered_model: str | None
 
 
 def _current_attempt(
@@ -803,6 +804,7 @@ def _load_claimed_job(
             spec=spec,
             data=data,
             feature_names=list(dataset.feature_names),
+            registered_model=job.registered_model,
         )
 
 
@@ -934,6 +936,12 @@ def _store_models(
                 for fit in fitted.fits
                 for warning in fit.warnings
             ]
+        if claimed.registered_model is not None:
+            registry.create_version(
+                session,
+                name=claimed.registered_model,
+                model_id=model_ids[fitted.best_n_components],
+            )
         if not repository.finish_job(
             session,
             job_id=job_id,

@@ -39,6 +39,7 @@ from service.serving.prediction import (
     predict_matrix,
     score_predictions,
 )
+from service.serving.references import ReferenceResolver, is_reference_like, version_label
 
 INLINE_BODY_BYTES = 64 * 1024
 """Bodies up to this size are handled on the event loop; larger ones in the thread pool."""
@@ -53,7 +54,8 @@ class PredictInput:
     y: FloatArray | None
 
 
-_ID_LENGTH = 32
+# A reference in the body is checked by the schema's ``Text`` rule beyond this length.
+MAX_REFERENCE_LENGTH = 256
 
 
 def _number_matrix(value: object) -> FloatArray | None:
@@ -105,9 +107,8 @@ def _read_plain_json(body: bytes, *, named_in_body: bool) -> PredictInput | None
     model_id = data.get("model_id")
     if named_in_body and not (
         type(model_id) is str
-        and len(model_id) == _ID_LENGTH
-        and model_id.isascii()
-        and model_id.isalnum()
+        and len(model_id) <= MAX_REFERENCE_LENGTH
+        and is_reference_like(model_id)
     ):
         return None
     X = _number_matrix(data["X"])
@@ -168,13 +169,55 @@ def answer(lines: StoredLines, data: PredictInput, *, npy: bool) -> Response:
                 "an application/x-npy answer holds only the predictions; to score them "
                 "against y (min_loss, best_component), accept application/json"
             )
-        return Response(formats.npy_bytes(predictions), media_type=formats.NPY_MEDIA_TYPE)
-    payload: dict[str, object] = {"model_id": lines.model_id, "predictions": predictions}
+        return Response(
+            formats.npy_bytes(predictions),
+            media_type=formats.NPY_MEDIA_TYPE,
+            headers=answered_by(lines),
+        )
+    payload: dict[str, object] = {"model_id": lines.model_id}
+    if lines.version is not None:
+        payload["registered_model"] = lines.registered_model
+        payload["version"] = lines.version
+    payload["predictions"] = predictions
     if data.y is not None:
         scores = score_predictions(predictions, data.y)
         payload["min_loss"] = scores.min_loss
         payload["best_component"] = scores.best_component
-    return Response(formats.json_bytes(payload), media_type=formats.JSON_MEDIA_TYPE)
+    return Response(
+        formats.json_bytes(payload), media_type=formats.JSON_MEDIA_TYPE, headers=answered_by(lines)
+    )
+
+
+MODEL_ID_HEADER = "Mixreg-Model-Id"
+MODEL_VERSION_HEADER = "Mixreg-Model-Version"
+
+
+def answered_by(lines: StoredLines) -> dict[str, str]:
+    """Headers naming the model that answered (and its version ``name/versions/N``), also on
+    binary answers, which have no room for them in the body."""
+    headers = {MODEL_ID_HEADER: lines.model_id}
+    label = version_label(lines.registered_model, lines.version)
+    if label is not None:
+        headers[MODEL_VERSION_HEADER] = label
+    return headers
+
+
+async def lines_of(request: Request, reference: str) -> StoredLines:
+    """The lines of the model ``reference`` names (an id, ``name@alias``, ...): resolved and
+    decoded once, then from this process's caches without a thread hop."""
+    state = request.app.state
+    cache: ModelCache = state.model_cache
+    resolver: ReferenceResolver = state.reference_resolver
+    session_factory: sessionmaker[Session] = state.session_factory
+    model_id = resolver.cached(reference)
+    if model_id is None:
+        model_id = await run_in_threadpool(resolver.resolve, reference, session_factory)
+    lines = cache.get(model_id)
+    if lines is None:
+        lines = await run_in_threadpool(
+            load_lines, cache=cache, session_factory=session_factory, model_id=model_id
+        )
+    return lines
 
 
 async def serve_predict(
@@ -186,10 +229,7 @@ async def serve_predict(
     The app's model cache, session factory and settings are read from its state directly:
     resolving them as dependencies costs more than a single-row prediction.
     """
-    state = request.app.state
-    cache: ModelCache = state.model_cache
-    session_factory: sessionmaker[Session] = state.session_factory
-    settings: Settings = state.settings
+    settings: Settings = request.app.state.settings
     body = await request.body()
     content_type = request.headers.get("content-type", "")
     inline = len(body) <= INLINE_BODY_BYTES
@@ -201,17 +241,13 @@ async def serve_predict(
             read_body, body, content_type=content_type, named_in_body=named_in_body
         )
     limits.check_data_shape(*data.X.shape, settings=settings, what="X")
-    model_id = path_model_id or data.model_id or query_model_id
-    if model_id is None:
+    reference = path_model_id or data.model_id or query_model_id
+    if reference is None:
         raise InvalidInputError(
             "name the model: an .npy body is sent to POST /models/{model_id}/predict or to "
             "POST /predict?model_id=..."
         )
-    lines = cache.get(model_id)
-    if lines is None:
-        lines = await run_in_threadpool(
-            load_lines, cache=cache, session_factory=session_factory, model_id=model_id
-        )
+    lines = await lines_of(request, reference)
     limits.check_answer_size(data.X.shape[0], lines.n_components, settings=settings)
     npy = formats.prefers_npy(request.headers.get("accept"))
     if inline:

@@ -1,6 +1,8 @@
 """The Open Inference Protocol (KServe v2, Triton's HTTP/REST API) for fitted models.
 
-A model is named by its id and has one version, ``"1"``. It has one input, ``X``: an FP64 (or
+A model is named by its id, and then has one version, ``"1"``; or by a registered model's name,
+whose versions are its registered versions (the latest when none is given), or by
+``name@alias``. It has one input, ``X``: an FP64 (or
 FP32, or integer) tensor of shape ``[n, d]``; and one output, ``predictions``: an FP64 tensor
 of shape ``[n, k]``, one value per line for each row.
 
@@ -67,12 +69,21 @@ class InferenceProtocolError(ServiceError):
     slug = "inference-request"
 
 
-def model_metadata(lines: StoredLines) -> ModelMetadata:
-    """What a client needs to call the model: its input and output tensors."""
+def served_version(lines: StoredLines) -> str:
+    """The protocol's version of ``lines``: its registered version, else ``"1"``."""
+    return MODEL_VERSION if lines.version is None else str(lines.version)
+
+
+def model_metadata(
+    lines: StoredLines, *, name: str | None = None, versions: list[str] | None = None
+) -> ModelMetadata:
+    """What a client needs to call the model: its input and output tensors. ``name`` is the
+    name the client used (default the model id), ``versions`` those it has (default the one
+    that answers)."""
     n_components = int(lines.coef.shape[0])
     return ModelMetadata(
-        name=lines.model_id,
-        versions=[MODEL_VERSION],
+        name=lines.model_id if name is None else name,
+        versions=[served_version(lines)] if versions is None else versions,
         platform=PLATFORM,
         inputs=[MetadataTensor(name=INPUT_NAME, datatype="FP64", shape=[-1, lines.n_features])],
         outputs=[MetadataTensor(name=OUTPUT_NAME, datatype="FP64", shape=[-1, n_components])],
@@ -266,9 +277,12 @@ def _binary_output(request: InferenceRequest) -> bool:
     return bool((request.outputs[0].parameters or {}).get("binary_data", default))
 
 
-def infer(lines: StoredLines, parsed: ParsedInference) -> tuple[bytes, int | None]:
+def infer(
+    lines: StoredLines, parsed: ParsedInference, *, name: str | None = None
+) -> tuple[bytes, int | None]:
     """Predict and encode the response: the body and, for binary output, the length of its JSON
-    header (for ``Inference-Header-Content-Length``)."""
+    header (for ``Inference-Header-Content-Length``). ``name`` is the model's name as the
+    client gave it (default its id); the response names the version that answered."""
     predictions = predict_matrix(lines, parsed.X)
     output = ResponseOutput(
         name=OUTPUT_NAME, datatype="FP64", shape=[int(size) for size in predictions.shape]
@@ -280,8 +294,8 @@ def infer(lines: StoredLines, parsed: ParsedInference) -> tuple[bytes, int | Non
     else:
         output.data = predictions.ravel().tolist()
     response = InferenceResponse(
-        model_name=lines.model_id,
-        model_version=MODEL_VERSION,
+        model_name=lines.model_id if name is None else name,
+        model_version=served_version(lines),
         id=parsed.request.id,
         outputs=[output],
     )

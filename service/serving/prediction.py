@@ -12,11 +12,12 @@ from numpy.typing import NDArray
 from sqlalchemy.orm import Session, sessionmaker
 
 from mixreg import min_loss, predict_lines
-from models_store import repository
+from models_store import registry, repository
 from models_store.session import read_scope, session_scope
-from models_store.tables import Model
-from service.errors import InvalidInputError, NotFoundError
+from models_store.tables import Model, ModelVersion
+from service.errors import ConflictError, InvalidInputError, NotFoundError
 from service.schemas import PredictResponse
+from service.serving import references
 
 FloatArray = NDArray[np.float64]
 
@@ -28,16 +29,22 @@ class StoredLines:
     model_id: str
     coef: FloatArray
     intercept: FloatArray
+    # The registered model and version the model is, if it is one.
+    registered_model: str | None = None
+    version: int | None = None
 
     @classmethod
-    def of_model(cls, model: Model) -> StoredLines:
-        """Decode the JSON numbers of ``model`` (they round-trip bit for bit)."""
+    def of_model(cls, model: Model, version: ModelVersion | None = None) -> StoredLines:
+        """Decode the JSON numbers of ``model`` (they round-trip bit for bit); ``version`` is
+        the registered version it is, if any."""
         shape = (model.n_components, model.n_features)
         coef = np.asarray(model.coef, dtype=np.float64).reshape(shape)
         return cls(
             model_id=model.id,
             coef=coef,
             intercept=np.asarray(model.intercept, dtype=np.float64).reshape(model.n_components),
+            registered_model=None if version is None else version.registered_model,
+            version=None if version is None else version.version,
         )
 
     @property
@@ -104,7 +111,7 @@ def load_lines(
         model = repository.get_model(session, model_id=model_id)
         if model is None:
             raise NotFoundError(f"model {model_id} does not exist")
-        lines = StoredLines.of_model(model)
+        lines = StoredLines.of_model(model, registry.version_of_model(session, model_id=model.id))
     cache.put(lines)
     return lines
 
@@ -118,7 +125,12 @@ def predict(
     """
     X = np.asarray(X_rows, dtype=np.float64)
     predictions = predict_matrix(lines, X)
-    response = PredictResponse(model_id=lines.model_id, predictions=predictions.tolist())
+    response = PredictResponse(
+        model_id=lines.model_id,
+        registered_model=lines.registered_model,
+        version=lines.version,
+        predictions=predictions.tolist(),
+    )
     if y_values is None:
         return response
     scored = score_predictions(predictions, np.asarray(y_values, dtype=np.float64))
@@ -176,10 +188,25 @@ def _check_finite_predictions(predictions: FloatArray) -> None:
 
 
 def delete_model(
-    *, cache: ModelCache, session_factory: sessionmaker[Session], model_id: str
+    *, cache: ModelCache, session_factory: sessionmaker[Session], reference: str
 ) -> None:
-    """Delete ``model_id``, then evict it from the cache once that is committed; 404 if none."""
+    """Delete the model ``reference`` names (its id, ``name/versions/N``, ...), then evict it
+    from the cache once that is committed; 404 if none, 409 if it is a registered version that
+    an alias points at."""
     with session_scope(session_factory) as session:
+        model_id = references.resolve_in_session(session, references.parse_reference(reference))
+        version = registry.version_of_model(session, model_id=model_id)
+        if version is not None:
+            aliases = registry.aliases_of_version(
+                session, name=version.registered_model, version=version.version
+            )
+            if aliases:
+                names = ", ".join(f"{version.registered_model}@{alias}" for alias in aliases)
+                raise ConflictError(
+                    f"model {model_id} is version {version.version} of "
+                    f"{version.registered_model}, which {names} points at; move the alias to "
+                    f"another version first"
+                )
         if not repository.delete_model(session, model_id=model_id):
             raise NotFoundError(f"model {model_id} does not exist")
     cache.evict(model_id)

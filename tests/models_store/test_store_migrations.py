@@ -17,7 +17,16 @@ from sqlalchemy import inspect, make_url, text
 from models_store import Base, migrate
 from models_store.session import make_engine
 
-APP_TABLES = {"datasets", "dataset_chunks", "jobs", "models"}
+APP_TABLES = {
+    "datasets",
+    "dataset_chunks",
+    "jobs",
+    "models",
+    "registered_models",
+    "model_versions",
+    "model_aliases",
+    "model_alias_events",
+}
 TABLES_OF_0002 = {"datasets", "jobs", "models"}
 # Procrastinate's queue (revision 0003), on PostgreSQL only.
 QUEUE_TABLES = {
@@ -143,9 +152,17 @@ def test_constraint_names_follow_the_naming_convention(migrated_database_url):
         assert [uq["name"] for uq in inspector.get_unique_constraints("datasets")] == [
             "uq_datasets_idempotency_scope_key"
         ]
+        # Revision 0007 dropped the dataset's foreign key: a dataset may be deleted.
         assert {fk["name"] for fk in inspector.get_foreign_keys("models")} == {
-            "fk_models_dataset_id_datasets",
             "fk_models_job_id_jobs",
+        }
+        assert {fk["name"] for fk in inspector.get_foreign_keys("model_aliases")} == {
+            "fk_model_aliases_registered_model_registered_models",
+            "fk_model_aliases_version_model_versions",
+        }
+        assert {fk["name"] for fk in inspector.get_foreign_keys("model_versions")} == {
+            "fk_model_versions_model_id_models",
+            "fk_model_versions_registered_model_registered_models",
         }
     finally:
         engine.dispose()
@@ -238,6 +255,80 @@ def test_rows_stored_before_revision_0002_survive_its_upgrade_and_downgrade(data
         with engine.connect() as connection:
             assert connection.execute(text("SELECT id, model_id FROM jobs")).one() == ("j1", "m1")
             assert connection.execute(text("SELECT id, job_id FROM models")).one() == ("m1", "j1")
+    finally:
+        engine.dispose()
+
+
+def test_revision_0007_keeps_rows_and_its_downgrade_drops_the_registry(database_url):
+    migrate.upgrade(database_url, "0005")
+    engine = make_engine(database_url)
+    at = "2030-01-01T12:00:00+00:00"
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO datasets (id, n_rows, n_features, feature_names, created_at) "
+                    "VALUES ('d1', 1, 1, '[\"x0\"]', :at)"
+                ),
+                {"at": at},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO jobs (id, status, dataset_id, algorithm, n_components, params, "
+                    "fit_intercept, holdout_fraction, attempts, max_attempts, cancel_requested, "
+                    "progress_fraction, created_at, model_id, warnings) VALUES ('j1', "
+                    "'succeeded', 'd1', 'am', 1, '{}', :true, 0.2, 1, 3, :false, 1.0, :at, "
+                    "'m1', '[]')"
+                ),
+                {"true": True, "false": False, "at": at},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO models (id, job_id, dataset_id, algorithm, n_components, "
+                    "n_features, feature_names, fit_intercept, params, coef, intercept, shares, "
+                    "train_min_loss, baseline, n_train, n_holdout, loss_history, n_iter, "
+                    "fit_seconds, created_at, warnings) VALUES ('m1', 'j1', 'd1', 'am', 1, 1, "
+                    "'[\"x0\"]', :true, '{}', '[[2.5]]', '[0.5]', '[1.0]', 0.25, '{}', 1, 0, "
+                    "'[0.25]', 1, 0.01, :at, '[]')"
+                ),
+                {"true": True, "at": at},
+            )
+
+        migrate.upgrade(database_url)
+        with engine.begin() as connection:
+            assert connection.execute(text("SELECT registered_model FROM jobs")).one() == (None,)
+            connection.execute(
+                text(
+                    "INSERT INTO registered_models (name, latest_version, created_at) "
+                    "VALUES ('reco', 1, :at)"
+                ),
+                {"at": at},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO model_versions (registered_model, version, model_id, created_at) "
+                    "VALUES ('reco', 1, 'm1', :at)"
+                ),
+                {"at": at},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO model_aliases (registered_model, alias, version, updated_at) "
+                    "VALUES ('reco', 'production', 1, :at)"
+                ),
+                {"at": at},
+            )
+
+        migrate.downgrade(database_url, "0005")
+        assert not {"registered_models", "model_versions", "model_aliases"} & table_names(
+            database_url
+        )
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT id, dataset_id FROM jobs")).one() == (
+                "j1",
+                "d1",
+            )
+            assert connection.execute(text("SELECT id FROM models")).one() == ("m1",)
     finally:
         engine.dispose()
 

@@ -106,9 +106,9 @@ def test_load_lines_reads_the_database_once(db_sessionmaker):
     hit = load_lines(cache=cache, session_factory=_NoDatabase(), model_id=model_id)
     assert hit is loaded
 
-    delete_model(cache=cache, session_factory=db_sessionmaker, model_id=model_id)
+    delete_model(cache=cache, session_factory=db_sessionmaker, reference=model_id)
     assert model_id not in cache
     with pytest.raises(NotFoundError, match=f"^model {model_id} does not exist$"):
         load_lines(cache=cache, session_factory=db_sessionmaker, model_id=model_id)
     with pytest.raises(NotFoundError):
-        delete_model(cache=cache, session_factory=db_sessionmaker, model_id=model_id)
+        delete_model(cache=cache, session_factory=db_sessionmaker, reference=model_id)

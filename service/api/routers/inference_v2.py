@@ -1,8 +1,9 @@
 """The Open Inference Protocol (KServe v2 / Triton HTTP): health, metadata and inference.
 
 Off-the-shelf clients work unchanged, e.g. ``tritonclient.http.InferenceServerClient``: a model
-is named by its id, its input is ``X`` (``[n, d]``, FP64 or FP32) and its output
-``predictions`` (``[n, k]``, FP64). Errors are problem+json with the protocol's ``error``
+is named by its id (one version, ``1``), by a registered model's name (its versions; the latest
+when none is given) or by ``name@alias``; its input is ``X`` (``[n, d]``, FP64 or FP32) and its
+output ``predictions`` (``[n, k]``, FP64). Errors are problem+json with the protocol's ``error``
 member.
 """
 
@@ -15,6 +16,8 @@ from fastapi import APIRouter, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
+from models_store import registry
+from models_store.session import session_scope
 from service import limits
 from service.api.errors import status_of
 from service.api.routers import health
@@ -27,14 +30,20 @@ from service.schemas_v2 import (
     ModelMetadata,
     ServerMetadata,
 )
-from service.serving import inference_v2
-from service.serving.endpoint import INLINE_BODY_BYTES
-from service.serving.prediction import ModelCache, StoredLines, load_lines
+from service.serving import inference_v2, references
+from service.serving.endpoint import INLINE_BODY_BYTES, lines_of
+from service.serving.prediction import StoredLines
 
 router = APIRouter(prefix="/v2", tags=["inference"])
 
-ModelId = Annotated[str, Path(description="id of a fitted model (the protocol's model name)")]
-Version = Annotated[str, Path(description="the model's version; every model has only '1'")]
+ModelId = Annotated[
+    str,
+    Path(description="a model id, a registered model's name, or name@alias (the model name)"),
+]
+Version = Annotated[
+    str,
+    Path(description="a registered model's version; a model named by its id has only '1'"),
+]
 
 SERVER_EXTENSIONS = ["binary_tensor_data"]
 
@@ -77,18 +86,44 @@ def _problem(request: Request, error: ServiceError) -> JSONResponse:
     return JSONResponse(body, status_code=status, media_type=PROBLEM_MEDIA_TYPE)
 
 
-async def _lines(request: Request, model_id: str, version: str | None) -> StoredLines:
-    inference_v2.check_version(model_id, version)
-    cache: ModelCache = request.app.state.model_cache
-    lines = cache.get(model_id)
-    if lines is None:
-        lines = await run_in_threadpool(
-            load_lines,
-            cache=cache,
-            session_factory=request.app.state.session_factory,
-            model_id=model_id,
+def _reference(model_name: str, version: str | None) -> str:
+    """The model reference of the protocol's model name and version."""
+    if version is None:
+        return model_name
+    parsed = references.parse_reference(model_name)
+    if parsed.model_id is not None:
+        inference_v2.check_version(model_name, version)
+        return model_name
+    if parsed.alias is not None or parsed.version is not None:
+        raise inference_v2.VersionNotFoundError(
+            f"model {model_name} already names one version; address a version as "
+            f"/v2/models/{parsed.name}/versions/N"
         )
-    return lines
+    if not version.isascii() or not version.isdigit() or len(version) > 9:
+        raise inference_v2.VersionNotFoundError(
+            f"registered model {model_name} has no version '{version[:40]}'; versions are "
+            f"numbers 1, 2, 3, ..."
+        )
+    return f"{model_name}/versions/{int(version)}"
+
+
+async def _lines(request: Request, model_name: str, version: str | None) -> StoredLines:
+    return await lines_of(request, _reference(model_name, version))
+
+
+def _versions(request: Request, lines: StoredLines) -> list[str] | None:
+    """Every version of the registered model ``lines`` is a version of (None for others)."""
+    if lines.registered_model is None:
+        return None
+    with session_scope(request.app.state.session_factory) as session:
+        rows = registry.list_versions(
+            session, name=lines.registered_model, before_version=None, limit=MAX_LISTED_VERSIONS
+        )
+        return [str(row.version) for row in reversed(rows)]
+
+
+MAX_LISTED_VERSIONS = 1000
+"""The newest versions listed in a registered model's metadata at most."""
 
 
 @router.get("/health/live", response_class=Response, responses={200: {"description": "live"}})
@@ -140,7 +175,9 @@ async def _metadata(
     request: Request, model_id: str, version: str | None
 ) -> ModelMetadata | JSONResponse:
     try:
-        return inference_v2.model_metadata(await _lines(request, model_id, version))
+        lines = await _lines(request, model_id, version)
+        versions = await run_in_threadpool(_versions, request, lines)
+        return inference_v2.model_metadata(lines, name=model_id, versions=versions)
     except ServiceError as error:
         return _problem(request, error)
 
@@ -204,9 +241,11 @@ async def _infer(request: Request, model_id: str, version: str | None) -> Respon
         limits.check_data_shape(*parsed.X.shape, settings=settings, what="input X")
         limits.check_answer_size(parsed.X.shape[0], lines.n_components, settings=settings)
         if len(body) <= INLINE_BODY_BYTES:
-            content, header_length = inference_v2.infer(lines, parsed)
+            content, header_length = inference_v2.infer(lines, parsed, name=model_id)
         else:
-            content, header_length = await run_in_threadpool(inference_v2.infer, lines, parsed)
+            content, header_length = await run_in_threadpool(
+                inference_v2.infer, lines, parsed, name=model_id
+            )
     except ServiceError as error:
         return _problem(request, error)
     if header_length is None:

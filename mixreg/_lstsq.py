@@ -409,7 +409,9 @@ def lstsq_by_labels(
     n_parts = n_partitions * n_components
     flat = labels + n_components * np.arange(n_partitions)[:, None]
     counts = np.bincount(flat.ravel(), minlength=n_parts).reshape(n_partitions, n_components)
-    if _shares_products(n_parts, n_params):
+    # One partition (a refit) is always centred part by part; the shared products serve the
+    # many starts of a batched polish.
+    if n_partitions > 1 and _shares_products(n_parts, n_params):
         parts = np.arange(n_components)[None, :, None]
 
         def membership(start: int, stop: int) -> FloatArray:
@@ -525,18 +527,61 @@ def refit_exactly(
     """Each part's least-squares line to working precision: centred, then one refinement.
 
     The centred normal equations of each part are solved, then corrected once from the
-    residuals of that solution (the corrected semi-normal equations), which recovers what the
-    normal equations' squared condition number loses: the result agrees with
-    ``LinearRegression`` on the part's rows to about ``eps * cond``.
+    residuals of that solution (the corrected semi-normal equations: one more pass over the
+    rows, of ``O(n_samples x n_params)``), which recovers most of what the normal equations'
+    squared condition number loses: the result agrees with ``LinearRegression`` on the part's
+    rows to about ``eps * cond``.
 
     Parameters and return value as :func:`lstsq_by_label`.
     """
-    theta, counts = lstsq_by_label(Z, y, labels, n_components)
-    residual = np.empty_like(y)
-    rows = _block_rows(Z.shape[1])
-    for start in range(0, Z.shape[0], rows):
-        block = slice(start, start + rows)
-        residual[block] = y[block] - np.einsum("ij,ij->i", Z[block], theta[labels[block]])
-    correction, _ = lstsq_by_label(Z, residual, labels, n_components)
-    theta += correction
+    centre = has_intercept_column(Z)
+    n_samples, n_params = Z.shape
+    n_x = n_params - centre
+    rows_per_block = _block_rows(n_params)
+    moments = _Moments.zeros(n_components, n_x + 1)
+    for start in range(0, n_samples, rows_per_block):
+        block = slice(start, start + rows_per_block)
+        augmented = _augmented(Z[block], y[block], centre)
+        for component, rows in _rows_by_label(augmented, labels[block], n_components):
+            moments.add(component, rows, centre)
+    counts = np.rint(moments.weight).astype(np.intp)
+    used = moments.weight > 0
+    theta = np.zeros((n_components, n_params))
+    if not used.any():
+        return theta, counts
+    theta[used] = moments.subset(used).solve(centre)
+    # The correction solves the same normal equations for the residuals: only their
+    # cross-products with the centred features are new.
+    cross = np.zeros((n_components, n_x))
+    residual_sum = np.zeros(n_components)
+    for start in range(0, n_samples, rows_per_block):
+        block = slice(start, start + rows_per_block)
+        residual = y[block] - np.einsum("ij,ij->i", Z[block], theta[labels[block]])
+        augmented = _augmented(Z[block], residual, centre)
+        for component, rows in _rows_by_label(augmented, labels[block], n_components):
+            centred = rows[:, :n_x] - moments.mean[component, :n_x]
+            cross[component] += centred.T @ rows[:, n_x]
+            residual_sum[component] += rows[:, n_x].sum()
+    scatter = moments.scatter[used][:, :n_x, :n_x]
+    correction = solve_normal_equations(scatter, cross[used])
+    theta[used, :n_x] += correction
+    if centre:
+        residual_mean = residual_sum[used] / moments.weight[used]
+        theta[used, n_x] += residual_mean - np.einsum(
+            "px,px->p", moments.mean[used, :n_x], correction
+        )
     return theta, counts
+
+
+def _rows_by_label(
+    rows: FloatArray, labels: NDArray[np.intp], n_components: int
+) -> list[tuple[int, FloatArray]]:
+    """The rows of each non-empty part of a block, gathered part after part."""
+    order = np.argsort(labels, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(labels, minlength=n_components))])
+    gathered = rows[order]
+    return [
+        (component, gathered[bounds[component] : bounds[component + 1]])
+        for component in range(n_components)
+        if bounds[component + 1] > bounds[component]
+    ]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
+from scipy.linalg.blas import dsyrk
 
 FloatArray = NDArray[np.float64]
 
@@ -85,6 +86,8 @@ def solve_normal_equations(gram: FloatArray, rhs: FloatArray) -> FloatArray:
 def _solve_one(gram: FloatArray, rhs: FloatArray) -> FloatArray:
     """One large system: Cholesky of the equilibrated matrix, eigh if it is near singular."""
     diag = np.diag(gram)
+    if not np.any(diag > 0):
+        return np.zeros(rhs.shape)
     scale = np.where(diag > 0, 1.0 / np.sqrt(np.where(diag > 0, diag, 1.0)), 1.0)
     equilibrated = gram * scale[:, None] * scale[None, :]
     if np.all(diag > 0):
@@ -171,6 +174,10 @@ class _Moments:
             np.zeros((n_parts, n_columns, n_columns)),
         )
 
+    def subset(self, chosen: NDArray[np.bool_]) -> _Moments:
+        """The moments of the chosen parts."""
+        return _Moments(self.weight[chosen], self.mean[chosen], self.scatter[chosen])
+
     def add(
         self, part: int, rows: FloatArray, centre: bool, weights: FloatArray | None = None
     ) -> None:
@@ -183,8 +190,9 @@ class _Moments:
             centred = rows - mean
         else:
             mean, centred = np.zeros(rows.shape[1]), rows
-        weighted = centred if weights is None else centred * weights[:, None]
-        scatter = weighted.T @ centred
+        if weights is not None:
+            centred = centred * np.sqrt(weights)[:, None]
+        scatter = _cross_products(centred)
         total = self.weight[part] + weight
         if centre and self.weight[part] > 0.0:
             delta = mean - self.mean[part]
@@ -207,6 +215,16 @@ class _Moments:
         return theta
 
 
+def _cross_products(rows: FloatArray) -> FloatArray:
+    """``rows^T rows`` by BLAS's symmetric rank-k update (half the work of a general product)."""
+    if rows.shape[0] == 0:
+        return np.zeros((rows.shape[1], rows.shape[1]))
+    # rows.T of a C-ordered array is Fortran-ordered: BLAS reads it without a copy.
+    upper = dsyrk(1.0, np.asfortranarray(rows.T), trans=0)
+    products: FloatArray = np.triu(upper) + np.triu(upper, 1).T
+    return products
+
+
 def _augmented(Z: FloatArray, y: FloatArray, centre: bool) -> FloatArray:
     """``[features, y]``: the design without its intercept column (when centring), then y."""
     n_x = Z.shape[1] - centre
@@ -217,7 +235,12 @@ def _augmented(Z: FloatArray, y: FloatArray, centre: bool) -> FloatArray:
 
 
 def lstsq_of_rows(rows: FloatArray, weights: FloatArray | None, centre: bool) -> FloatArray:
-    """Least squares of small problems from their rows, by an SVD (``LinearRegression``'s answer).
+    """Least squares of a stack of small problems from their rows (``LinearRegression``'s answer).
+
+    Each problem is centred on its weighted means (with an intercept), then solved through the
+    smaller of its two Gram matrices: ``A^T A`` (parameters x parameters) when it has more rows
+    than parameters, else the rows' ``A A^T`` (the minimum-norm slopes ``A^T (A A^T)^+ t``,
+    cheap for the many tiny parts of a sub-sample of wide data).
 
     Parameters
     ----------
@@ -244,17 +267,58 @@ def lstsq_of_rows(rows: FloatArray, weights: FloatArray | None, centre: bool) ->
     if centre:
         mean = np.einsum("pm,pmc->pc", weights, rows) / safe_total[:, None]
     centred = (rows - mean[:, None, :]) * np.sqrt(weights)[:, :, None]
-    u, s, vt = np.linalg.svd(centred[:, :, :n_x], full_matrices=False)
-    cutoff = np.finfo(np.float64).eps * max(m, n_x) * s[:, :1]
-    keep = s > np.maximum(cutoff, np.finfo(np.float64).tiny)
-    inverse = np.where(keep, 1.0 / np.where(keep, s, 1.0), 0.0)
-    projected = np.einsum("pmr,pm->pr", u, centred[:, :, n_x]) * inverse
-    slopes = np.einsum("prx,pr->px", vt, projected)
+    features, target = centred[:, :, :n_x], centred[:, :, n_x]
+    if m > n_x:
+        gram = np.matmul(features.transpose(0, 2, 1), features)
+        slopes = solve_normal_equations(gram, np.einsum("pmx,pm->px", features, target))
+    else:
+        kernel = np.matmul(features, features.transpose(0, 2, 1))
+        eigvals, eigvecs = np.linalg.eigh(kernel)
+        cutoff = _RCOND * np.maximum(eigvals[:, -1:], 0.0)
+        keep = eigvals > np.maximum(cutoff, np.finfo(np.float64).tiny)
+        inverse = np.where(keep, 1.0 / np.where(keep, eigvals, 1.0), 0.0)
+        dual = np.einsum("pmr,pr->pm", eigvecs, np.einsum("pmr,pm->pr", eigvecs, target) * inverse)
+        slopes = np.einsum("pmx,pm->px", features, dual)
     if centre:
         intercept = mean[:, n_x] - np.einsum("px,px->p", mean[:, :n_x], slopes)
         slopes = np.concatenate([slopes, intercept[:, None]], axis=1)
     slopes[total <= 0] = 0.0
     theta: FloatArray = slopes
+    return theta
+
+
+def lstsq_of_parts(
+    Z: FloatArray, y: FloatArray, parts: NDArray[np.intp], valid: NDArray[np.bool_]
+) -> FloatArray:
+    """Least squares of each part's rows, given as padded row indices, in batches.
+
+    Parameters
+    ----------
+    Z : ndarray of shape (n_samples, n_params)
+    y : ndarray of shape (n_samples,)
+    parts : ndarray of shape (n_parts, width)
+        Row indices of each part; entries where ``valid`` is False are padding.
+    valid : ndarray of shape (n_parts, width)
+
+    Returns
+    -------
+    theta : ndarray of shape (n_parts, n_params)
+        Zeros for an empty part.
+    """
+    centre = has_intercept_column(Z)
+    n_parts, width = parts.shape
+    n_x = Z.shape[1] - centre
+    # A batch's gathered rows and its Gram (or kernel) matrices stay within one block.
+    per_problem = width * (n_x + 1) + min(width, n_x) ** 2
+    per_batch = max(1, _BLOCK_ELEMENTS // max(1, per_problem))
+    theta = np.zeros((n_parts, Z.shape[1]))
+    for start in range(0, n_parts, per_batch):
+        chosen = parts[start : start + per_batch]
+        rows = np.empty((chosen.shape[0], width, n_x + 1))
+        rows[:, :, :n_x] = Z[chosen, :n_x]
+        rows[:, :, n_x] = y[chosen]
+        weights = valid[start : start + per_batch].astype(np.float64)
+        theta[start : start + per_batch] = lstsq_of_rows(rows, weights, centre)
     return theta
 
 
@@ -274,18 +338,7 @@ def lstsq_row_sets(Z: FloatArray, y: FloatArray, row_sets: NDArray[np.intp]) -> 
     -------
     theta : ndarray of shape (n_problems, n_params)
     """
-    centre = has_intercept_column(Z)
-    n_problems, m = row_sets.shape
-    n_x = Z.shape[1] - centre
-    per_batch = max(1, _BLOCK_ELEMENTS // max(1, m * (n_x + 1)))
-    theta = np.empty((n_problems, Z.shape[1]))
-    for start in range(0, n_problems, per_batch):
-        chosen = row_sets[start : start + per_batch]
-        rows = np.empty((chosen.shape[0], m, n_x + 1))
-        rows[:, :, :n_x] = Z[chosen, :n_x]
-        rows[:, :, n_x] = y[chosen]
-        theta[start : start + per_batch] = lstsq_of_rows(rows, None, centre)
-    return theta
+    return lstsq_of_parts(Z, y, row_sets, np.ones(row_sets.shape, dtype=bool))
 
 
 def _weighted_sums(
@@ -356,7 +409,9 @@ def lstsq_by_labels(
     n_parts = n_partitions * n_components
     flat = labels + n_components * np.arange(n_partitions)[:, None]
     counts = np.bincount(flat.ravel(), minlength=n_parts).reshape(n_partitions, n_components)
-    if _shares_products(n_parts, n_params):
+    # One partition (a refit) is always centred part by part; the shared products serve the
+    # many starts of a batched polish.
+    if n_partitions > 1 and _shares_products(n_parts, n_params):
         parts = np.arange(n_components)[None, :, None]
 
         def membership(start: int, stop: int) -> FloatArray:
@@ -390,9 +445,27 @@ def lstsq_by_labels(
                     small.append((part, rows))
                 else:
                     moments.add(part, rows, centre)
-    theta = moments.solve(centre)
-    for part, rows in small:
-        theta[part] = lstsq_of_rows(rows[None], None, centre)[0]
+    theta = np.zeros((n_parts, n_params))
+    accumulated = moments.weight > 0
+    if accumulated.any():
+        theta[accumulated] = moments.subset(accumulated).solve(centre)
+    if small:
+        # Parts with no more rows than parameters (a sub-sample of wide data), padded to one
+        # width and solved together.
+        width = max(rows.shape[0] for _, rows in small)
+        padded = np.zeros((len(small), width, n_params - centre + 1))
+        weights = np.zeros((len(small), width))
+        for position, (_, rows) in enumerate(small):
+            padded[position, : rows.shape[0]] = rows
+            weights[position, : rows.shape[0]] = 1.0
+        per_batch = max(1, _BLOCK_ELEMENTS // (width * (n_params + 1) + width * width))
+        solved = np.concatenate(
+            [
+                lstsq_of_rows(padded[i : i + per_batch], weights[i : i + per_batch], centre)
+                for i in range(0, len(small), per_batch)
+            ]
+        )
+        theta[[part for part, _ in small]] = solved
     return theta.reshape(n_partitions, n_components, n_params), counts
 
 
@@ -454,18 +527,61 @@ def refit_exactly(
     """Each part's least-squares line to working precision: centred, then one refinement.
 
     The centred normal equations of each part are solved, then corrected once from the
-    residuals of that solution (the corrected semi-normal equations), which recovers what the
-    normal equations' squared condition number loses: the result agrees with
-    ``LinearRegression`` on the part's rows to about ``eps * cond``.
+    residuals of that solution (the corrected semi-normal equations: one more pass over the
+    rows, of ``O(n_samples x n_params)``), which recovers most of what the normal equations'
+    squared condition number loses: the result agrees with ``LinearRegression`` on the part's
+    rows to about ``eps * cond``.
 
     Parameters and return value as :func:`lstsq_by_label`.
     """
-    theta, counts = lstsq_by_label(Z, y, labels, n_components)
-    residual = np.empty_like(y)
-    rows = _block_rows(Z.shape[1])
-    for start in range(0, Z.shape[0], rows):
-        block = slice(start, start + rows)
-        residual[block] = y[block] - np.einsum("ij,ij->i", Z[block], theta[labels[block]])
-    correction, _ = lstsq_by_label(Z, residual, labels, n_components)
-    theta += correction
+    centre = has_intercept_column(Z)
+    n_samples, n_params = Z.shape
+    n_x = n_params - centre
+    rows_per_block = _block_rows(n_params)
+    moments = _Moments.zeros(n_components, n_x + 1)
+    for start in range(0, n_samples, rows_per_block):
+        block = slice(start, start + rows_per_block)
+        augmented = _augmented(Z[block], y[block], centre)
+        for component, rows in _rows_by_label(augmented, labels[block], n_components):
+            moments.add(component, rows, centre)
+    counts = np.rint(moments.weight).astype(np.intp)
+    used = moments.weight > 0
+    theta = np.zeros((n_components, n_params))
+    if not used.any():
+        return theta, counts
+    theta[used] = moments.subset(used).solve(centre)
+    # The correction solves the same normal equations for the residuals: only their
+    # cross-products with the centred features are new.
+    cross = np.zeros((n_components, n_x))
+    residual_sum = np.zeros(n_components)
+    for start in range(0, n_samples, rows_per_block):
+        block = slice(start, start + rows_per_block)
+        residual = y[block] - np.einsum("ij,ij->i", Z[block], theta[labels[block]])
+        augmented = _augmented(Z[block], residual, centre)
+        for component, rows in _rows_by_label(augmented, labels[block], n_components):
+            centred = rows[:, :n_x] - moments.mean[component, :n_x]
+            cross[component] += centred.T @ rows[:, n_x]
+            residual_sum[component] += rows[:, n_x].sum()
+    scatter = moments.scatter[used][:, :n_x, :n_x]
+    correction = solve_normal_equations(scatter, cross[used])
+    theta[used, :n_x] += correction
+    if centre:
+        residual_mean = residual_sum[used] / moments.weight[used]
+        theta[used, n_x] += residual_mean - np.einsum(
+            "px,px->p", moments.mean[used, :n_x], correction
+        )
     return theta, counts
+
+
+def _rows_by_label(
+    rows: FloatArray, labels: NDArray[np.intp], n_components: int
+) -> list[tuple[int, FloatArray]]:
+    """The rows of each non-empty part of a block, gathered part after part."""
+    order = np.argsort(labels, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(labels, minlength=n_components))])
+    gathered = rows[order]
+    return [
+        (component, gathered[bounds[component] : bounds[component + 1]])
+        for component in range(n_components)
+        if bounds[component + 1] > bounds[component]
+    ]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from ._lstsq import solve_normal_equations
+from ._lstsq import lstsq_of_parts
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.intp]
@@ -100,7 +100,7 @@ def ransac_lines(
     valid = np.arange(max_size)[None, :] < sizes[:, None]
     robust = sizes >= min_samples
     if not robust.all():
-        theta[~robust] = _lstsq_parts(Z, y, parts[~robust], valid[~robust])
+        theta[~robust] = lstsq_of_parts(Z, y, parts[~robust], valid[~robust])
     robust_idx = np.flatnonzero(robust)
     parts_per_block = max(1, _BLOCK_ELEMENTS // (_TRIALS_PER_ROUND * max(1, max_size)))
     for start in range(0, robust_idx.size, parts_per_block):
@@ -119,15 +119,6 @@ def ransac_lines(
             stop_probability=stop_probability,
         )
     return theta
-
-
-def _lstsq_parts(
-    Z: FloatArray, y: FloatArray, parts: IntArray, valid: NDArray[np.bool_]
-) -> FloatArray:
-    Zp = Z[parts] * valid[:, :, None]
-    gram = np.einsum("csp,csq->cpq", Zp, Zp)
-    rhs = np.einsum("csp,cs->cp", Zp, y[parts] * valid)
-    return solve_normal_equations(gram, rhs)
 
 
 def _fit_minimal_subsets(Zs: FloatArray, ys: FloatArray, fit_intercept: bool) -> FloatArray:
@@ -228,7 +219,7 @@ def _ransac_block(
         best_inliers[active[improved]] = inliers[improved, :, trial]
         active = active[~stopped]
         first = last
-    return _lstsq_parts(Z, y, parts, best_inliers)
+    return lstsq_of_parts(Z, y, parts, best_inliers)
 
 
 def _r2_on_inliers(

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ._am import BatchResult, SolverResult, classic_am_batch
+from ._am import BatchResult, SolverResult, assign_many, classic_am_batch
 from ._em import em_batch
 from ._lstsq import lstsq_row_sets
 from ._moves import reseed_by_residual, split_and_free
@@ -39,8 +39,11 @@ FloatArray = NDArray[np.float64]
 
 SEARCH_ROWS = 20_000
 """Above this many rows, the sources and the first polish run on a sample of this many rows."""
-FINALISTS = 3
-"""Polished candidates of the sample that are polished again on all rows."""
+MIN_FINALISTS, MAX_FINALISTS = 3, 8
+"""Bounds on the candidates of the search that are polished again on all rows."""
+TRUSTED_GAP = 2.0
+"""Candidates whose sample min-loss is within this many standard errors of the best's are
+polished on all rows too: the sample cannot tell them apart."""
 MIN_N_INIT, MAX_N_INIT = 4, 100
 # Work (multiply-adds of the batched refit, summed over the random starts' iterations) that
 # the size-aware default of n_init aims at: a few tenths of a second on one core.
@@ -56,8 +59,15 @@ IMPROVEMENT = 1e-4
 """Relative improvement of the best min-loss that counts as progress."""
 MAX_ROUNDS = 1000
 EXPLORE_TOL = 1e-4
+"""Relative change of the min-loss at which the search stops polishing a candidate; the
+finalists are then polished to the fit's own ``tol``."""
+RESTART_PATIENCE = 2
+"""Batches of fresh random starts (each searched around) in a row that did not improve the
+best, after which the search stops."""
+MIN_TIME_CAP, MAX_TIME_CAP = 5.0, 40.0
+TIME_CAP_PER_WORK = 2e-5
 SCREEN_ITERATIONS = 5
-SURVIVORS = 5
+SURVIVORS = 3
 # EM's own defaults (those of algorithm="em").
 EM_MAX_ITER, EM_TOL = 200, 1e-6
 # Algorithm 3 with RANSAC fits ~20 trial lines per part: it gets a fifth of the partitions
@@ -260,7 +270,8 @@ class _Search:
 
         ``source`` names the source of every start, or of each. The polish runs to ``tol`` (by
         default the fit's). With ``keep``, every start first runs :data:`SCREEN_ITERATIONS`
-        iterations and only the ``keep`` lowest go on: the others are recorded as they are.
+        iterations and only the ``keep`` lowest of each source go on: the others are recorded
+        as they are.
         """
         n_starts = starts.shape[0]
         sources = [source] * n_starts if isinstance(source, str) else source
@@ -282,8 +293,18 @@ class _Search:
         screened = keep is not None and keep < n_starts and max_iter > SCREEN_ITERATIONS
         batch = run(starts, SCREEN_ITERATIONS if screened else max_iter)
         if screened:
-            ranked = np.argsort(batch.losses, kind="stable")[:keep]
-            going_on = ranked[~batch.converged[ranked]]
+            # The best of each source go on: moves that start far from a good line set
+            # (a fresh line) need more iterations to show their worth than the others.
+            names = np.array(sources)
+            ranked = np.concatenate(
+                [
+                    np.flatnonzero(names == name)[
+                        np.argsort(batch.losses[names == name], kind="stable")[:keep]
+                    ]
+                    for name in dict.fromkeys(sources)
+                ]
+            )
+            going_on = np.sort(ranked[~batch.converged[ranked]])
             rest = run(batch.thetas[going_on], max_iter - SCREEN_ITERATIONS)
             batch.thetas[going_on] = rest.thetas
             batch.n_iter[going_on] += rest.n_iter
@@ -325,8 +346,34 @@ def _past(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() > deadline
 
 
+def default_time_cap(n_rows: int, n_params: int, n_components: int) -> float:
+    """Seconds after which ``auto`` stops its rounds of moves and restarts (no time budget).
+
+    :data:`MIN_TIME_CAP` plus :data:`TIME_CAP_PER_WORK` seconds per row, parameter and line
+    searched, at most :data:`MAX_TIME_CAP`. The rounds usually stop well before, when they
+    stop improving; the cap bounds the cost of data where they keep improving a little.
+
+    Parameters
+    ----------
+    n_rows : int
+        Rows the search runs on (the sample on large data).
+    n_params : int
+        Features, plus one when an intercept is fitted.
+    n_components : int
+
+    Returns
+    -------
+    float
+    """
+    work = n_rows * n_params * n_components
+    return float(min(MAX_TIME_CAP, MIN_TIME_CAP + TIME_CAP_PER_WORK * work))
+
+
 def fit_auto(ctx: FitContext) -> AutoResult:
-    """Run every source, polish every candidate, return the best (see the module docstring)."""
+    """Run every source, search around the best, restart while it pays, polish the best.
+
+    See the module docstring.
+    """
     n_samples = ctx.Z.shape[0]
     sample = ctx
     if n_samples > SEARCH_ROWS:
@@ -339,96 +386,162 @@ def fit_auto(ctx: FitContext) -> AutoResult:
         line = starting_lines(ctx, random_partition_lines, 1)
         search.polish(ctx, "least squares", line, time.monotonic() - started, 1)
         return search.result(range(1))
+    cap = ctx.deadline
+    if cap is None:
+        cap = ctx.started + default_time_cap(sample.Z.shape[0], sample.Z.shape[1], ctx.n_components)
     sources = _sources(ctx)
-    # Replacing lines of the best, and the final polish on all rows, are phases of their own.
-    search = _Search(ctx, len(sources) + 1 + (sample is not ctx))
+    # The rounds of moves and restarts, and the final polish, are phases of their own.
+    search = _Search(ctx, len(sources) + 2)
     for position, (source, make_starts) in enumerate(sources):
         if position > 0 and _past(ctx.deadline):
             break
         started = time.monotonic()
         starts = make_starts(replace(sample, progress=search.source_progress(position)))
-        search.polish(sample, source, starts, time.monotonic() - started, position + 1)
-    _improve_the_best(search, sample, len(sources))
-    if sample is ctx:
-        return search.result(range(len(search.candidates)))
-    return _polish_finalists(search)
-
-
-def _improve_the_best(search: _Search, sample: FitContext, phase: int) -> None:
-    """Rounds of moves from the best candidates, while they still improve the best.
-
-    Each round polishes, as one batch, line sets made from the best candidate so far: its
-    worst-fitting line split in two with a slot freed elsewhere (:func:`split_and_free`, from
-    the best candidate not yet split), a line moved to where the others fit worst
-    (:func:`reseed_by_residual`), and a line replaced by the line of a few random rows. The
-    rounds stop after :data:`PATIENCE` in a row that improved the best min-loss by a relative
-    :data:`IMPROVEMENT` or less.
-    """
-    n_components = sample.n_components
-    split_from: list[FloatArray] = []
-    stale = 0
-    for _ in range(MAX_ROUNDS):
-        if _past(sample.deadline):
-            return
-        started = time.monotonic()
-        losses = np.array([c.min_loss_after for c in search.candidates])
-        best = search.polished[int(np.argmin(losses))]
-        groups: list[tuple[str, FloatArray]] = []
-        base = next(
-            (
-                search.polished[index]
-                for index in np.argsort(losses, kind="stable")
-                if not any(np.allclose(search.polished[index], seen) for seen in split_from)
-            ),
-            None,
-        )
-        if base is not None:
-            split_from.append(base)
-            groups.append(("split and free", split_and_free(sample.Z, sample.y, base, SPLITS)))
-        groups.append(
-            (
-                "reseed by residual",
-                reseed_by_residual(sample.Z, sample.y, best, RESEEDS, sample.rng),
-            )
-        )
-        replaced = np.repeat(best[None], REPLACEMENTS, axis=0)
-        which = sample.rng.integers(0, n_components, size=REPLACEMENTS)
-        replaced[np.arange(REPLACEMENTS), which] = lines_of_random_rows(sample, REPLACEMENTS)
-        groups.append(("replace a line", replaced))
-        before = search.best_loss
         search.polish(
             sample,
-            [source for source, starts in groups for _ in range(starts.shape[0])],
-            np.concatenate([starts for _, starts in groups]),
+            source,
+            starts,
             time.monotonic() - started,
-            phase + 0.5,
+            position + 1,
             tol=EXPLORE_TOL,
             keep=SURVIVORS,
         )
-        improvement = (before - search.best_loss) / max(before, np.finfo(np.float64).tiny)
-        stale = 0 if improvement > IMPROVEMENT else stale + 1
-        if stale == PATIENCE:
-            return
+    rounds = _Rounds(search, sample, cap, len(sources))
+    rounds.improve(first=0)
+    rounds.restart_while_improving()
+    return _polish_finalists(search, sample)
 
 
-def _polish_finalists(search: _Search) -> AutoResult:
-    """Polish the best few distinct candidates of the sample on all rows; the best wins."""
-    chosen: list[int] = []
-    losses = [candidate.min_loss_after for candidate in search.candidates]
-    for index in np.argsort(losses, kind="stable"):
-        if len(chosen) == FINALISTS:
-            break
-        if not any(np.allclose(search.polished[index], search.polished[i]) for i in chosen):
-            chosen.append(int(index))
-    first = len(search.candidates)
-    for rank, index in enumerate(chosen):
-        if rank > 0 and _past(search.ctx.deadline):
-            break
-        search.polish(
-            search.ctx,
-            search.candidates[index].source,
-            search.polished[index][None],
-            0.0,
-            search.phases - 1 + (rank + 1) / len(chosen),
+class _Rounds:
+    """Rounds of moves around the best candidate, and restarts, under a patience rule."""
+
+    def __init__(self, search: _Search, sample: FitContext, cap: float, phase: int) -> None:
+        self.search, self.sample, self.cap, self.phase = search, sample, cap, phase
+        self.started = time.monotonic()
+
+    def _progress_phase(self) -> float:
+        span = max(self.cap - self.started, np.finfo(np.float64).tiny)
+        return self.phase + min(1.0, (time.monotonic() - self.started) / span)
+
+    def _random_starts(self, count: int) -> list[tuple[str, FloatArray]]:
+        partitions = count - count // 2
+        groups = [
+            ("random partition", starting_lines(self.sample, random_partition_lines, partitions))
+        ]
+        if count // 2:
+            groups.append(
+                ("random rows", starting_lines(self.sample, random_rows_lines, count // 2))
+            )
+        return groups
+
+    def _polish(self, groups: list[tuple[str, FloatArray]], seconds: float) -> None:
+        self.search.polish(
+            self.sample,
+            [source for source, starts in groups for _ in range(starts.shape[0])],
+            np.concatenate([starts for _, starts in groups]),
+            seconds,
+            self._progress_phase(),
+            tol=EXPLORE_TOL,
+            keep=SURVIVORS,
         )
+
+    def improve(self, first: int) -> None:
+        """Rounds of moves from the best of the candidates from index ``first`` on.
+
+        Each round polishes, as one batch, line sets made from the best of these candidates:
+        a line that fits its rows badly split in two with a slot freed elsewhere
+        (:func:`split_and_free`, from the best candidate not yet split), a line moved to
+        where the others fit worst (:func:`reseed_by_residual`), and a line replaced by the
+        line of a few random rows. The rounds stop after :data:`PATIENCE` in a row that
+        improved the best by a relative :data:`IMPROVEMENT` or less, or at the time cap.
+        """
+        search, sample = self.search, self.sample
+        split_from: list[FloatArray] = []
+        stale = 0
+        while stale < PATIENCE and not _past(self.cap):
+            started = time.monotonic()
+            losses = np.array([c.min_loss_after for c in search.candidates[first:]])
+            order = first + np.argsort(losses, kind="stable")
+            best = search.polished[order[0]]
+            before = float(losses.min())
+            groups: list[tuple[str, FloatArray]] = []
+            base = next(
+                (
+                    search.polished[index]
+                    for index in order
+                    if not any(np.allclose(search.polished[index], seen) for seen in split_from)
+                ),
+                None,
+            )
+            if base is not None:
+                split_from.append(base)
+                groups.append(("split and free", split_and_free(sample.Z, sample.y, base, SPLITS)))
+            groups.append(
+                (
+                    "reseed by residual",
+                    reseed_by_residual(sample.Z, sample.y, best, RESEEDS, sample.rng),
+                )
+            )
+            replaced = np.repeat(best[None], REPLACEMENTS, axis=0)
+            which = sample.rng.integers(0, sample.n_components, size=REPLACEMENTS)
+            replaced[np.arange(REPLACEMENTS), which] = lines_of_random_rows(sample, REPLACEMENTS)
+            groups.append(("replace a line", replaced))
+            self._polish(groups, time.monotonic() - started)
+            after = min(c.min_loss_after for c in search.candidates[first:])
+            improvement = (before - after) / max(before, np.finfo(np.float64).tiny)
+            stale = 0 if improvement > IMPROVEMENT else stale + 1
+
+    def restart_while_improving(self) -> None:
+        """Fresh random starts, each batch searched around by :meth:`improve`, while they
+        improve the best; stops after :data:`RESTART_PATIENCE` batches in a row that did not,
+        or at the time cap."""
+        stale = 0
+        while stale < RESTART_PATIENCE and not _past(self.cap):
+            before = self.search.best_loss
+            first = len(self.search.candidates)
+            started = time.monotonic()
+            groups = self._random_starts(max(2, self.sample.params["n_init"]))
+            self._polish(groups, time.monotonic() - started)
+            self.improve(first)
+            improvement = (before - self.search.best_loss) / max(before, np.finfo(np.float64).tiny)
+            stale = 0 if improvement > IMPROVEMENT else stale + 1
+
+
+def _finalists(search: _Search, sample: FitContext) -> list[int]:
+    """The candidates worth polishing on all rows: the best, and the distinct ones whose
+    sample min-loss is within :data:`TRUSTED_GAP` standard errors of it.
+
+    Two line sets compared on the same sample differ by the mean of the rows' differences of
+    squared residuals; its standard error says how far the sample's ranking can be trusted.
+    At least :data:`MIN_FINALISTS` (when there are that many distinct candidates) and at most
+    :data:`MAX_FINALISTS` are kept.
+    """
+    order = np.argsort([c.min_loss_after for c in search.candidates], kind="stable")
+    distinct: list[int] = []
+    for index in order:
+        if len(distinct) == MAX_FINALISTS:
+            break
+        if not any(np.allclose(search.polished[index], search.polished[i]) for i in distinct):
+            distinct.append(int(index))
+    squared, _ = assign_many(sample.Z, sample.y, np.stack([search.polished[i] for i in distinct]))
+    differences = squared[1:] - squared[0]
+    standard_errors = differences.std(axis=1) / np.sqrt(squared.shape[1])
+    within = differences.mean(axis=1) <= TRUSTED_GAP * standard_errors
+    keep = np.concatenate([[True], within])
+    keep[:MIN_FINALISTS] = True
+    return [index for index, kept in zip(distinct, keep, strict=True) if kept]
+
+
+def _polish_finalists(search: _Search, sample: FitContext) -> AutoResult:
+    """Polish the finalists (:func:`_finalists`) on all rows to the fit's ``tol``; the best
+    wins."""
+    chosen = _finalists(search, sample)
+    first = len(search.candidates)
+    search.polish(
+        search.ctx,
+        [search.candidates[index].source for index in chosen],
+        np.stack([search.polished[index] for index in chosen]),
+        0.0,
+        search.phases,
+    )
     return search.result(range(first, len(search.candidates)))

@@ -64,18 +64,17 @@ class Fit:
 
     def line_losses(self) -> FloatArray:
         """Each line's sum of squared residuals over the rows it fits best."""
-        losses: FloatArray = np.bincount(
-            self.labels, weights=self.best, minlength=self.n_components
+        return np.bincount(self.labels, weights=self.best, minlength=self.n_components).astype(
+            np.float64
         )
-        return losses
 
     def drop_costs(self) -> FloatArray:
         """What each line's removal adds to the summed squared residuals (its rows go to
         their second-best line)."""
-        costs: FloatArray = np.bincount(
+        costs = np.bincount(
             self.labels, weights=self.second - self.best, minlength=self.n_components
         )
-        return costs
+        return costs.astype(np.float64)
 
 
 def _part_least_squares(

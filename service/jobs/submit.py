@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,12 @@ from models_store.tables import Dataset, Job
 from service.api.errors import ConflictError, InvalidInputError, NotFoundError
 from service.api.schemas import FitVariant
 from service.data import ingest
-from service.jobs.training import FitSpec, holdout_size
+from service.jobs.training import (
+    FORKSERVER_PRELOAD,
+    FitSpec,
+    holdout_size,
+    send_resolved_parameters,
+)
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,62 @@ def too_few_training_rows(spec: FitSpec, k: int, *, n_rows: int) -> str:
     )
 
 
+# Algorithms whose parameter resolution counts partitions of the sub-sample: its cost grows
+# with k and subsample_size, so it runs in a child process that is stopped after a deadline.
+_RESOLVED_IN_A_CHILD = frozenset({"subsample-exhaustive"})
+RESOLVE_DEADLINE_S = 2.0
+"""How long the resolution of one k's parameters may take before the request is refused."""
+_PROCESS_START_S = 60.0
+
+
+def _resolve_in_a_child(spec: FitSpec, k: int, n_train: int, n_features: int) -> dict[str, Any]:
+    """``resolved_parameters`` in a child process given RESOLVE_DEADLINE_S once it runs: a
+    request thread is never held longer, and whatever the resolution allocates goes with the
+    child. Raises ``InvalidInputError`` naming the parameters if it fails or takes too long."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(FORKSERVER_PRELOAD)  # no effect once the server runs
+    reader, writer = context.Pipe(duplex=False)
+    process = context.Process(
+        target=send_resolved_parameters,
+        args=(writer, spec, k, n_train, n_features),
+        name="mixreg-resolve-parameters",
+        daemon=True,
+    )
+    process.start()
+    writer.close()
+    size = spec.params.get("subsample_size")
+    asked = f"k={k}" + ("" if size is None else f" and params.subsample_size={size}")
+    try:
+        if reader.poll(_PROCESS_START_S) and reader.recv() == ("started",):
+            if reader.poll(RESOLVE_DEADLINE_S):
+                outcome = reader.recv()
+                if outcome[0] == "ok":
+                    params: dict[str, Any] = outcome[1]
+                    return params
+                if outcome[0] == "invalid":
+                    raise InvalidInputError(outcome[1])
+                raise InvalidInputError(
+                    f"{spec.algorithm} with {asked}: {outcome[1]}; lower params.subsample_size "
+                    f"or use algorithm 'subsample'"
+                )
+            raise InvalidInputError(
+                f"{spec.algorithm} with {asked}: counting the partitions of its sub-sample takes "
+                f"longer than {RESOLVE_DEADLINE_S:g} s; give a smaller params.subsample_size or "
+                f"use algorithm 'subsample', which tries n_partitions random partitions"
+            )
+    except EOFError:
+        pass
+    finally:
+        process.kill()
+        process.join()
+        reader.close()
+    raise InvalidInputError(
+        f"{spec.algorithm} with {asked}: resolving its parameters failed (the process "
+        f"ended with {process.exitcode}); lower params.subsample_size or use algorithm "
+        f"'subsample'"
+    )
+
+
 def check_fit(spec: FitSpec, *, n_rows: int, n_features: int) -> dict[str, Any]:
     """Raise ``InvalidInputError`` for anything the fit of ``n_rows`` rows would fail on.
 
@@ -93,6 +155,9 @@ def check_fit(spec: FitSpec, *, n_rows: int, n_features: int) -> dict[str, Any]:
         raise InvalidInputError(too_few_training_rows(spec, largest_k, n_rows=n_rows))
     resolved: dict[str, Any] = {}
     for k in spec.k_values or (spec.n_components,):
+        if spec.algorithm in _RESOLVED_IN_A_CHILD:
+            resolved = _resolve_in_a_child(spec, k, n_train, n_features)
+            continue
         try:
             resolved = spec.estimator(k).resolved_parameters(n_train, n_features)
         except ValueError as exc:

@@ -28,7 +28,12 @@ from models_store import repository
 from models_store.session import session_scope
 from service.api.metrics import ServiceMetrics
 from service.config import Settings
-from service.jobs.training import EXIT_ATTEMPT_SUPERSEDED, EXIT_PARENT_LOST, run_job
+from service.jobs.training import (
+    EXIT_ATTEMPT_SUPERSEDED,
+    EXIT_PARENT_LOST,
+    FORKSERVER_PRELOAD,
+    run_job,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -104,9 +109,7 @@ class FitSupervisor:
         self._context = multiprocessing.get_context("forkserver")
         # The fork server imports the fit code once; each fit then starts in milliseconds
         # instead of re-importing scikit-learn, and no process is forked from this threaded one.
-        # A child also re-runs the server's main script (`mixreg` or `uvicorn`), whose imports
-        # service.cli covers.
-        self._context.set_forkserver_preload(["service.jobs.training", "service.cli"])
+        self._context.set_forkserver_preload(FORKSERVER_PRELOAD)
 
     def warm_up(self) -> None:
         """Start the fork server and wait until it has imported the fit code (seconds), so

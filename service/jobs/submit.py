@@ -106,6 +106,8 @@ def _resolve_in_a_child(spec: FitSpec, k: int, n_train: int, n_features: int) ->
                 if outcome[0] == "ok":
                     params: dict[str, Any] = outcome[1]
                     return params
+                if outcome[0] == "invalid":
+                    raise InvalidInputError(outcome[1])
                 raise InvalidInputError(
                     f"{spec.algorithm} with {asked}: {outcome[1]}; lower params.subsample_size "
                     f"or use algorithm 'subsample'"

@@ -538,15 +538,16 @@ def send_resolved_parameters(
     connection: Connection, spec: FitSpec, n_components: int, n_train: int, n_features: int
 ) -> None:
     """Send ``("started",)``, then ``("ok", params)`` (the estimator's resolved parameters for
-    ``n_train`` rows) or ``("error", message)`` on ``connection``: the body of a child process
-    that bounds a resolution whose cost grows with the request's numbers (see
-    ``service.jobs.submit``)."""
+    ``n_train`` rows), ``("invalid", message)`` (the estimator's ``ValueError``) or
+    ``("error", message)`` (it ran out of memory or recursion depth) on ``connection``: the
+    body of a child process that bounds a resolution whose cost grows with the request's
+    numbers (see ``service.jobs.submit``)."""
     _limit_memory(_RESOLVE_MEMORY_BYTES)
     connection.send(("started",))
     try:
         params = spec.estimator(n_components).resolved_parameters(n_train, n_features)
     except ValueError as exc:
-        connection.send(("error", str(exc)))
+        connection.send(("invalid", str(exc)))
     except (RecursionError, MemoryError) as exc:
         connection.send(("error", f"{type(exc).__name__} while resolving the parameters"))
     else:

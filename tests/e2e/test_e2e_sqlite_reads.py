@@ -1,0 +1,49 @@
+"""On a SQLite file, reads answer while another process holds the write lock."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import httpx
+import numpy as np
+import pytest
+from sqlalchemy import make_url
+
+from tests.e2e.conftest import ServerFactory
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_long_held_write_does_not_block_reads(make_sqlite_server: ServerFactory, sqlite_url):
+    server = make_sqlite_server()
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 1))
+    created = server.request("POST", "/datasets", json={"X": X.tolist(), "y": X[:, 0].tolist()})
+    assert created.status_code == 201, created.text
+    job = server.wait_for_job(server.fit({"dataset_id": created.json()["id"], "k": 2}))
+    assert job["status"] == "succeeded"
+
+    writer = sqlite3.connect(make_url(sqlite_url).database, timeout=0, isolation_level=None)
+    try:
+        # Another process (an upload, a worker's write) holds the write lock for seconds.
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("UPDATE jobs SET name = 'renamed'")
+        with httpx.Client(base_url=server.base_url, timeout=10) as client:
+            for path in (
+                "/jobs?limit=5",
+                f"/jobs/{job['id']}",
+                "/models",
+                f"/models/{job['model_id']}",
+                "/datasets",
+                "/ui",
+            ):
+                sent = time.monotonic()
+                response = client.get(path)
+                assert response.status_code == 200, (path, response.text)
+                # Answered from the last committed state, without waiting for the lock.
+                assert time.monotonic() - sent < 5, path
+            assert client.get(f"/jobs/{job['id']}").json()["name"] is None
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()

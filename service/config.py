@@ -42,6 +42,8 @@ class Settings(BaseSettings):
     api_keys: str | None = Field(default=None, repr=False)
     allow_unauthenticated: bool = False
     metrics_require_key: bool = True
+    # How long a browser signed in to the web page (/ui/sign-in) stays signed in.
+    ui_session_s: int = Field(default=8 * 3600, ge=60, le=30 * 24 * 3600)
     # What one request may ask for; more is refused with a 4xx naming the setting. A limit of
     # an algorithm parameter is at least the parameter's default, so leaving it out is never
     # refused.

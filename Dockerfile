@@ -7,7 +7,7 @@ ENV PYTHONUNBUFFERED=1 \
 # The project is installed from its own files (the build context, trimmed by .dockerignore) as
 # a regular package; the sources are not kept in the image.
 COPY . /tmp/mixreg-src
-RUN pip install /tmp/mixreg-src \
+RUN pip install '/tmp/mixreg-src[server]' \
     && rm -rf /tmp/mixreg-src \
     && useradd --create-home --home-dir /var/lib/mixreg --shell /usr/sbin/nologin mixreg \
     && install -d -o mixreg -g mixreg -m 700 /var/lib/mixreg/keys

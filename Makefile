@@ -13,11 +13,19 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
+# Serving needs only the runtime (the `server` extra); `make install` adds the test and dev tools.
+$(VENV)/.installed-server: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[server]'
+	touch $@
+
 .PHONY: install
 install: $(VENV)/.installed ## create .venv and install the project with test and dev tools
 
+.PHONY: install-server
+install-server: $(VENV)/.installed-server ## create .venv and install the server's runtime only
+
 .PHONY: serve
-serve: install ## upgrade the database to the newest migration and serve on $(HOST):$(PORT)
+serve: install-server ## upgrade the database to the newest migration and serve on $(HOST):$(PORT)
 	$(BIN)/mixreg db upgrade
 	$(BIN)/mixreg serve --host $(HOST) --port $(PORT)
 

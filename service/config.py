@@ -44,6 +44,8 @@ class Settings(BaseSettings):
     # Names the server answers to in the Host header, comma-separated; "*" answers any.
     allowed_hosts: str = "localhost,127.0.0.1,::1"
     metrics_require_key: bool = True
+    # How long a browser signed in to the web page (/ui/sign-in) stays signed in.
+    ui_session_s: int = Field(default=8 * 3600, ge=60, le=30 * 24 * 3600)
     # What one request may ask for; more is refused with a 4xx naming the setting. A limit of
     # an algorithm parameter is at least the parameter's default, so leaving it out is never
     # refused.

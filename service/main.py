@@ -142,6 +142,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.model_cache = ModelCache(settings.model_cache_size)
     app.state.reference_resolver = ReferenceResolver(settings.alias_refresh_s)
     metrics.count_jobs_with(lambda: _job_counter(app.state.session_factory))
+    app.state.keyring = keyring
     install_problem_handlers(app, union_tags=frozenset(ALGORITHMS))
     app.add_middleware(
         BodySizeLimitMiddleware,

@@ -346,6 +346,11 @@ class KeyRing:
         self._file_state = state
         self._loaded = True
 
+    def get(self, identifier: str) -> ApiKey | None:
+        """The key with the public id ``identifier`` (revoked or not), if any."""
+        self._refresh(strict=False)
+        return self._by_id.get(identifier)
+
     def authenticate(self, presented: str) -> ApiKey:
         """The key ``presented`` is; raise ``InvalidKeyError`` or ``RevokedKeyError``."""
         if len(presented) > MAX_KEY_LENGTH:

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+from http.cookies import CookieError, SimpleCookie
 from typing import Annotated
 from urllib.parse import parse_qsl
 
 from fastapi import Depends, Request
+from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth import policy
 from service.auth.keys import ApiKey, InvalidKeyError, KeyRing, RevokedKeyError, looks_like_key
+from service.auth.sessions import SESSION_COOKIE, Session, session_of
 from service.problems import problem_response
 
 logger = logging.getLogger(__name__)
@@ -58,6 +61,20 @@ def _authorization(scope: Scope) -> list[str]:
     return [value.decode("latin-1") for name, value in scope["headers"] if name == b"authorization"]
 
 
+def session_cookie(scope: Scope) -> str | None:
+    """The value of the web page's session cookie, if the request has one."""
+    for name, value in scope["headers"]:
+        if name == b"cookie":
+            cookies = SimpleCookie()
+            try:
+                cookies.load(value.decode("latin-1"))
+            except CookieError:
+                continue
+            if SESSION_COOKIE in cookies:
+                return cookies[SESSION_COOKIE].value
+    return None
+
+
 def _credential_in_query(scope: Scope) -> str | None:
     """The name of a query parameter that carries a key, if any."""
     raw: bytes = scope.get("query_string", b"")
@@ -72,7 +89,8 @@ def _credential_in_query(scope: Scope) -> str | None:
 
 class AuthMiddleware:
     """Answer 401, 403 or 400 (problem+json with ``WWW-Authenticate``) unless the request
-    carries ``Authorization: Bearer <key>`` with a key of the scope it needs.
+    carries ``Authorization: Bearer <key>`` with a key of the scope it needs, or reads the web
+    page with its signed session cookie (a browser without either is sent to sign in).
 
     Without keys (``keyring.enabled`` false) every request passes, but only from loopback
     clients unless ``allow_unauthenticated``.
@@ -136,6 +154,17 @@ class AuthMiddleware:
             )
             return
         method: str = scope["method"]
+        if not _authorization(scope) and policy.accepts_session(method, path):
+            session = self._session(scope)
+            if session is not None:
+                scope.setdefault("state", {})[_STATE_KEY] = session.key
+                await self.app(scope, receive, send)
+                return
+            if policy.is_page(method, path):
+                # A browser without a key or session: to the sign-in form, not a JSON problem.
+                response = RedirectResponse(policy.SIGN_IN_PATH, status_code=303)
+                await response(scope, receive, send)
+                return
         record = await self._authenticate(scope, receive, send)
         if record is None:
             return
@@ -174,6 +203,11 @@ class AuthMiddleware:
             return self.keyring.authenticate(credentials.strip())
         except (InvalidKeyError, RevokedKeyError):
             return None
+
+    def _session(self, scope: Scope) -> Session | None:
+        """The web page's session the request's cookie carries, if it is valid."""
+        cookie = session_cookie(scope)
+        return None if cookie is None else session_of(cookie, self.keyring)
 
     async def _authenticate(self, scope: Scope, receive: Receive, send: Send) -> ApiKey | None:
         """The key of the request, or None once a 401 was sent."""

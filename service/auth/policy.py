@@ -34,6 +34,20 @@ OPEN_PREFIXES = (
 )
 METRICS_PATH = "/metrics"
 
+# The web page's sign-in and sign-out: open, as a browser has no key to send yet; they check
+# the key and their forms' CSRF tokens themselves.
+SIGN_IN_PATH = "/ui/sign-in"
+SIGN_OUT_PATH = "/ui/sign-out"
+# Pages a browser opens: without a key or session it is sent to the sign-in page.
+_PAGES = (re.compile(r"/"), re.compile(r"/ui"), re.compile(r"/ui/models/[^/]+"))
+# What the page shows and loads, which a signed-in browser reads with its session cookie.
+_SESSION_READS = (
+    *_PAGES,
+    re.compile(r"/ui/static/.+"),
+    re.compile(r"/models/[^/]+/plot\.png"),
+    re.compile(r"/jobs/[^/]+/plot\.png"),
+)
+
 # Reads: their methods change nothing.
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Predictions are reads sent with POST (they carry rows in the body) and change nothing.
@@ -51,7 +65,11 @@ CREDENTIAL_QUERY_PARAMETERS = frozenset({"access_token", "api_key", "apikey", "a
 
 def is_open(path: str, *, metrics_open: bool) -> bool:
     """Whether ``path`` answers without a key (``/metrics`` only when ``metrics_open``)."""
-    if path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
+    if (
+        path in OPEN_PATHS
+        or path.startswith(OPEN_PREFIXES)
+        or path in (SIGN_IN_PATH, SIGN_OUT_PATH)
+    ):
         return True
     return metrics_open and path == METRICS_PATH
 
@@ -85,3 +103,14 @@ def bind_refusal(host: str, *, keys_configured: bool, allow_unauthenticated: boo
         f"`mixreg keys create --scope write`), bind 127.0.0.1, or set "
         f"MIXREG_ALLOW_UNAUTHENTICATED=true to serve the network without keys"
     )
+
+
+def accepts_session(method: str, path: str) -> bool:
+    """Whether a request may be made with the web page's session cookie instead of a key:
+    reads of the page, its pictures and its styles."""
+    return method in ("GET", "HEAD") and any(pattern.fullmatch(path) for pattern in _SESSION_READS)
+
+
+def is_page(method: str, path: str) -> bool:
+    """Whether the request opens a page in a browser (sent to sign in when it has no key)."""
+    return method in ("GET", "HEAD") and any(pattern.fullmatch(path) for pattern in _PAGES)

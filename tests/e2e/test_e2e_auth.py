@@ -122,6 +122,11 @@ def test_every_route_but_the_open_ones_needs_a_key(keyed: Keyed, endpoints):
         if policy.is_open(path, metrics_open=False):
             assert response.status_code != 401, (method, path)
             continue
+        if policy.is_page(method, path):
+            # A page a browser opens: sent to the sign-in form rather than refused.
+            assert response.status_code == 303, (method, path)
+            assert response.headers["location"] == policy.SIGN_IN_PATH
+            continue
         body = assert_refused(response, 401, None)
         assert body["detail"] == (
             "this endpoint needs an API key: send the header Authorization: Bearer <key>"

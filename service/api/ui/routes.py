@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -23,7 +23,7 @@ from models_store import repository
 from models_store.session import read_scope
 from models_store.tables import Job, Model
 from service.api.deps import SessionFactoryDep
-from service.api.ui import plots
+from service.api.ui import plots, sign_in
 from service.auth.middleware import ApiKeyDep
 from service.errors import ConflictError, NotFoundError
 from service.views import job_out, model_out, model_summary
@@ -61,6 +61,7 @@ def install(app: Any) -> None:
     app.mount(STATIC_PATH, StaticFiles(directory=HERE / "static"), name="ui-static")
     app.include_router(router)
     app.include_router(pages)
+    app.include_router(sign_in.install(TEMPLATES))
 
 
 def _title(kind: str, name: str | None, identifier: str) -> str:
@@ -180,14 +181,39 @@ def root() -> RedirectResponse:
     return RedirectResponse("/ui")
 
 
+# Pages of a list the page links to; far more than any server holds, and a bound on the offset.
+MAX_PAGE = 10**9
+
+
+def _pager(page: int, per_page: int, total: int) -> dict[str, int]:
+    """Where a page of a list is: its number, the last page's, the rows it shows."""
+    last = max(1, -(-total // per_page))
+    first_row = (page - 1) * per_page + 1
+    return {
+        "page": page,
+        "last": last,
+        "first_row": first_row,
+        "last_row": min(first_row + per_page - 1, total),
+        "total": total,
+    }
+
+
 @pages.get("/ui", response_class=HTMLResponse)
 def overview(
-    request: Request, session_factory: SessionFactoryDep, api_key: ApiKeyDep
+    request: Request,
+    session_factory: SessionFactoryDep,
+    api_key: ApiKeyDep,
+    jobs_page: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1,
+    models_page: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1,
 ) -> HTMLResponse:
-    """Jobs with their progress, and models with their scores and pictures."""
+    """Jobs with their progress, and models with their scores and pictures, a page of each."""
     with read_scope(session_factory) as session:
-        jobs, jobs_total = repository.list_jobs(session, status=None, limit=PAGE_JOBS, offset=0)
-        models, models_total = repository.list_models(session, limit=PAGE_MODELS, offset=0)
+        jobs, jobs_total = repository.list_jobs(
+            session, status=None, limit=PAGE_JOBS, offset=(jobs_page - 1) * PAGE_JOBS
+        )
+        models, models_total = repository.list_models(
+            session, limit=PAGE_MODELS, offset=(models_page - 1) * PAGE_MODELS
+        )
         counts = repository.count_jobs_by_status(session)
         job_views = [job_out(job, caller=api_key) for job in jobs]
         model_views = [model_summary(model) for model in models]
@@ -200,9 +226,12 @@ def overview(
             "jobs_total": jobs_total,
             "models": model_views,
             "models_total": models_total,
+            "jobs_pager": _pager(jobs_page, PAGE_JOBS, jobs_total),
+            "models_pager": _pager(models_page, PAGE_MODELS, models_total),
             "counts": counts,
             "refresh_s": REFRESH_ACTIVE_S if active else REFRESH_IDLE_S,
             "now": datetime.now(UTC),
+            "signed_in": sign_in.signed_in_as(request),
         },
     )
 
@@ -216,5 +245,7 @@ def model_page(request: Request, model_id: str, session_factory: SessionFactoryD
             raise NotFoundError(f"model {model_id} does not exist")
         view = model_out(model)
     return TEMPLATES.TemplateResponse(
-        request, "model.html", {"model": view, "now": datetime.now(UTC)}
+        request,
+        "model.html",
+        {"model": view, "now": datetime.now(UTC), "signed_in": sign_in.signed_in_as(request)},
     )

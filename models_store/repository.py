@@ -275,6 +275,111 @@ def list_datasets(session: Session, *, limit: int, offset: int) -> tuple[list[Da
     return list(page), _count(session, query)
 
 
+_UNFINISHED = ("queued", "running")
+
+
+def lock_dataset(session: Session, *, dataset_id: str, shared: bool) -> Dataset | None:
+    """The dataset with this id, locked until the transaction ends (``shared``: against its
+    deletion only, as a fit that is being queued does; else exclusively); None if none.
+
+    On SQLite the lock compiles to nothing: ``BEGIN IMMEDIATE`` already serializes writers.
+    """
+    if not _is_id(dataset_id):
+        return None
+    return session.scalars(
+        select(Dataset)
+        .where(Dataset.id == dataset_id)
+        .with_for_update(read=shared)
+        .execution_options(populate_existing=True)
+    ).first()
+
+
+def unfinished_jobs_of_dataset(session: Session, *, dataset_id: str) -> list[str]:
+    """Ids of the queued or running jobs that fit ``dataset_id``, oldest first."""
+    return list(
+        session.scalars(
+            select(Job.id)
+            .where(Job.dataset_id == dataset_id, Job.status.in_(_UNFINISHED))
+            .order_by(Job.created_at, Job.id)
+        )
+    )
+
+
+def delete_dataset(session: Session, *, dataset_id: str) -> bool:
+    """Delete a dataset and its chunks (by the foreign key's cascade); False if there was none.
+
+    Jobs and models keep its id as provenance. The caller checks that no unfinished job uses
+    it (:func:`unfinished_jobs_of_dataset`, under :func:`lock_dataset`).
+    """
+    if not _is_id(dataset_id):
+        return False
+    deleted = _execute_counting(session, delete(Dataset).where(Dataset.id == dataset_id)) == 1
+    cached = session.identity_map.get(Session.identity_key(Dataset, dataset_id))
+    if cached is not None:
+        session.expunge(cached)
+    return deleted
+
+
+def discard_job_data(session: Session, *, job_id: str) -> bool:
+    """Delete the dataset of the finished job ``job_id`` if the job asked for it
+    (``discard_data``) and no unfinished job uses it; True if it was deleted."""
+    job = session.get(Job, job_id)
+    if job is None or not job.discard_data or job.status not in TERMINAL_JOB_STATUSES:
+        return False
+    if lock_dataset(session, dataset_id=job.dataset_id, shared=False) is None:
+        return False
+    if unfinished_jobs_of_dataset(session, dataset_id=job.dataset_id):
+        return False
+    return delete_dataset(session, dataset_id=job.dataset_id)
+
+
+def discard_finished_job_data(session: Session) -> list[str]:
+    """Delete the datasets of finished jobs that asked for it (``discard_data``) and that no
+    unfinished job uses; return their ids."""
+    unfinished = select(Job.dataset_id).where(Job.status.in_(_UNFINISHED))
+    doomed = list(
+        session.scalars(
+            select(Dataset.id)
+            .where(
+                Dataset.id.in_(
+                    select(Job.dataset_id).where(
+                        Job.discard_data.is_(True), Job.status.in_(TERMINAL_JOB_STATUSES)
+                    )
+                ),
+                Dataset.id.not_in(unfinished),
+            )
+            .with_for_update(skip_locked=True)
+        )
+    )
+    return [dataset_id for dataset_id in doomed if delete_dataset(session, dataset_id=dataset_id)]
+
+
+def delete_unreferenced_datasets(session: Session, *, created_before: datetime) -> list[str]:
+    """Delete the datasets created before ``created_before`` that no unfinished job uses and
+    no stored model was fitted on; return their ids."""
+    doomed = list(
+        session.scalars(
+            select(Dataset.id)
+            .where(
+                Dataset.created_at < created_before,
+                Dataset.id.not_in(select(Job.dataset_id).where(Job.status.in_(_UNFINISHED))),
+                Dataset.id.not_in(select(Model.dataset_id)),
+            )
+            .with_for_update(skip_locked=True)
+        )
+    )
+    return [dataset_id for dataset_id in doomed if delete_dataset(session, dataset_id=dataset_id)]
+
+
+def delete_finished_jobs(session: Session, *, finished_before: datetime) -> int:
+    """Delete the jobs that finished before ``finished_before``; return how many. Their models
+    stay (with no job)."""
+    return _execute_counting(
+        session,
+        delete(Job).where(Job.status.in_(TERMINAL_JOB_STATUSES), Job.finished_at < finished_before),
+    )
+
+
 # Jobs -------------------------------------------------------------------------------------------
 
 
@@ -295,12 +400,13 @@ def create_job(
     request_hash: str | None = None,
     k_values: Sequence[int] | None = None,
     registered_model: str | None = None,
+    discard_data: bool = False,
 ) -> Job:
     """Queue a fit of ``dataset_id``; ``params`` are the validated algorithm parameters.
 
     ``k_values`` makes the job a k sweep (one model per k); ``n_components`` is then the
     largest of them. ``registered_model`` names the registered model whose next version the
-    fit becomes.
+    fit becomes; ``discard_data`` deletes the dataset once the job is finished.
     """
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -326,6 +432,7 @@ def create_job(
         created_at=_utcnow(),
         warnings=[],
         registered_model=registered_model,
+        discard_data=discard_data or None,
     )
     session.add(job)
     session.flush()

@@ -763,6 +763,8 @@ def _run_job(
                 error=error,
                 now=_now(),
             )
+            if finished:
+                repository.discard_job_data(session, job_id=job_id)
         return status if finished else "lost"
 
 
@@ -834,6 +836,7 @@ def _store_models(
             now=_now(),
         ):
             raise JobLostError(job_id)
+        repository.discard_job_data(session, job_id=job_id)
 
 
 def sweep_record(fitted: FittedSweep, model_ids: Mapping[int, str]) -> dict[str, Any]:

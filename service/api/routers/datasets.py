@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from models_store import repository
@@ -12,7 +12,7 @@ from service.api import limits
 from service.api.deps import SessionDep, SessionFactoryDep, SettingsDep, ValidDataset
 from service.api.schemas import MAX_OFFSET, MAX_TEXT_LENGTH, DatasetIn, DatasetOut, Page
 from service.api.views import dataset_out
-from service.data.datasets import read_upload
+from service.data.datasets import delete_dataset, read_upload
 from service.data.idempotency import store_upload_once
 
 router = APIRouter(prefix="/datasets", tags=["datasets"])
@@ -151,3 +151,20 @@ def list_(
 def get(dataset: ValidDataset) -> DatasetOut:
     """One dataset's shape and names."""
     return dataset_out(dataset)
+
+
+@router.delete(
+    "/{dataset_id}",
+    status_code=204,
+    response_class=Response,
+    responses={
+        404: {"description": "no such dataset"},
+        409: {"description": "a queued or running fit uses the dataset"},
+    },
+)
+def delete(
+    dataset_id: Annotated[str, Path(description="id of a stored dataset")], session: SessionDep
+) -> None:
+    """Delete a dataset and its rows. Jobs and models fitted on it keep its id; a dataset that
+    a queued or running fit uses is kept (409) until the fit is finished or cancelled."""
+    delete_dataset(session, dataset_id=dataset_id)

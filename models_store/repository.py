@@ -87,6 +87,39 @@ def _count(session: Session, query: Select[Any]) -> int:
     return session.scalar(select(func.count()).select_from(query.subquery())) or 0
 
 
+PageKey = tuple[datetime, str]
+"""Where a page of a newest-first list ends: the ``(created_at, id)`` of its last row."""
+
+
+def _newest_first(
+    session: Session,
+    query: Select[Any],
+    table: type[Dataset] | type[Job] | type[Model],
+    *,
+    limit: int,
+    offset: int,
+    after: PageKey | None,
+) -> tuple[list[Any], int]:
+    """A page of ``query`` newest first, and the total count of ``query``.
+
+    ``after`` (keyset pagination) starts the page right after the row with that key: rows
+    added meanwhile are newer and come before it, so paging neither skips nor repeats a row,
+    which an ``offset`` does when rows arrive.
+    """
+    _check_page(limit, offset)
+    total = _count(session, query)
+    if after is not None:
+        created_at, row_id = after
+        query = query.where(
+            (table.created_at < created_at)
+            | ((table.created_at == created_at) & (table.id < row_id))
+        )
+    page = session.scalars(
+        query.order_by(table.created_at.desc(), table.id.desc()).limit(limit).offset(offset)
+    )
+    return list(page), total
+
+
 # Datasets ---------------------------------------------------------------------------------------
 
 
@@ -265,14 +298,11 @@ def set_dataset_idempotency_key(
     session.flush()
 
 
-def list_datasets(session: Session, *, limit: int, offset: int) -> tuple[list[Dataset], int]:
-    """Return a page of datasets, newest first, and the total count."""
-    query = select(Dataset)
-    _check_page(limit, offset)
-    page = session.scalars(
-        query.order_by(Dataset.created_at.desc(), Dataset.id.desc()).limit(limit).offset(offset)
-    )
-    return list(page), _count(session, query)
+def list_datasets(
+    session: Session, *, limit: int, offset: int, after: PageKey | None = None
+) -> tuple[list[Dataset], int]:
+    """Return a page of datasets, newest first (after the row ``after``), and the total."""
+    return _newest_first(session, select(Dataset), Dataset, limit=limit, offset=offset, after=after)
 
 
 _UNFINISHED = ("queued", "running")
@@ -463,17 +493,19 @@ def get_job_by_idempotency_key(session: Session, *, key: str) -> Job | None:
 
 
 def list_jobs(
-    session: Session, *, status: str | None, limit: int, offset: int
+    session: Session,
+    *,
+    status: str | None,
+    limit: int,
+    offset: int,
+    after: PageKey | None = None,
 ) -> tuple[list[Job], int]:
-    """Return a page of jobs (optionally only those in ``status``), newest first, and the total."""
+    """Return a page of jobs (optionally only those in ``status``), newest first (after the
+    row ``after``), and the total."""
     query = select(Job)
     if status is not None:
         query = query.where(Job.status == status)
-    _check_page(limit, offset)
-    page = session.scalars(
-        query.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit).offset(offset)
-    )
-    return list(page), _count(session, query)
+    return _newest_first(session, query, Job, limit=limit, offset=offset, after=after)
 
 
 def claim_job(session: Session, *, job_id: str, worker_id: str, now: datetime) -> bool:
@@ -906,14 +938,11 @@ def get_model(session: Session, *, model_id: str) -> Model | None:
     return session.get(Model, model_id) if _is_id(model_id) else None
 
 
-def list_models(session: Session, *, limit: int, offset: int) -> tuple[list[Model], int]:
-    """Return a page of models, newest first, and the total count."""
-    query = select(Model)
-    _check_page(limit, offset)
-    page = session.scalars(
-        query.order_by(Model.created_at.desc(), Model.id.desc()).limit(limit).offset(offset)
-    )
-    return list(page), _count(session, query)
+def list_models(
+    session: Session, *, limit: int, offset: int, after: PageKey | None = None
+) -> tuple[list[Model], int]:
+    """Return a page of models, newest first (after the row ``after``), and the total."""
+    return _newest_first(session, select(Model), Model, limit=limit, offset=offset, after=after)
 
 
 def existing_model_ids(session: Session, *, model_ids: Iterable[str]) -> set[str]:

@@ -749,6 +749,11 @@ class Page(BaseModel, Generic[Item]):
     total: int
     limit: int
     offset: int
+    next_cursor: str | None = Field(
+        default=None,
+        description="pass as cursor to read the next page (null: this is the last); unlike "
+        "an offset, it neither skips nor repeats items when new ones arrive meanwhile",
+    )
 
 
 # --- registered models ---

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from models_store import repository
-from service.api import limits
+from service.api import cursors, limits
 from service.api.deps import SessionDep, SessionFactoryDep, SettingsDep, ValidDataset
 from service.api.schemas import MAX_OFFSET, MAX_TEXT_LENGTH, DatasetIn, DatasetOut, Page
 from service.api.views import dataset_out
@@ -136,14 +136,18 @@ def list_(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    cursor: cursors.CursorQuery = None,
 ) -> Page[DatasetOut]:
     """Stored datasets, newest first."""
-    datasets, total = repository.list_datasets(session, limit=limit, offset=offset)
+    after = cursors.page_key(cursor, offset=offset)
+    rows, total = repository.list_datasets(session, limit=limit + 1, offset=offset, after=after)
+    datasets, next_cursor = cursors.next_page(rows, limit)
     return Page[DatasetOut](
         items=[dataset_out(dataset) for dataset in datasets],
         total=total,
         limit=limit,
         offset=offset,
+        next_cursor=next_cursor,
     )
 
 

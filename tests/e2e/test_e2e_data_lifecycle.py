@@ -3,8 +3,10 @@ PostgreSQL."""
 
 from __future__ import annotations
 
+import threading
 import time
 
+import httpx
 import pytest
 from sqlalchemy import func, select
 
@@ -79,3 +81,38 @@ def test_the_embedded_worker_expires_finished_jobs_and_discards_data(make_server
         assert time.monotonic() < deadline, "the finished job was not expired"
         time.sleep(0.1)
     assert server.request("GET", f"/models/{job['model_id']}").status_code == 200
+
+
+def test_paging_by_cursor_while_another_client_uploads(make_server: ServerFactory):
+    server = make_server()
+    X, y = mixture_data(n_rows=20)
+    body = {"X": X.tolist(), "y": y.tolist()}
+    for _ in range(8):
+        assert server.request("POST", "/datasets", json=body).status_code == 201
+    existing = [item["id"] for item in server.request("GET", "/datasets").json()["items"]]
+    stop = threading.Event()
+
+    def upload_until_stopped() -> None:
+        with httpx.Client(base_url=server.base_url, timeout=30) as client:
+            while not stop.is_set():
+                assert client.post("/datasets", json=body).status_code == 201
+
+    uploader = threading.Thread(target=upload_until_stopped)
+    uploader.start()
+    seen: list[str] = []
+    try:
+        params: dict[str, str | int] = {"limit": 2}
+        while True:
+            time.sleep(0.1)  # let uploads land between the pages
+            page = server.request("GET", "/datasets", params=params).json()
+            seen.extend(item["id"] for item in page["items"])
+            if page["next_cursor"] is None:
+                break
+            params = {"limit": 2, "cursor": page["next_cursor"]}
+    finally:
+        stop.set()
+        uploader.join()
+    assert server.request("GET", "/datasets").json()["total"] > len(existing)
+    # Uploads before the first page come first; after it, none enters the pages read.
+    assert seen[-len(existing) :] == existing
+    assert len(seen) == len(set(seen))

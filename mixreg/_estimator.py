@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +16,7 @@ from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
 from ._am import SolverResult, refit_exactly_until_stable
 from ._auto import AutoResult, default_n_init, fit_auto
+from ._document import lines_document, read_lines
 from ._em import EMResult
 from ._loss import assign, predict_lines, row_min_losses, single_threaded_blas
 from ._solvers import SOLVERS, FitContext
@@ -528,6 +529,65 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             loss=float(np.mean(np.take_along_axis(residuals, labels[None, :], axis=0) ** 2)),
         )
         return self
+
+    def to_dict(self, feature_names: Sequence[str] | None = None) -> dict[str, Any]:
+        """The fitted lines as a JSON-ready document (plain numbers and names, never pickle)
+        that :meth:`from_dict` reads back to the same predictions, bit for bit.
+
+        Parameters
+        ----------
+        feature_names : sequence of str, optional
+            One name per feature; default ``x0, x1, ...``.
+
+        Returns
+        -------
+        document : dict
+            ``format`` (``"mixreg-model"``), ``format_version``, ``n_components``,
+            ``n_features``, ``feature_names``, ``fit_intercept``, ``coef`` (k lists of d
+            numbers), ``intercept`` and ``shares`` (k numbers), ``gate`` (None), ``algorithm``
+            and ``params`` (the estimator's JSON-representable parameters).
+        """
+        self._check_fitted()
+        params = {
+            name: value
+            for name, value in self.get_params().items()
+            if name not in ("n_components", "algorithm", "fit_intercept")
+            and (value is None or isinstance(value, str | int | float | bool | np.ndarray | list))
+        }
+        return lines_document(
+            coef=self.coef_,
+            intercept=self.intercept_,
+            shares=self.shares_,
+            fit_intercept=bool(self.fit_intercept),
+            feature_names=feature_names,
+            algorithm=str(self.algorithm),
+            params=params,
+        )
+
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any]) -> MixtureOfLinearRegressions:
+        """A fitted estimator with the lines of a :meth:`to_dict` document (members that the
+        document may carry besides, such as a service's metrics, are ignored).
+
+        Raises
+        ------
+        ValueError
+            Naming what the document lacks or holds wrong.
+        """
+        lines = read_lines(document)
+        params = {name: value for name, value in lines["params"].items() if name in PARAMETER_NAMES}
+        estimator = cls(
+            n_components=int(lines["coef"].shape[0]),
+            algorithm=lines["algorithm"],
+            fit_intercept=lines["fit_intercept"],
+            random_state=lines["params"].get("random_state"),
+            **params,
+        )
+        estimator.coef_ = lines["coef"]
+        estimator.intercept_ = lines["intercept"]
+        estimator.shares_ = lines["shares"]
+        estimator.n_features_in_ = int(lines["coef"].shape[1])
+        return estimator
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "coef_"):

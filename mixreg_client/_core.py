@@ -161,17 +161,19 @@ def _id_of(item: str | Dataset | Job | Model | ModelSummary) -> str:
 
 
 def _paged(path: str, params: dict[str, Any], limit: int | None) -> Operation[list[Any]]:
-    """Every item of a paginated list (or the first ``limit``)."""
+    """Every item of a paginated list (or the first ``limit``), page after page by the
+    server's cursor, so items added meanwhile never make it skip or repeat one."""
     items: list[Any] = []
+    cursor: str | None = None
     while limit is None or len(items) < limit:
         size = PAGE_SIZE if limit is None else min(PAGE_SIZE, limit - len(items))
-        page = _json(
-            _response(
-                (yield Call("GET", path, params={**params, "limit": size, "offset": len(items)}))
-            )
-        )
+        query = {**params, "limit": size}
+        if cursor is not None:
+            query["cursor"] = cursor
+        page = _json(_response((yield Call("GET", path, params=query))))
         items.extend(page["items"])
-        if not page["items"] or len(items) >= page["total"]:
+        cursor = page.get("next_cursor")
+        if cursor is None or not page["items"]:
             break
     return items
 
@@ -374,23 +376,6 @@ def sweep_plot(job_id: str) -> Operation[bytes]:
 # --- registered models ---
 
 
-def _cursor_paged(path: str, limit: int | None) -> Operation[list[Any]]:
-    """Every item of a list read with cursors (or the first ``limit``)."""
-    items: list[Any] = []
-    cursor: str | None = None
-    while limit is None or len(items) < limit:
-        size = PAGE_SIZE if limit is None else min(PAGE_SIZE, limit - len(items))
-        params: dict[str, Any] = {"limit": size}
-        if cursor is not None:
-            params["cursor"] = cursor
-        page = _json(_response((yield Call("GET", path, params=params))))
-        items.extend(page["items"])
-        cursor = page["next_cursor"]
-        if cursor is None:
-            break
-    return items
-
-
 def _segment(text: str) -> str:
     # A name or alias is one path segment; quoting keeps a stray '/' or '?' from changing the
     # request (the server then answers that the name does not exist).
@@ -405,7 +390,7 @@ def get_registered_model(name: str) -> Operation[RegisteredModel]:
 
 def list_versions(name: str, limit: int | None) -> Operation[list[ModelVersion]]:
     """A registered model's versions, newest first."""
-    items = yield from _cursor_paged(f"/registered-models/{_segment(name)}/versions", limit)
+    items = yield from _paged(f"/registered-models/{_segment(name)}/versions", {}, limit)
     return [ModelVersion.from_json(item) for item in items]
 
 

@@ -15,7 +15,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from models_store.tables import ModelAlias, ModelAliasEvent, ModelVersion, RegisteredModel
+from models_store.tables import Model, ModelAlias, ModelAliasEvent, ModelVersion, RegisteredModel
 
 
 def _utcnow() -> datetime:
@@ -238,3 +238,20 @@ def alias_events(
     if before_id is not None:
         query = query.where(ModelAliasEvent.id < before_id)
     return list(session.scalars(query.order_by(ModelAliasEvent.id.desc()).limit(limit)))
+
+
+def models_not_behind_an_alias(session: Session, *, created_before: datetime) -> list[str]:
+    """Ids of the models stored before ``created_before`` that no alias points at (through
+    their version), oldest first."""
+    behind_an_alias = select(ModelVersion.model_id).join(
+        ModelAlias,
+        (ModelAlias.registered_model == ModelVersion.registered_model)
+        & (ModelAlias.version == ModelVersion.version),
+    )
+    return list(
+        session.scalars(
+            select(Model.id)
+            .where(Model.created_at < created_before, Model.id.not_in(behind_an_alias))
+            .order_by(Model.created_at, Model.id)
+        )
+    )

@@ -98,6 +98,39 @@ def _count(session: Session, query: Select[Any]) -> int:
     return session.scalar(select(func.count()).select_from(query.subquery())) or 0
 
 
+PageKey = tuple[datetime, str]
+"""Where a page of a newest-first list ends: the ``(created_at, id)`` of its last row."""
+
+
+def _newest_first(
+    session: Session,
+    query: Select[Any],
+    table: type[Dataset] | type[Job] | type[Model],
+    *,
+    limit: int,
+    offset: int,
+    after: PageKey | None,
+) -> tuple[list[Any], int]:
+    """A page of ``query`` newest first, and the total count of ``query``.
+
+    ``after`` (keyset pagination) starts the page right after the row with that key: rows
+    added meanwhile are newer and come before it, so paging neither skips nor repeats a row,
+    which an ``offset`` does when rows arrive.
+    """
+    _check_page(limit, offset)
+    total = _count(session, query)
+    if after is not None:
+        created_at, row_id = after
+        query = query.where(
+            (table.created_at < created_at)
+            | ((table.created_at == created_at) & (table.id < row_id))
+        )
+    page = session.scalars(
+        query.order_by(table.created_at.desc(), table.id.desc()).limit(limit).offset(offset)
+    )
+    return list(page), total
+
+
 # Datasets ---------------------------------------------------------------------------------------
 
 
@@ -340,14 +373,118 @@ def set_dataset_idempotency_key(
     session.flush()
 
 
-def list_datasets(session: Session, *, limit: int, offset: int) -> tuple[list[Dataset], int]:
-    """Return a page of datasets, newest first, and the total count (stored ones only)."""
+def list_datasets(
+    session: Session, *, limit: int, offset: int, after: PageKey | None = None
+) -> tuple[list[Dataset], int]:
+    """Return a page of datasets, newest first (after the row ``after``), and the total count
+    (stored ones only: a dataset still being uploaded has no rows yet)."""
     query = select(Dataset).where(Dataset.n_rows > 0)
-    _check_page(limit, offset)
-    page = session.scalars(
-        query.order_by(Dataset.created_at.desc(), Dataset.id.desc()).limit(limit).offset(offset)
+    return _newest_first(session, query, Dataset, limit=limit, offset=offset, after=after)
+
+
+_UNFINISHED = ("queued", "running")
+
+
+def lock_dataset(session: Session, *, dataset_id: str, shared: bool) -> Dataset | None:
+    """The dataset with this id, locked until the transaction ends (``shared``: against its
+    deletion only, as a fit that is being queued does; else exclusively); None if none.
+
+    On SQLite the lock compiles to nothing: ``BEGIN IMMEDIATE`` already serializes writers.
+    """
+    if not _is_id(dataset_id):
+        return None
+    return session.scalars(
+        select(Dataset)
+        .where(Dataset.id == dataset_id)
+        .with_for_update(read=shared)
+        .execution_options(populate_existing=True)
+    ).first()
+
+
+def unfinished_jobs_of_dataset(session: Session, *, dataset_id: str) -> list[str]:
+    """Ids of the queued or running jobs that fit ``dataset_id``, oldest first."""
+    return list(
+        session.scalars(
+            select(Job.id)
+            .where(Job.dataset_id == dataset_id, Job.status.in_(_UNFINISHED))
+            .order_by(Job.created_at, Job.id)
+        )
     )
-    return list(page), _count(session, query)
+
+
+def delete_dataset(session: Session, *, dataset_id: str) -> bool:
+    """Delete a dataset and its chunks (by the foreign key's cascade); False if there was none.
+
+    Jobs and models keep its id as provenance. The caller checks that no unfinished job uses
+    it (:func:`unfinished_jobs_of_dataset`, under :func:`lock_dataset`).
+    """
+    if not _is_id(dataset_id):
+        return False
+    deleted = _execute_counting(session, delete(Dataset).where(Dataset.id == dataset_id)) == 1
+    cached = session.identity_map.get(Session.identity_key(Dataset, dataset_id))
+    if cached is not None:
+        session.expunge(cached)
+    return deleted
+
+
+def discard_job_data(session: Session, *, job_id: str) -> bool:
+    """Delete the dataset of the finished job ``job_id`` if the job asked for it
+    (``discard_data``) and no unfinished job uses it; True if it was deleted."""
+    job = session.get(Job, job_id)
+    if job is None or not job.discard_data or job.status not in TERMINAL_JOB_STATUSES:
+        return False
+    if lock_dataset(session, dataset_id=job.dataset_id, shared=False) is None:
+        return False
+    if unfinished_jobs_of_dataset(session, dataset_id=job.dataset_id):
+        return False
+    return delete_dataset(session, dataset_id=job.dataset_id)
+
+
+def discard_finished_job_data(session: Session) -> list[str]:
+    """Delete the datasets of finished jobs that asked for it (``discard_data``) and that no
+    unfinished job uses; return their ids."""
+    unfinished = select(Job.dataset_id).where(Job.status.in_(_UNFINISHED))
+    doomed = list(
+        session.scalars(
+            select(Dataset.id)
+            .where(
+                Dataset.id.in_(
+                    select(Job.dataset_id).where(
+                        Job.discard_data.is_(True), Job.status.in_(TERMINAL_JOB_STATUSES)
+                    )
+                ),
+                Dataset.id.not_in(unfinished),
+            )
+            .with_for_update(skip_locked=True)
+        )
+    )
+    return [dataset_id for dataset_id in doomed if delete_dataset(session, dataset_id=dataset_id)]
+
+
+def delete_unreferenced_datasets(session: Session, *, created_before: datetime) -> list[str]:
+    """Delete the datasets created before ``created_before`` that no unfinished job uses and
+    no stored model was fitted on; return their ids."""
+    doomed = list(
+        session.scalars(
+            select(Dataset.id)
+            .where(
+                Dataset.created_at < created_before,
+                Dataset.id.not_in(select(Job.dataset_id).where(Job.status.in_(_UNFINISHED))),
+                Dataset.id.not_in(select(Model.dataset_id)),
+            )
+            .with_for_update(skip_locked=True)
+        )
+    )
+    return [dataset_id for dataset_id in doomed if delete_dataset(session, dataset_id=dataset_id)]
+
+
+def delete_finished_jobs(session: Session, *, finished_before: datetime) -> int:
+    """Delete the jobs that finished before ``finished_before``; return how many. Their models
+    stay (with no job)."""
+    return _execute_counting(
+        session,
+        delete(Job).where(Job.status.in_(TERMINAL_JOB_STATUSES), Job.finished_at < finished_before),
+    )
 
 
 # Jobs -------------------------------------------------------------------------------------------
@@ -371,6 +508,7 @@ def create_job(
     request_hash: str | None = None,
     k_values: Sequence[int] | None = None,
     registered_model: str | None = None,
+    discard_data: bool = False,
 ) -> Job:
     """Queue a fit of ``dataset_id``; ``params`` are the validated algorithm parameters.
 
@@ -378,6 +516,7 @@ def create_job(
     largest of them. ``api_key_id`` is the key that submitted it (None without keys); an
     ``idempotency_key`` is unique among that caller's jobs. ``registered_model`` names the
     registered model whose next version the fit becomes.
+    ``discard_data`` deletes the dataset once the job is finished.
     """
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -405,6 +544,7 @@ def create_job(
         created_at=_utcnow(),
         warnings=[],
         registered_model=registered_model,
+        discard_data=discard_data or None,
     )
     session.add(job)
     session.flush()
@@ -450,17 +590,19 @@ def get_job_by_idempotency_key(session: Session, *, api_key_id: str | None, key:
 
 
 def list_jobs(
-    session: Session, *, status: str | None, limit: int, offset: int
+    session: Session,
+    *,
+    status: str | None,
+    limit: int,
+    offset: int,
+    after: PageKey | None = None,
 ) -> tuple[list[Job], int]:
-    """Return a page of jobs (optionally only those in ``status``), newest first, and the total."""
+    """Return a page of jobs (optionally only those in ``status``), newest first (after the
+    row ``after``), and the total."""
     query = select(Job)
     if status is not None:
         query = query.where(Job.status == status)
-    _check_page(limit, offset)
-    page = session.scalars(
-        query.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit).offset(offset)
-    )
-    return list(page), _count(session, query)
+    return _newest_first(session, query, Job, limit=limit, offset=offset, after=after)
 
 
 def claim_job(session: Session, *, job_id: str, worker_id: str, now: datetime) -> bool:
@@ -926,14 +1068,11 @@ def get_model(session: Session, *, model_id: str) -> Model | None:
     return session.get(Model, model_id) if _is_id(model_id) else None
 
 
-def list_models(session: Session, *, limit: int, offset: int) -> tuple[list[Model], int]:
-    """Return a page of models, newest first, and the total count."""
-    query = select(Model)
-    _check_page(limit, offset)
-    page = session.scalars(
-        query.order_by(Model.created_at.desc(), Model.id.desc()).limit(limit).offset(offset)
-    )
-    return list(page), _count(session, query)
+def list_models(
+    session: Session, *, limit: int, offset: int, after: PageKey | None = None
+) -> tuple[list[Model], int]:
+    """Return a page of models, newest first (after the row ``after``), and the total."""
+    return _newest_first(session, select(Model), Model, limit=limit, offset=offset, after=after)
 
 
 def existing_model_ids(session: Session, *, model_ids: Iterable[str]) -> set[str]:

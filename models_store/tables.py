@@ -137,6 +137,8 @@ class Job(Base):
     api_key_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
     # Added in revision 0007: the registered model whose next version the fit becomes.
     registered_model: Mapped[str | None] = mapped_column(String(REGISTERED_NAME_LENGTH))
+    # Added in revision 0007: delete the job's dataset once it is finished (None: keep it).
+    discard_data: Mapped[bool | None]
 
 
 class Model(Base):

@@ -67,6 +67,12 @@ class Settings(BaseSettings):
     # How long an API process keeps what `name@alias` resolved to: an alias that moves is
     # followed by every process within this delay.
     alias_refresh_s: float = Field(default=1.0, gt=0, le=3600)
+    # Retention, run by the workers every retention_interval_s (service/jobs/retention.py);
+    # None keeps forever.
+    retention_interval_s: float = Field(default=60.0, gt=0)
+    job_retention_days: float | None = Field(default=None, ge=0)
+    model_retention_days: float | None = Field(default=None, ge=0)
+    dataset_retention_days: float | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _check_worker(self) -> Self:

@@ -407,6 +407,11 @@ class _FitBase(_Strict):
         description="a registered model whose next version (1, 2, 3, ...) the fit becomes; "
         "created by its first fit (of a k sweep, the model of the preferred k)",
     )
+    keep_data: bool = Field(
+        default=True,
+        description="false: delete the inline data once the fit is finished (its model keeps "
+        "the lines and the dataset id as provenance)",
+    )
     init_model: Text | None = Field(
         default=None,
         description="warm start: a model (id, name@alias or name/versions/N) with the same "
@@ -418,6 +423,11 @@ class _FitBase(_Strict):
     def _one_data_source(self) -> _FitBase:
         if (self.dataset_id is None) == (self.data is None):
             raise _invalid("give exactly one of dataset_id or data")
+        if not self.keep_data and self.data is None:
+            raise _invalid(
+                "keep_data: false applies to inline data; a stored dataset is deleted with "
+                "DELETE /datasets/{dataset_id}"
+            )
         return self
 
     # Narrowed by each variant to its algorithm's name and parameters.
@@ -749,6 +759,11 @@ class Page(BaseModel, Generic[Item]):
     total: int
     limit: int
     offset: int
+    next_cursor: str | None = Field(
+        default=None,
+        description="pass as cursor to read the next page (null: this is the last); unlike "
+        "an offset, it neither skips nor repeats items when new ones arrive meanwhile",
+    )
 
 
 # --- registered models ---

@@ -4,7 +4,8 @@ datasets that can be deleted.
 ``registered_models`` holds a name and the highest version it gave; ``model_versions`` maps
 (name, version) to one fitted model; ``model_aliases`` points an alias at a version, and
 ``model_alias_events`` records each move: from which version to which, when, by which API key.
-A job may name the registered model its fit becomes the next version of.
+A job may name the registered model its fit becomes the next version of, and ask that its
+(inline) data be deleted once it is finished.
 
 Jobs and models keep the id of the dataset they were fitted on, but no longer as a foreign
 key: a dataset no unfinished job uses may be deleted, and the id stays as provenance.
@@ -95,6 +96,7 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("jobs") as batch_op:
         batch_op.add_column(sa.Column("registered_model", NAME, nullable=True))
+        batch_op.add_column(sa.Column("discard_data", sa.Boolean(), nullable=True))
         batch_op.drop_constraint("fk_jobs_dataset_id_datasets", type_="foreignkey")
         batch_op.create_index(batch_op.f("ix_jobs_dataset_id"), ["dataset_id"])
     with op.batch_alter_table("models") as batch_op:
@@ -114,6 +116,7 @@ def downgrade() -> None:
         batch_op.create_foreign_key(
             "fk_jobs_dataset_id_datasets", "datasets", ["dataset_id"], ["id"]
         )
+        batch_op.drop_column("discard_data")
         batch_op.drop_column("registered_model")
     op.drop_index("ix_model_alias_events_registered_model", table_name="model_alias_events")
     op.drop_table("model_alias_events")

@@ -6,7 +6,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import Any
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Annotated, Any, Protocol
+
+from fastapi import Query
 
 from service.errors import InvalidInputError
 
@@ -38,3 +42,51 @@ def decode(cursor: str, *, types: tuple[type, ...]) -> tuple[Any, ...]:
             f"the previous page unchanged"
         )
     return tuple(key)
+
+
+CursorQuery = Annotated[
+    str | None,
+    Query(
+        max_length=512,
+        description="next_cursor of the previous page: the page starts right after its last "
+        "item, so items added meanwhile never make a page skip or repeat one",
+    ),
+]
+
+
+class _Row(Protocol):
+    @property
+    def created_at(self) -> datetime: ...
+
+    @property
+    def id(self) -> str: ...
+
+
+def page_key(cursor: str | None, *, offset: int) -> tuple[datetime, str] | None:
+    """The ``(created_at, id)`` after which a newest-first page starts; 422 for a cursor
+    that is not one, or one given with an offset."""
+    if cursor is None:
+        return None
+    if offset:
+        raise InvalidInputError("give cursor or offset, not both; a cursor already says where")
+    created_at, row_id = decode(cursor, types=(str, str))
+    try:
+        when = datetime.fromisoformat(created_at)
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise InvalidInputError(
+            f"cursor '{cursor[:100]}' is not a cursor of this list; pass the next_cursor of "
+            f"the previous page unchanged"
+        )
+    return when, row_id
+
+
+def next_page(rows: Sequence[_Row], limit: int) -> tuple[list[Any], str | None]:
+    """The first ``limit`` of ``rows`` (read with ``limit + 1``), and the cursor of the next
+    page, None if this is the last."""
+    page = list(rows[:limit])
+    if len(rows) <= limit:
+        return page, None
+    last = page[-1]
+    return page, encode(last.created_at.isoformat(), last.id)

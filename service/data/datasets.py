@@ -25,7 +25,13 @@ from models_store import repository
 from models_store.session import session_scope
 from service.config import Settings
 from service.data import ingest
-from service.errors import DataTooLargeError, InvalidInputError, UnsupportedMediaTypeError
+from service.errors import (
+    ConflictError,
+    DataTooLargeError,
+    InvalidInputError,
+    NotFoundError,
+    UnsupportedMediaTypeError,
+)
 from service.schemas import DataIn, DatasetIn, DatasetOut
 from service.views import dataset_out
 
@@ -324,3 +330,20 @@ def store_upload(
         with session_scope(session_factory) as session:
             repository.delete_incomplete_dataset(session, dataset_id=dataset.id)
         raise
+
+
+def delete_dataset(session: Session, *, dataset_id: str) -> None:
+    """Delete a dataset and its rows; 404 if there is none, 409 while a queued or running job
+    fits it (the dataset is locked meanwhile, so no fit of it is queued in between)."""
+    if repository.lock_dataset(session, dataset_id=dataset_id, shared=False) is None:
+        raise NotFoundError(f"dataset {dataset_id[:300]} does not exist")
+    unfinished = repository.unfinished_jobs_of_dataset(session, dataset_id=dataset_id)
+    if unfinished:
+        shown = ", ".join(unfinished[:5]) + (", ..." if len(unfinished) > 5 else "")
+        raise ConflictError(
+            f"dataset {dataset_id} is used by {len(unfinished)} queued or running "
+            f"job{'s' if len(unfinished) > 1 else ''} ({shown}); cancel "
+            f"{'them' if len(unfinished) > 1 else 'it'} (POST /jobs/{{id}}/cancel) or wait "
+            f"until {'they finish' if len(unfinished) > 1 else 'it finishes'}"
+        )
+    repository.delete_dataset(session, dataset_id=dataset_id)

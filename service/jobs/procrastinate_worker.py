@@ -46,6 +46,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from models_store import repository
 from models_store.session import make_engine, make_sessionmaker, session_scope
 from service.config import Settings
+from service.jobs.retention import apply_retention
 from service.jobs.supervisor import FitSupervisor, RunningFit, new_worker_id
 from service.jobs.task_queue import FIT_QUEUE, FIT_TASK, FitTaskQueue, libpq_conninfo
 from service.logs import job_context
@@ -158,6 +159,7 @@ class FitWorker:
         # Built in run(): nothing heavy at construction.
         self._session_factory: sessionmaker[Session] | None = None
         self._supervisor: FitSupervisor | None = None
+        self._next_retention = 0.0
 
     def run(self) -> None:
         """Run until SIGTERM or SIGINT, then hand the running jobs back and return."""
@@ -304,6 +306,12 @@ class FitWorker:
                     "task %s of job %s lost its worker; the job is %s", task.id, job_id, status
                 )
         await asyncio.to_thread(self._defer_missing_tasks)
+        if time.monotonic() >= self._next_retention:
+            assert self._session_factory is not None  # built in _main
+            await asyncio.to_thread(
+                apply_retention, self._session_factory, self._settings, now=datetime.now(UTC)
+            )
+            self._next_retention = time.monotonic() + self._settings.retention_interval_s
 
     def _recover_job(self, job_id: str) -> str | None:
         """Apply the reaper's decision to the job of a stalled task; return the job's status,

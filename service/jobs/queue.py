@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from models_store import repository
 from models_store.session import session_scope
 from service.config import Settings
+from service.jobs.retention import apply_retention
 from service.jobs.supervisor import FitSupervisor, RunningFit, new_worker_id
 from service.metrics import ServiceMetrics
 
@@ -52,6 +53,7 @@ class EmbeddedWorker:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._next_reap = 0.0
+        self._next_retention = 0.0
         self._thread = threading.Thread(target=self._loop, name="mixreg-worker", daemon=True)
 
     def start(self) -> None:
@@ -106,6 +108,9 @@ class EmbeddedWorker:
         if time.monotonic() >= self._next_reap:
             self._reap_stale()
             self._next_reap = time.monotonic() + self._settings.heartbeat_interval_s
+        if time.monotonic() >= self._next_retention:
+            apply_retention(self._session_factory, self._settings, now=datetime.now(UTC))
+            self._next_retention = time.monotonic() + self._settings.retention_interval_s
         capacity = self._settings.worker_concurrency
         while not self._stopping.is_set() and len(self._running) < capacity:
             if not self._claim_and_start():

@@ -257,6 +257,7 @@ def submit_fit(
                 request_hash=digest,
                 max_attempts=max_attempts,
                 registered_model=request.registered_model,
+                discard_data=not request.keep_data,
             )
             if enqueue is not None:
                 enqueue(session, job.id)
@@ -326,7 +327,8 @@ def _listed(names: Sequence[str]) -> str:
 
 
 def _existing_dataset(session: Session, dataset_id: str) -> Dataset:
-    dataset = repository.get_dataset(session, dataset_id=dataset_id)
+    # Locked against deletion until the job that fits it is committed.
+    dataset = repository.lock_dataset(session, dataset_id=dataset_id, shared=True)
     if dataset is None:
         raise NotFoundError(f"dataset {dataset_id} does not exist")
     return dataset

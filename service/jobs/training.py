@@ -883,6 +883,8 @@ def _run_job(
                 error=error,
                 now=repository.database_now(session),
             )
+            if finished:
+                repository.discard_job_data(session, job_id=job_id)
         return status if finished else "lost"
 
 
@@ -956,6 +958,7 @@ def _store_models(
             now=repository.database_now(session),
         ):
             raise JobLostError(job_id)
+        repository.discard_job_data(session, job_id=job_id)
 
 
 def sweep_record(fitted: FittedSweep, model_ids: Mapping[int, str]) -> dict[str, Any]:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from models_store import repository
 from service import limits
+from service.api import cursors
 from service.api.deps import SessionDep, SessionFactoryDep, SettingsDep, ValidDataset
 from service.auth.middleware import ApiKeyDep
-from service.data.datasets import TableOptions, read_upload
+from service.data.datasets import TableOptions, delete_dataset, read_upload
 from service.data.idempotency import store_upload_once
 from service.schemas import MAX_OFFSET, MAX_TEXT_LENGTH, DatasetIn, DatasetOut, Page
 from service.views import dataset_out
@@ -188,14 +189,18 @@ def list_(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    cursor: cursors.CursorQuery = None,
 ) -> Page[DatasetOut]:
     """Stored datasets, newest first."""
-    datasets, total = repository.list_datasets(session, limit=limit, offset=offset)
+    after = cursors.page_key(cursor, offset=offset)
+    rows, total = repository.list_datasets(session, limit=limit + 1, offset=offset, after=after)
+    datasets, next_cursor = cursors.next_page(rows, limit)
     return Page[DatasetOut](
         items=[dataset_out(dataset) for dataset in datasets],
         total=total,
         limit=limit,
         offset=offset,
+        next_cursor=next_cursor,
     )
 
 
@@ -203,3 +208,20 @@ def list_(
 def get(dataset: ValidDataset) -> DatasetOut:
     """One dataset's shape and names."""
     return dataset_out(dataset)
+
+
+@router.delete(
+    "/{dataset_id}",
+    status_code=204,
+    response_class=Response,
+    responses={
+        404: {"description": "no such dataset"},
+        409: {"description": "a queued or running fit uses the dataset"},
+    },
+)
+def delete(
+    dataset_id: Annotated[str, Path(description="id of a stored dataset")], session: SessionDep
+) -> None:
+    """Delete a dataset and its rows. Jobs and models fitted on it keep its id; a dataset that
+    a queued or running fit uses is kept (409) until the fit is finished or cancelled."""
+    delete_dataset(session, dataset_id=dataset_id)

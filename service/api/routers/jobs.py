@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, BackgroundTasks, Query
 
 from models_store import repository
+from service.api import cursors
 from service.api.deps import SessionDep, TaskQueueDep, ValidJob, WorkerDep
 from service.auth.middleware import ApiKeyDep
 from service.errors import ConflictError
@@ -25,14 +26,20 @@ def list_(
     status: Annotated[JobStatus | None, Query(description="only jobs in this state")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    cursor: cursors.CursorQuery = None,
 ) -> Page[JobOut]:
     """Jobs, newest first."""
-    jobs, total = repository.list_jobs(session, status=status, limit=limit, offset=offset)
+    after = cursors.page_key(cursor, offset=offset)
+    rows, total = repository.list_jobs(
+        session, status=status, limit=limit + 1, offset=offset, after=after
+    )
+    jobs, next_cursor = cursors.next_page(rows, limit)
     return Page[JobOut](
         items=[job_out(job, caller=api_key) for job in jobs],
         total=total,
         limit=limit,
         offset=offset,
+        next_cursor=next_cursor,
     )
 
 

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request, Response
 
 from models_store import registry, repository
+from service.api import cursors
 from service.api.deps import (
     MODEL_REFERENCE,
     ModelCacheDep,
@@ -40,15 +41,19 @@ def list_(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    cursor: cursors.CursorQuery = None,
 ) -> Page[ModelSummary]:
     """Fitted models, newest first."""
-    models, total = repository.list_models(session, limit=limit, offset=offset)
+    after = cursors.page_key(cursor, offset=offset)
+    rows, total = repository.list_models(session, limit=limit + 1, offset=offset, after=after)
+    models, next_cursor = cursors.next_page(rows, limit)
     versions = registry.versions_of_models(session, model_ids=[model.id for model in models])
     return Page[ModelSummary](
         items=[model_summary(model, versions.get(model.id)) for model in models],
         total=total,
         limit=limit,
         offset=offset,
+        next_cursor=next_cursor,
     )
 
 

@@ -1,0 +1,84 @@
+"""Retention: what the workers delete so that storage does not grow forever.
+
+Every ``MIXREG_RETENTION_INTERVAL_S`` a worker (each embedded worker; of the ``mixreg worker``
+processes, the one that holds the recovery lock) deletes
+
+- the datasets of finished fits that asked not to keep their data (``keep_data: false``);
+- with ``MIXREG_JOB_RETENTION_DAYS``, jobs finished longer ago than that (their models stay);
+- with ``MIXREG_MODEL_RETENTION_DAYS``, models stored longer ago that no alias points at;
+- with ``MIXREG_DATASET_RETENTION_DAYS``, datasets uploaded longer ago that no unfinished job
+  uses and no stored model was fitted on.
+
+Each deletion is idempotent, so several processes doing it at once delete each row once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from models_store import registry, repository
+from models_store.session import session_scope
+from service.config import Settings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RetentionReport:
+    """What one round deleted."""
+
+    discarded_datasets: list[str] = field(default_factory=list)
+    expired_jobs: int = 0
+    expired_models: list[str] = field(default_factory=list)
+    expired_datasets: list[str] = field(default_factory=list)
+
+
+def _days_ago(now: datetime, days: float | None) -> datetime | None:
+    return None if days is None else now - timedelta(days=days)
+
+
+def apply_retention(
+    session_factory: sessionmaker[Session], settings: Settings, *, now: datetime
+) -> RetentionReport:
+    """Delete what the retention settings let go of (see the module docstring), each kind in
+    a transaction of its own."""
+    report = RetentionReport()
+    with session_scope(session_factory) as session:
+        report.discarded_datasets = repository.discard_finished_job_data(session)
+    jobs_before = _days_ago(now, settings.job_retention_days)
+    if jobs_before is not None:
+        with session_scope(session_factory) as session:
+            report.expired_jobs = repository.delete_finished_jobs(
+                session, finished_before=jobs_before
+            )
+    models_before = _days_ago(now, settings.model_retention_days)
+    if models_before is not None:
+        with session_scope(session_factory) as session:
+            for model_id in registry.models_not_behind_an_alias(
+                session, created_before=models_before
+            ):
+                if repository.delete_model(session, model_id=model_id):
+                    report.expired_models.append(model_id)
+    datasets_before = _days_ago(now, settings.dataset_retention_days)
+    if datasets_before is not None:
+        with session_scope(session_factory) as session:
+            report.expired_datasets = repository.delete_unreferenced_datasets(
+                session, created_before=datasets_before
+            )
+    _log(report)
+    return report
+
+
+def _log(report: RetentionReport) -> None:
+    if report.discarded_datasets:
+        logger.info("deleted %d datasets of finished fits", len(report.discarded_datasets))
+    if report.expired_jobs:
+        logger.info("deleted %d expired jobs", report.expired_jobs)
+    if report.expired_models:
+        logger.info("deleted %d expired models no alias points at", len(report.expired_models))
+    if report.expired_datasets:
+        logger.info("deleted %d expired unused datasets", len(report.expired_datasets))

@@ -381,6 +381,51 @@ def _shares_products(n_parts: int, n_params: int) -> bool:
     return n_parts > 1 and n_params <= _SHARED_PRODUCTS_MAX_PARAMS
 
 
+def normal_equations_by_label(
+    Z: FloatArray, y: FloatArray, labels: NDArray[np.intp], n_components: int
+) -> tuple[FloatArray, FloatArray, NDArray[np.intp]]:
+    """Uncentred normal equations ``Z_P^T Z_P``, ``Z_P^T y_P`` of every part of many partitions.
+
+    For moves that add the normal equations of parts together (merging two lines' rows); a
+    part's own line comes from the centred :func:`lstsq_by_labels`. Each part's rows are
+    gathered block by block and multiplied by BLAS: memory of one block, whatever ``p``.
+
+    Parameters
+    ----------
+    Z : ndarray of shape (n_samples, n_params)
+    y : ndarray of shape (n_samples,)
+    labels : ndarray of shape (n_partitions, n_samples)
+    n_components : int
+
+    Returns
+    -------
+    gram : ndarray of shape (n_partitions, n_components, n_params, n_params)
+    rhs : ndarray of shape (n_partitions, n_components, n_params)
+    counts : ndarray of shape (n_partitions, n_components)
+    """
+    n_partitions, n_samples = labels.shape
+    n_params = Z.shape[1]
+    gram = np.zeros((n_partitions, n_components, n_params, n_params))
+    rhs = np.zeros((n_partitions, n_components, n_params))
+    rows_per_block = _block_rows(n_params)
+    for start in range(0, n_samples, rows_per_block):
+        Zb, yb = Z[start : start + rows_per_block], y[start : start + rows_per_block]
+        for partition in range(n_partitions):
+            block_labels = labels[partition, start : start + rows_per_block]
+            order = np.argsort(block_labels, kind="stable")
+            bounds = np.concatenate(
+                [[0], np.cumsum(np.bincount(block_labels, minlength=n_components))]
+            )
+            gathered_Z, gathered_y = Zb[order], yb[order]
+            for component in range(n_components):
+                rows = slice(bounds[component], bounds[component + 1])
+                gram[partition, component] += gathered_Z[rows].T @ gathered_Z[rows]
+                rhs[partition, component] += gathered_Z[rows].T @ gathered_y[rows]
+    flat = labels + n_components * np.arange(n_partitions)[:, None]
+    counts = np.bincount(flat.ravel(), minlength=n_partitions * n_components)
+    return gram, rhs, counts.reshape(n_partitions, n_components)
+
+
 def lstsq_by_labels(
     Z: FloatArray, y: FloatArray, labels: NDArray[np.intp], n_components: int
 ) -> tuple[FloatArray, NDArray[np.intp]]:

@@ -196,8 +196,8 @@ def check_n_components_list(
                 f"n_components[{position}]={k}: {k} lines need at least "
                 f"{k * minimum_rows_per_line(n_params)} training rows "
                 f"({minimum_rows_per_line(n_params)} per line of {n_params} coefficients), "
-                f"there are {n_samples}; sweep at most "
-                f"{max(1, n_samples // minimum_rows_per_line(n_params))} lines"
+                f"there are {n_samples}; sweep "
+                f"k <= {max(1, n_samples // minimum_rows_per_line(n_params))}"
             )
         values.append(k)
     return sorted(values)
@@ -254,7 +254,7 @@ def select_n_components(
         warnings.warn(
             f"k={', '.join(map(str, skipped))} skipped: {n_samples} training rows cannot give "
             f"each of k lines the {minimum_rows_per_line(n_params)} rows a line of {n_params} "
-            f"coefficients needs; at most {n_samples // minimum_rows_per_line(n_params)} lines",
+            f"coefficients needs (k <= {n_samples // minimum_rows_per_line(n_params)})",
             DegenerateFitWarning,
             stacklevel=2,
         )

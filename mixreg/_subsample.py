@@ -79,6 +79,9 @@ def all_partitions(size: int, n_components: int) -> IntArray:
     -------
     labels : ndarray of shape (stirling2(size, n_components), size)
     """
+    if n_components == 1:
+        # One part: the one partition, whatever the size.
+        return np.zeros((1, size), dtype=np.intp)
     prefixes = np.zeros((1, 1), dtype=np.intp)
     n_parts = np.ones(1, dtype=np.intp)
     for position in range(1, size):

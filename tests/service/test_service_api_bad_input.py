@@ -90,10 +90,24 @@ BAD_FITS = [
     pytest.param(
         fit_body(algorithm="subsample-exhaustive", params={"subsample_size": 30}),
         # S(30, 2) = 2**29 - 1 partitions; S(17, 2) = 65,535 is the largest under the cap.
-        "subsample-exhaustive would try all 536,870,911 partitions of 30 rows into 2 parts, "
-        "more than the cap of 100,000; use subsample_size <= 17, or algorithm='subsample', "
-        "which tries n_partitions random partitions",
+        "subsample-exhaustive would try more than 100,000 partitions (the cap) of "
+        "subsample_size=30 rows into 2 parts; use subsample_size <= 17, or "
+        "algorithm='subsample', which tries n_partitions random partitions",
         id="exhaustive-too-large",
+    ),
+    pytest.param(
+        # Counting S(100000, 3) partitions once overflowed Python's recursion limit (a 500).
+        fit_body(k=3, algorithm="subsample-exhaustive", params={"subsample_size": 100_000}),
+        "subsample-exhaustive would try more than 100,000 partitions (the cap) of "
+        "subsample_size=100000 rows into 3 parts; use subsample_size <= 12, or "
+        "algorithm='subsample', which tries n_partitions random partitions",
+        id="exhaustive-sub-sample-of-100000-rows",
+    ),
+    pytest.param(
+        fit_body(k=[1, 2], algorithm="am"),
+        "n_components[1]=2: 2 lines need at least 8 training rows (4 per line of 3 "
+        "coefficients), there are 4; sweep k <= 1",
+        id="sweep-k-with-too-few-rows-per-line",
     ),
     pytest.param(
         fit_body(holdout_fraction=0.95),

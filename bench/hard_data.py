@@ -1,4 +1,4 @@
-"""The hard cases of the default search: many lines on non-linear data and on 10⁴–10⁵ rows.
+"""The hard cases of the default search: many lines on non-linear data and on 10⁴ to 10⁵ rows.
 
 Every set is built from a seed: Friedman 1/2/3 (scikit-learn's generators through
 :func:`mixreg.datasets.make_friedman`), the maximum of random planes, MovieLens 100k ratings

@@ -62,10 +62,13 @@ EXPLORE_TOL = 1e-4
 """Relative change of the min-loss at which the search stops polishing a candidate; the
 finalists are then polished to the fit's own ``tol``."""
 RESTART_PATIENCE = 2
+RESTARTS = 20
+"""Random starts of each batch of restarts at most (``n_init`` of them, when fewer)."""
 """Batches of fresh random starts (each searched around) in a row that did not improve the
 best, after which the search stops."""
-MIN_TIME_CAP, MAX_TIME_CAP = 5.0, 40.0
-TIME_CAP_PER_WORK = 2e-5
+MIN_CAP_SECONDS, MAX_CAP_SECONDS = 5.0, 40.0
+CAP_SECONDS_PER_WORK = 2e-5
+WORK_PER_SECOND = 1e9
 SCREEN_ITERATIONS = 5
 SURVIVORS = 3
 # EM's own defaults (those of algorithm="em").
@@ -231,6 +234,8 @@ class _Search:
         self.polished: list[FloatArray] = []
         self.histories: list[list[float]] = []
         self.best_loss = np.inf
+        self.work = 0.0
+        """Multiply-adds of the polish so far (see :func:`default_search_work`)."""
 
     def report(self, phase: float, loss: float | None = None) -> None:
         """Progress through ``phase`` (counted in phases), with the best min-loss so far."""
@@ -312,6 +317,9 @@ class _Search:
             for position, index in enumerate(going_on):
                 batch.loss_histories[index] += rest.loss_histories[position][1:]
         share = (seconds + time.monotonic() - started) / n_starts
+        n_rows, n_params = on.Z.shape
+        iterations = float(np.sum(batch.n_iter + 1))
+        self.work += iterations * n_rows * n_params * (n_params + on.n_components)
         for index, history in enumerate(batch.loss_histories):
             self.candidates.append(
                 Candidate(
@@ -346,12 +354,16 @@ def _past(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() > deadline
 
 
-def default_time_cap(n_rows: int, n_params: int, n_components: int) -> float:
-    """Seconds after which ``auto`` stops its rounds of moves and restarts (no time budget).
+def default_search_work(n_rows: int, n_params: int, n_components: int) -> float:
+    """Work after which ``auto`` stops its rounds of moves and restarts (no time budget).
 
-    :data:`MIN_TIME_CAP` plus :data:`TIME_CAP_PER_WORK` seconds per row, parameter and line
-    searched, at most :data:`MAX_TIME_CAP`. The rounds usually stop well before, when they
-    stop improving; the cap bounds the cost of data where they keep improving a little.
+    Counted in multiply-adds of the polish (each iteration of each start: ``n_rows *
+    n_params * (n_params + n_components)``), so the point where it stops depends on the seed
+    only, never on the machine's speed or load. It is the work of :data:`MIN_CAP_SECONDS`
+    plus :data:`CAP_SECONDS_PER_WORK` seconds per row, parameter and line searched, at most
+    :data:`MAX_CAP_SECONDS`, at :data:`WORK_PER_SECOND` (one core of a typical machine). The
+    rounds usually stop well before, when they stop improving; the cap bounds the cost on
+    data where they keep improving a little.
 
     Parameters
     ----------
@@ -365,8 +377,10 @@ def default_time_cap(n_rows: int, n_params: int, n_components: int) -> float:
     -------
     float
     """
-    work = n_rows * n_params * n_components
-    return float(min(MAX_TIME_CAP, MIN_TIME_CAP + TIME_CAP_PER_WORK * work))
+    seconds = min(
+        MAX_CAP_SECONDS, MIN_CAP_SECONDS + CAP_SECONDS_PER_WORK * n_rows * n_params * n_components
+    )
+    return float(seconds * WORK_PER_SECOND)
 
 
 def fit_auto(ctx: FitContext) -> AutoResult:
@@ -386,9 +400,10 @@ def fit_auto(ctx: FitContext) -> AutoResult:
         line = starting_lines(ctx, random_partition_lines, 1)
         search.polish(ctx, "least squares", line, time.monotonic() - started, 1)
         return search.result(range(1))
-    cap = ctx.deadline
-    if cap is None:
-        cap = ctx.started + default_time_cap(sample.Z.shape[0], sample.Z.shape[1], ctx.n_components)
+    # A time budget bounds the rounds by time alone; without one, the work cap bounds them.
+    work_cap = np.inf
+    if ctx.deadline is None:
+        work_cap = default_search_work(sample.Z.shape[0], sample.Z.shape[1], ctx.n_components)
     sources = _sources(ctx)
     # The rounds of moves and restarts, and the final polish, are phases of their own.
     search = _Search(ctx, len(sources) + 2)
@@ -406,7 +421,7 @@ def fit_auto(ctx: FitContext) -> AutoResult:
             tol=EXPLORE_TOL,
             keep=SURVIVORS,
         )
-    rounds = _Rounds(search, sample, cap, len(sources))
+    rounds = _Rounds(search, sample, work_cap, len(sources))
     rounds.improve(first=0)
     rounds.restart_while_improving()
     return _polish_finalists(search, sample)
@@ -415,13 +430,18 @@ def fit_auto(ctx: FitContext) -> AutoResult:
 class _Rounds:
     """Rounds of moves around the best candidate, and restarts, under a patience rule."""
 
-    def __init__(self, search: _Search, sample: FitContext, cap: float, phase: int) -> None:
-        self.search, self.sample, self.cap, self.phase = search, sample, cap, phase
-        self.started = time.monotonic()
+    def __init__(self, search: _Search, sample: FitContext, work_cap: float, phase: int) -> None:
+        self.search, self.sample, self.work_cap, self.phase = search, sample, work_cap, phase
+        self.started_work = search.work
 
     def _progress_phase(self) -> float:
-        span = max(self.cap - self.started, np.finfo(np.float64).tiny)
-        return self.phase + min(1.0, (time.monotonic() - self.started) / span)
+        """Progress through the rounds: the share of the work cap, or of the time budget."""
+        done = (self.search.work - self.started_work) / self.work_cap
+        return self.phase + min(1.0, done)
+
+    def over(self) -> bool:
+        """Whether the time budget has passed or the work cap is spent."""
+        return _past(self.sample.deadline) or self.search.work >= self.work_cap
 
     def _random_starts(self, count: int) -> list[tuple[str, FloatArray]]:
         partitions = count - count // 2
@@ -453,12 +473,12 @@ class _Rounds:
         (:func:`split_and_free`, from the best candidate not yet split), a line moved to
         where the others fit worst (:func:`reseed_by_residual`), and a line replaced by the
         line of a few random rows. The rounds stop after :data:`PATIENCE` in a row that
-        improved the best by a relative :data:`IMPROVEMENT` or less, or at the time cap.
+        improved the best by a relative :data:`IMPROVEMENT` or less, or at the cap.
         """
         search, sample = self.search, self.sample
         split_from: list[FloatArray] = []
         stale = 0
-        while stale < PATIENCE and not _past(self.cap):
+        while stale < PATIENCE and not self.over():
             started = time.monotonic()
             losses = np.array([c.min_loss_after for c in search.candidates[first:]])
             order = first + np.argsort(losses, kind="stable")
@@ -494,13 +514,13 @@ class _Rounds:
     def restart_while_improving(self) -> None:
         """Fresh random starts, each batch searched around by :meth:`improve`, while they
         improve the best; stops after :data:`RESTART_PATIENCE` batches in a row that did not,
-        or at the time cap."""
+        or at the cap."""
         stale = 0
-        while stale < RESTART_PATIENCE and not _past(self.cap):
+        while stale < RESTART_PATIENCE and not self.over():
             before = self.search.best_loss
             first = len(self.search.candidates)
             started = time.monotonic()
-            groups = self._random_starts(max(2, self.sample.params["n_init"]))
+            groups = self._random_starts(int(np.clip(self.sample.params["n_init"], 2, RESTARTS)))
             self._polish(groups, time.monotonic() - started)
             self.improve(first)
             improvement = (before - self.search.best_loss) / max(before, np.finfo(np.float64).tiny)

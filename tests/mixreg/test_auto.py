@@ -3,6 +3,7 @@ the warnings of a fit that stops before converging."""
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
@@ -224,17 +225,20 @@ def test_auto_is_the_default_and_reports_every_candidate(friedman):
     X, y, _, _ = friedman
     fitted = MixtureOfLinearRegressions(3, random_state=0).fit(X, y)
     assert fitted.algorithm == "auto"
-    sources = {candidate["source"] for candidate in fitted.candidates_}
-    assert sources == {
+    sources = [candidate["source"] for candidate in fitted.candidates_]
+    assert set(sources) == {
         "random partition",
         "random rows",
         "subsample+am",
         "em",
         "subsample ransac",
+        "split and free",
+        "reseed by residual",
         "replace a line",
     }
     n_init = fitted.resolved_parameters(len(y), X.shape[1])["n_init"]
-    assert sum(c["source"].startswith("random") for c in fitted.candidates_) == n_init
+    assert all(source.startswith("random") for source in sources[:n_init])
+    assert sources[n_init] == "subsample+am"
     assert fitted.n_candidates_ == len(fitted.candidates_)
     for candidate in fitted.candidates_:
         assert candidate["min_loss_after"] <= candidate["min_loss_before"] * (1 + 1e-12)
@@ -303,7 +307,7 @@ def test_on_many_rows_auto_searches_a_sample_then_polishes_finalists_on_all_rows
     on_sample = [c for c in fitted.candidates_ if c["n_rows"] == 200]
     on_all = [c for c in fitted.candidates_ if c["n_rows"] == 900]
     assert len(on_sample) == fitted.n_candidates_ - len(on_all)
-    assert 1 <= len(on_all) <= _auto.FINALISTS
+    assert 1 <= len(on_all) <= _auto.MAX_FINALISTS
     assert fitted.train_loss_ == pytest.approx(min(c["min_loss_after"] for c in on_all), rel=1e-9)
     assert fitted.train_loss_ < 1.5 * 0.2**2
 
@@ -368,7 +372,7 @@ def test_auto_with_one_line_is_least_squares(friedman):
     assert [c["source"] for c in fitted.candidates_] == ["least squares"]
 
 
-def test_replacing_a_line_of_the_best_escapes_a_misplaced_line():
+def test_rounds_of_moves_escape_a_misplaced_line_and_stop_when_they_stop_improving():
     X, y, coef, intercept, _ = make_realizable(600, 2, 3, noise=0.05, random_state=9)
     Z = design(X)
     truth = np.column_stack([coef, intercept])
@@ -390,8 +394,116 @@ def test_replacing_a_line_of_the_best_escapes_a_misplaced_line():
     search.polish(ctx, "stuck", stuck[None], 0.0, 1)
     stuck_loss = search.best_loss
     assert stuck_loss > 100 * 0.05**2
-    _auto._replace_lines_of_the_best(search, ctx, phase=1)
-    replaced = [c for c in search.candidates if c.source == "replace a line"]
-    assert len(replaced) % (40 // _auto.REPLACEMENTS_PER_ROUND_SHARE) == 0 and replaced
+    _auto._Rounds(search, ctx, cap=np.inf, phase=1).improve(first=0)
+    moved = search.candidates[1:]
+    per_round = _auto.SPLITS + _auto.RESEEDS + _auto.REPLACEMENTS
+    assert moved and len(moved) % per_round == 0
     assert search.best_loss < 0.01 * stuck_loss
     assert search.best_loss < 1.5 * 0.05**2
+    # The first round repairs it; the next PATIENCE rounds find nothing better and stop.
+    assert len(moved) == (1 + _auto.PATIENCE) * per_round
+
+
+# --- the search's guarantees: never worse than its candidates, anytime, deterministic ---
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n_samples=st.integers(20, 120),
+    n_features=st.integers(1, 3),
+    n_components=st.integers(2, 4),
+)
+def test_auto_never_returns_worse_lines_than_any_candidate_it_polished(
+    seed, n_samples, n_features, n_components
+):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n_samples, n_features))
+    # Non-linear data, where the moves and restarts find many different local minima.
+    y = np.abs(X).sum(axis=1) ** 1.5 + 0.1 * rng.standard_normal(n_samples)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fitted = MixtureOfLinearRegressions(n_components, random_state=seed, n_init=4).fit(X, y)
+    sources = {c["source"] for c in fitted.candidates_}
+    assert {"split and free", "reseed by residual"} <= sources
+    for candidate in fitted.candidates_:
+        assert fitted.train_loss_ <= candidate["min_loss_after"] * (1 + 1e-9) + 1e-12
+        assert fitted.train_loss_ <= candidate["min_loss_before"] * (1 + 1e-9) + 1e-12
+
+
+@pytest.fixture(scope="module")
+def hard():
+    """Friedman 1 with many rows: the default search with six lines goes on for seconds."""
+    X, y, _, _ = make_friedman(1, n_train=8000, n_test=1, random_state=0)
+    return X, y
+
+
+MOVES = ("split and free", "reseed by residual", "replace a line")
+
+
+@pytest.mark.parametrize("budget", [1.0, 2.0])
+def test_a_time_budget_returns_the_best_so_far_within_ten_percent_of_it(hard, budget):
+    X, y = hard
+    estimator = MixtureOfLinearRegressions(6, random_state=0, time_budget=budget)
+    started = time.monotonic()
+    fitted = estimator.fit(X, y)
+    assert time.monotonic() - started <= 1.1 * budget
+    assert fitted.train_loss_ == pytest.approx(
+        min(c["min_loss_after"] for c in fitted.candidates_), rel=1e-9
+    )
+
+
+class CancelledError(Exception):
+    pass
+
+
+def test_a_cancel_mid_search_stops_it_where_progress_showed_the_best_so_far(friedman):
+    X, y, _, _ = friedman
+    settings = {"n_components": 4, "random_state": 1, "n_init": 6}
+    complete = MixtureOfLinearRegressions(**settings).fit(X, y)
+    first_move = next(i for i, c in enumerate(complete.candidates_) if c["source"] in MOVES)
+    reports: list[dict] = []
+
+    def progress(fraction, info):
+        reports.append(info)
+        if (info["candidates_tried"] or 0) > first_move:
+            raise CancelledError
+
+    with pytest.raises(CancelledError):
+        MixtureOfLinearRegressions(**settings).fit(X, y, progress=progress)
+    tried = reports[-1]["candidates_tried"]
+    assert first_move < tried < len(complete.candidates_), "stopped in the middle of the rounds"
+    # What progress showed is the best of the candidates tried so far (the same, by the seed,
+    # as in the complete fit).
+    so_far = min(c["min_loss_after"] for c in complete.candidates_[:tried])
+    assert reports[-1]["best_loss"] == pytest.approx(so_far, rel=1e-9)
+    shown = [report["best_loss"] for report in reports if report["best_loss"] is not None]
+    assert all(later <= earlier for earlier, later in zip(shown, shown[1:], strict=False))
+
+
+def test_the_search_with_its_moves_and_restarts_is_deterministic_under_a_seed(friedman):
+    X, y, _, _ = friedman
+    fits = [
+        MixtureOfLinearRegressions(4, random_state=seed, n_init=6).fit(X, y) for seed in (3, 3, 4)
+    ]
+    np.testing.assert_array_equal(fits[0].coef_, fits[1].coef_)
+    np.testing.assert_array_equal(fits[0].intercept_, fits[1].intercept_)
+    records = [
+        [{key: value for key, value in c.items() if key != "seconds"} for c in fit.candidates_]
+        for fit in fits
+    ]
+    assert records[0] == records[1]
+    assert records[0] != records[2]
+    assert set(MOVES) <= {c["source"] for c in fits[0].candidates_}
+
+
+def test_the_default_time_cap_grows_with_the_data_and_bounds_the_search(hard, monkeypatch):
+    small = _auto.default_time_cap(400, 4, 2)
+    large = _auto.default_time_cap(20_000, 11, 6)
+    assert _auto.MIN_TIME_CAP <= small < large <= _auto.MAX_TIME_CAP
+    X, y = hard
+    monkeypatch.setattr(_auto, "default_time_cap", lambda *shape: 0.0)
+    capped = MixtureOfLinearRegressions(6, random_state=0).fit(X, y)
+    # Past the cap, the sources still run whole (no time budget) but no round of moves does.
+    assert not {c["source"] for c in capped.candidates_} & set(MOVES)
+    assert capped.converged_

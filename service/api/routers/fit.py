@@ -9,12 +9,14 @@ from fastapi import APIRouter, BackgroundTasks, Body, Header, Response
 from models_store import repository
 from service.api import limits
 from service.api.deps import SessionDep, SettingsDep, TaskQueueDep, WorkerDep
+from service.api.routing import off_loop_json_route
 from service.api.schemas import FitAccepted, FitRequest, FitVariant
 from service.api.views import job_url
 from service.auth.middleware import ApiKeyDep
 from service.jobs.submit import submit_fit
 
-router = APIRouter(prefix="/fit", tags=["fit"])
+# Inline data make a body of tens of megabytes: parsed and validated off the event loop.
+router = APIRouter(prefix="/fit", tags=["fit"], route_class=off_loop_json_route(FitRequest))
 
 
 @router.post(

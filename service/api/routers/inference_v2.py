@@ -26,7 +26,7 @@ from service.api.schemas_v2 import (
 )
 from service.config import Settings
 from service.serving import inference_v2
-from service.serving.endpoint import INLINE_BODY_BYTES
+from service.serving.endpoint import INLINE_ANSWER_VALUES, INLINE_BODY_BYTES
 from service.serving.prediction import ModelCache, StoredLines, load_lines
 
 router = APIRouter(prefix="/v2", tags=["inference"])
@@ -199,7 +199,8 @@ async def _infer(request: Request, model_id: str, version: str | None) -> Respon
             parsed = await run_in_threadpool(inference_v2.read_inference, lines, header, binary)
         settings: Settings = request.app.state.settings
         limits.check_data_shape(*parsed.X.shape, settings=settings, what="input X")
-        if len(body) <= INLINE_BODY_BYTES:
+        answer_values = parsed.X.shape[0] * lines.coef.shape[0]
+        if len(body) <= INLINE_BODY_BYTES and answer_values <= INLINE_ANSWER_VALUES:
             content, header_length = inference_v2.infer(lines, parsed)
         else:
             content, header_length = await run_in_threadpool(inference_v2.infer, lines, parsed)

@@ -17,14 +17,13 @@ from typing import IO
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.datastructures import UploadFile
 
 from models_store import repository
 from models_store.session import session_scope
 from service.config import Settings
-from service.data import ingest
+from service.data import ingest, json_bodies
 from service.errors import (
     ConflictError,
     DataTooLargeError,
@@ -32,7 +31,7 @@ from service.errors import (
     NotFoundError,
     UnsupportedMediaTypeError,
 )
-from service.schemas import DataIn, DatasetIn, DatasetOut
+from service.schemas import DatasetIn, DatasetOut
 from service.views import dataset_out
 
 BinaryFile = IO[bytes]
@@ -163,11 +162,12 @@ def read_npy_files(
     )
 
 
-def stage_json(body: DataIn, *, limits: ingest.DatasetLimits) -> ingest.StagedDataset:
-    """Stage the arrays of a JSON dataset (already checked by its schema)."""
+def stage_parsed(
+    parsed: ingest.ParsedDataset, *, limits: ingest.DatasetLimits
+) -> ingest.StagedDataset:
+    """Stage the arrays of a JSON dataset (already checked by its schema and converted)."""
 
     def read() -> ingest.StagedDataset:
-        parsed = ingest.parse_arrays(body.X, body.y, body.feature_names)
         staged = ingest.StagedDataset(
             feature_names=parsed.feature_names, target_name=None, limits=limits
         )
@@ -206,16 +206,14 @@ async def read_upload(
     limits = limits_of(settings)
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "application/json":
-        body = await _read_json_dataset(request)
-        staged = await run_in_threadpool(stage_json, body, limits=limits)
-        return Upload(staged, body.name)
+        fields, parsed = await _read_json_dataset(request)
+        staged = await run_in_threadpool(stage_parsed, parsed, limits=limits)
+        return Upload(staged, fields.name)
     if content_type == "multipart/form-data":
         return await _read_multipart(request, limits=limits)
     if content_type in MEDIA_TYPES:
         with tempfile.TemporaryFile(prefix="mixreg-body-") as spool:
-            async for part in request.stream():
-                spool.write(part)
-            spool.seek(0)
+            await _spool(request, spool)
             staged = await run_in_threadpool(
                 read_file,
                 spool,
@@ -271,17 +269,46 @@ async def _read_multipart(request: Request, *, limits: ingest.DatasetLimits) -> 
         raise InvalidInputError(f"multipart upload needs a file field 'file' ({ACCEPTED_FILES})")
 
 
-async def _read_json_dataset(request: Request) -> DatasetIn:
+SPOOL_WRITE_BYTES = 1024 * 1024
+"""A raw body is written to its spool file in pieces of about this size, each in a worker
+thread: the event loop never waits for the disk."""
+
+
+async def _spool(request: Request, spool: IO[bytes]) -> None:
+    """Write the body of ``request`` to ``spool`` and rewind it."""
+    pending: list[bytes] = []
+    size = 0
+    async for part in request.stream():
+        pending.append(part)
+        size += len(part)
+        if size >= SPOOL_WRITE_BYTES:
+            await run_in_threadpool(spool.writelines, pending)
+            pending, size = [], 0
+    if pending:
+        await run_in_threadpool(spool.writelines, pending)
+    await run_in_threadpool(spool.seek, 0)
+
+
+async def _read_json_dataset(request: Request) -> tuple[DatasetIn, ingest.ParsedDataset]:
+    """The fields and arrays of a JSON dataset body; a big body is parsed in a child process
+    (``service.data.json_bodies``), so the event loop goes on meanwhile."""
     body = await request.body()
     if not body:
         raise RequestValidationError(
             [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
         )
     try:
-        return DatasetIn.model_validate_json(body)
-    except ValidationError as exc:
-        errors = [{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]
-        raise RequestValidationError(errors) from None
+        if len(body) > json_bodies.PARSE_IN_A_CHILD_BYTES:
+            parsed = await json_bodies.parse_dataset_body_in_a_child(body)
+        else:
+            parsed = json_bodies.parse_dataset_body(body)
+    except ingest.DatasetTooLargeError as exc:
+        raise DataTooLargeError(str(exc)) from None
+    except ingest.IngestError as exc:
+        raise InvalidInputError(str(exc)) from None
+    if isinstance(parsed, list):
+        raise RequestValidationError(parsed)
+    return parsed
 
 
 def store_upload(

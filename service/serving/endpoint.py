@@ -3,9 +3,11 @@ format the client accepts.
 
 This is the service's hot path. A single-row prediction is a (1, d) by (d, k) product: it is
 computed on the event loop, and a cached model needs no database access, so a request never
-waits for a thread. Bodies larger than ``INLINE_BODY_BYTES`` are parsed and predicted in the
-thread pool, so a 100,000-row batch does not hold up the other requests; a model that is not
-cached yet is loaded there too. The response is serialized once, straight to bytes.
+waits for a thread. Bodies larger than ``INLINE_BODY_BYTES`` are parsed in the thread pool, and
+answers of more than ``INLINE_ANSWER_VALUES`` numbers (rows times k) are computed and serialized
+there, so neither a 100,000-row batch nor a small body asking a k = 100 model about many rows
+holds up the other requests; a model that is not cached yet is loaded there too. The response
+is serialized once, straight to bytes.
 """
 
 from __future__ import annotations
@@ -42,7 +44,11 @@ from service.serving.prediction import (
 from service.serving.references import ReferenceResolver, is_reference_like, version_label
 
 INLINE_BODY_BYTES = 64 * 1024
-"""Bodies up to this size are handled on the event loop; larger ones in the thread pool."""
+"""Bodies up to this size are parsed on the event loop; larger ones in the thread pool."""
+
+INLINE_ANSWER_VALUES = 8 * 1024
+"""Answers of up to this many predicted values (rows times k) are computed and serialized on the
+event loop; larger ones in the thread pool (a small body can ask for a big answer)."""
 
 
 @dataclass(frozen=True)
@@ -250,6 +256,6 @@ async def serve_predict(
     lines = await lines_of(request, reference)
     limits.check_answer_size(data.X.shape[0], lines.n_components, settings=settings)
     npy = formats.prefers_npy(request.headers.get("accept"))
-    if inline:
+    if inline and data.X.shape[0] * lines.coef.shape[0] <= INLINE_ANSWER_VALUES:
         return answer(lines, data, npy=npy)
     return await run_in_threadpool(answer, lines, data, npy=npy)

@@ -22,8 +22,8 @@ from mixreg import (
     mixture_score,
     select_n_components,
 )
-from mixreg._em import EMResult
 from mixreg._auto import lines_of_random_rows
+from mixreg._em import EMResult
 from mixreg._loss import single_threaded_blas
 from mixreg._solvers import FitContext, restarts
 
@@ -259,7 +259,7 @@ def finishes_within(seconds, work):
     def run():
         try:
             outcome["value"] = work()
-        except Exception as exc:  # noqa: BLE001 - reported by the caller
+        except Exception as exc:
             outcome["error"] = exc
 
     thread = threading.Thread(target=run, daemon=True)
@@ -272,9 +272,9 @@ def test_exhaustive_search_with_one_line_returns_the_least_squares_line():
     X, y = lines_data(200, 2, 1, seed=3)
     done, outcome = finishes_within(
         30,
-        lambda: MixtureOfLinearRegressions(
-            1, algorithm="subsample-exhaustive", random_state=0
-        ).fit(X, y),
+        lambda: MixtureOfLinearRegressions(1, algorithm="subsample-exhaustive", random_state=0).fit(
+            X, y
+        ),
     )
     assert done, "the exhaustive search with one line did not return"
     assert "error" not in outcome, outcome.get("error")
@@ -345,9 +345,7 @@ def test_the_likelihood_never_falls_as_k_grows_on_the_same_rows(seed):
     assert all(b >= a for a, b in zip(likelihoods, likelihoods[1:], strict=False)), likelihoods
     # Each score is at least the likelihood of its own lines' hard reading (EM only climbs).
     for fit in selection.fits:
-        own = mixture_score(
-            X, y, fit.estimator.coef_, fit.estimator.intercept_, fit_intercept=True
-        )
+        own = mixture_score(X, y, fit.estimator.coef_, fit.estimator.intercept_, fit_intercept=True)
         assert fit.score.log_likelihood >= own.log_likelihood - 1e-9 * abs(own.log_likelihood)
 
 

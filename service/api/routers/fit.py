@@ -8,12 +8,14 @@ from fastapi import APIRouter, BackgroundTasks, Body, Header, Response
 
 from service import limits
 from service.api.deps import SessionDep, SettingsDep, TaskQueueDep, WorkerDep
+from service.api.routing import off_loop_json_route
 from service.auth.middleware import ApiKeyDep
 from service.jobs.submit import submit_fit
 from service.schemas import FitAccepted, FitRequest, FitVariant
 from service.views import job_url
 
-router = APIRouter(prefix="/fit", tags=["fit"])
+# Inline data make a body of tens of megabytes: parsed and validated off the event loop.
+router = APIRouter(prefix="/fit", tags=["fit"], route_class=off_loop_json_route(FitRequest))
 
 
 @router.post(

@@ -31,7 +31,7 @@ from service.schemas_v2 import (
     ServerMetadata,
 )
 from service.serving import inference_v2, references
-from service.serving.endpoint import INLINE_BODY_BYTES, lines_of
+from service.serving.endpoint import INLINE_ANSWER_VALUES, INLINE_BODY_BYTES, lines_of
 from service.serving.prediction import StoredLines
 
 router = APIRouter(prefix="/v2", tags=["inference"])
@@ -240,7 +240,8 @@ async def _infer(request: Request, model_id: str, version: str | None) -> Respon
         settings: Settings = request.app.state.settings
         limits.check_data_shape(*parsed.X.shape, settings=settings, what="input X")
         limits.check_answer_size(parsed.X.shape[0], lines.n_components, settings=settings)
-        if len(body) <= INLINE_BODY_BYTES:
+        answer_values = parsed.X.shape[0] * lines.coef.shape[0]
+        if len(body) <= INLINE_BODY_BYTES and answer_values <= INLINE_ANSWER_VALUES:
             content, header_length = inference_v2.infer(lines, parsed, name=model_id)
         else:
             content, header_length = await run_in_threadpool(

@@ -52,7 +52,8 @@ def _is_id(value: str) -> bool:
     return _ID_PATTERN.fullmatch(value) is not None
 
 
-def _utcnow() -> datetime:
+def utcnow() -> datetime:
+    """Now, in UTC: the time every row of the store records (one clock for all of them)."""
     return datetime.now(UTC)
 
 
@@ -171,7 +172,7 @@ def create_dataset_from_blocks(
         n_features=n_features,
         feature_names=names,
         target_name=target_name,
-        created_at=_utcnow(),
+        created_at=utcnow(),
     )
     session.add(dataset)
     session.flush()
@@ -321,7 +322,7 @@ def create_job(
         max_attempts=max_attempts,
         cancel_requested=False,
         progress_fraction=0.0,
-        created_at=_utcnow(),
+        created_at=utcnow(),
         warnings=[],
     )
     session.add(job)
@@ -452,7 +453,7 @@ def request_cancel(session: Session, *, job_id: str, now: datetime | None = None
 
     A finished job is returned unchanged; None if there is no such job.
     """
-    now = now or _utcnow()
+    now = now or utcnow()
     cancelled_while_queued = _update_job(
         session,
         job_id,
@@ -781,7 +782,7 @@ def create_model(
         loss_history=to_json_value(np.asarray(loss_history, dtype=np.float64).ravel()),
         n_iter=n_iter,
         fit_seconds=float(fit_seconds),
-        created_at=_utcnow(),
+        created_at=utcnow(),
         converged=converged,
         log_likelihood=None if log_likelihood is None else float(log_likelihood),
         bic=None if bic is None else float(bic),

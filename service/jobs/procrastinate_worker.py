@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import procrastinate
@@ -61,10 +61,6 @@ TASK_STATUS = {
     "failed": TaskStatus.FAILED,
     "cancelled": TaskStatus.ABORTED,
 }
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class JobHandedBackError(Exception):
@@ -137,7 +133,9 @@ def claim_for_task(
     nothing and changes no row: the ``jobs`` table, not the queue, says what is left to do.
     """
     with session_scope(session_factory) as session:
-        claimed = repository.claim_job(session, job_id=job_id, worker_id=worker_id, now=_now())
+        claimed = repository.claim_job(
+            session, job_id=job_id, worker_id=worker_id, now=repository.utcnow()
+        )
         job = repository.get_job(session, job_id=job_id)
         return TaskClaim(
             claimed=claimed,
@@ -309,7 +307,7 @@ class FitWorker:
         """Apply the reaper's decision to the job of a stalled task; return the job's status,
         or None while it is running with a fresh heartbeat."""
         assert self._session_factory is not None
-        now = _now()
+        now = repository.utcnow()
         stale_before = now - timedelta(seconds=self._settings.stale_after_s)
         with session_scope(self._session_factory) as session:
             recovered = repository.recover_stale_job(

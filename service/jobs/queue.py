@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -27,10 +27,6 @@ from service.jobs.supervisor import FitSupervisor, RunningFit, new_worker_id
 from service.metrics import ServiceMetrics
 
 logger = logging.getLogger(__name__)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class EmbeddedWorker:
@@ -116,7 +112,7 @@ class EmbeddedWorker:
                 break
 
     def _reap_stale(self) -> None:
-        now = _now()
+        now = repository.utcnow()
         stale_before = now - timedelta(seconds=self._settings.stale_after_s)
         with session_scope(self._session_factory) as session:
             requeued, failed = repository.requeue_stale_jobs(
@@ -129,7 +125,9 @@ class EmbeddedWorker:
 
     def _claim_and_start(self) -> bool:
         with session_scope(self._session_factory) as session:
-            job = repository.claim_next_job(session, worker_id=self.worker_id, now=_now())
+            job = repository.claim_next_job(
+                session, worker_id=self.worker_id, now=repository.utcnow()
+            )
             if job is None:
                 return False
             job_id, algorithm = job.id, job.algorithm

@@ -18,7 +18,6 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
@@ -34,10 +33,6 @@ logger = logging.getLogger(__name__)
 
 # How long a stopped child gets to exit after SIGTERM before it is killed.
 TERMINATE_GRACE_S = 1.0
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def new_worker_id() -> str:
@@ -145,7 +140,9 @@ class FitSupervisor:
         # Starting may have waited for the fork server; renew the claim's heartbeat so the job
         # does not look stale before its fit process beats for itself.
         with session_scope(self._session_factory) as session:
-            repository.heartbeat(session, job_id=job_id, worker_id=self.worker_id, now=_now())
+            repository.heartbeat(
+                session, job_id=job_id, worker_id=self.worker_id, now=repository.utcnow()
+            )
         logger.info(
             "job %s started (%s) by worker %s in process %s",
             job_id,
@@ -176,7 +173,7 @@ class FitSupervisor:
                     job_id=fit.job_id,
                     worker_id=self.worker_id,
                     status="cancelled",
-                    now=_now(),
+                    now=repository.utcnow(),
                 )
             if cancelled:
                 logger.info("job %s cancelled", fit.job_id)
@@ -201,7 +198,7 @@ class FitSupervisor:
         self.end_process(fit)
         with session_scope(self._session_factory) as session:
             status = repository.release_job(
-                session, job_id=fit.job_id, worker_id=self.worker_id, now=_now()
+                session, job_id=fit.job_id, worker_id=self.worker_id, now=repository.utcnow()
             )
         if status == "queued":
             logger.info("job %s queued again on shutdown", fit.job_id)
@@ -226,7 +223,7 @@ class FitSupervisor:
                 worker_id=self.worker_id,
                 status="failed",
                 error=error,
-                now=_now(),
+                now=repository.utcnow(),
             ):
                 logger.warning("job %s failed: %s", fit.job_id, error)
                 return "failed"

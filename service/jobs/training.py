@@ -21,7 +21,6 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -518,10 +517,6 @@ class JobLostError(Exception):
     """The job is no longer owned by this worker (requeued, failed or cancelled meanwhile)."""
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 def _finite_or_none(value: Any) -> float | None:
     if value is None:
         return None
@@ -562,7 +557,7 @@ class JobProgress:
                 candidates=info.get("candidates_tried"),
                 best_loss=_finite_or_none(info.get("best_loss")),
                 n_components=info.get("n_components"),
-                now=_now(),
+                now=repository.utcnow(),
             )
             job = repository.get_job(session, job_id=self._job_id)
             cancel_requested = job is not None and job.cancel_requested
@@ -614,7 +609,10 @@ class Heartbeat:
             try:
                 with session_scope(self._session_factory) as session:
                     repository.heartbeat(
-                        session, job_id=self._job_id, worker_id=self._worker_id, now=_now()
+                        session,
+                        job_id=self._job_id,
+                        worker_id=self._worker_id,
+                        now=repository.utcnow(),
                     )
             except SQLAlchemyError:
                 logger.exception("job %s: heartbeat failed; retrying", self._job_id)
@@ -759,7 +757,7 @@ def _run_job(
                 worker_id=claimed.worker_id,
                 status=status,
                 error=error,
-                now=_now(),
+                now=repository.utcnow(),
             )
         return status if finished else "lost"
 
@@ -824,7 +822,7 @@ def _store_models(
             sweep=sweep,
             warnings=job_warnings,
             best_loss=fitted.best.train_min_loss,
-            now=_now(),
+            now=repository.utcnow(),
         ):
             raise JobLostError(job_id)
 

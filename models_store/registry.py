@@ -9,17 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from models_store.repository import utcnow
 from models_store.tables import Model, ModelAlias, ModelAliasEvent, ModelVersion, RegisteredModel
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -45,7 +42,7 @@ def ensure_registered_model(session: Session, *, name: str) -> RegisteredModel:
         return existing
     try:
         with session.begin_nested():
-            session.add(RegisteredModel(name=name, latest_version=0, created_at=_utcnow()))
+            session.add(RegisteredModel(name=name, latest_version=0, created_at=utcnow()))
     except IntegrityError:
         pass
     registered = session.get(RegisteredModel, name)
@@ -72,7 +69,7 @@ def create_version(session: Session, *, name: str, model_id: str) -> ModelVersio
     if cached is not None:
         session.expire(cached)
     model_version = ModelVersion(
-        registered_model=name, version=version, model_id=model_id, created_at=_utcnow()
+        registered_model=name, version=version, model_id=model_id, created_at=utcnow()
     )
     session.add(model_version)
     session.flush()
@@ -171,7 +168,7 @@ def set_alias(
     ``BEGIN IMMEDIATE`` serializes writers), so concurrent moves are recorded in the order
     they happened, each with the version it replaced.
     """
-    now = _utcnow()
+    now = utcnow()
     current = _locked_alias(session, name, alias)
     if current is None:
         try:
@@ -222,7 +219,7 @@ def delete_alias(session: Session, *, name: str, alias: str, changed_by: str | N
             from_version=current.version,
             to_version=None,
             changed_by=changed_by,
-            changed_at=_utcnow(),
+            changed_at=utcnow(),
         )
     )
     session.delete(current)

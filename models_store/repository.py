@@ -63,7 +63,8 @@ def _is_id(value: str) -> bool:
     return _ID_PATTERN.fullmatch(value) is not None
 
 
-def _utcnow() -> datetime:
+def utcnow() -> datetime:
+    """Now, in UTC: the time every row of the store records (one clock for all of them)."""
     return datetime.now(UTC)
 
 
@@ -241,7 +242,7 @@ def start_dataset(
         n_features=n_features,
         feature_names=names,
         target_name=target_name,
-        created_at=_utcnow(),
+        created_at=utcnow(),
     )
     session.add(dataset)
     session.flush()
@@ -541,7 +542,7 @@ def create_job(
         max_attempts=max_attempts,
         cancel_requested=False,
         progress_fraction=0.0,
-        created_at=_utcnow(),
+        created_at=utcnow(),
         warnings=[],
         registered_model=registered_model,
         discard_data=discard_data or None,
@@ -662,7 +663,7 @@ def database_now(session: Session) -> datetime:
         now = session.scalar(text("SELECT statement_timestamp()"))
         assert isinstance(now, datetime)
         return now.astimezone(UTC)
-    return _utcnow()
+    return utcnow()
 
 
 def heartbeat(
@@ -713,7 +714,7 @@ def request_cancel(session: Session, *, job_id: str, now: datetime | None = None
     """
     if not _is_id(job_id):
         return None
-    now = now or _utcnow()
+    now = now or utcnow()
     queued = Job.status == "queued"
     _update_job(
         session,
@@ -1048,7 +1049,7 @@ def create_model(
         loss_history=to_json_value(np.asarray(loss_history, dtype=np.float64).ravel()),
         n_iter=n_iter,
         fit_seconds=float(fit_seconds),
-        created_at=_utcnow(),
+        created_at=utcnow(),
         converged=converged,
         log_likelihood=None if log_likelihood is None else float(log_likelihood),
         bic=None if bic is None else float(bic),

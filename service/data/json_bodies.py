@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.schemas import DatasetIn
 from service.data import ingest
+from service.schemas import DatasetIn
 
 PARSE_IN_A_CHILD_BYTES = 64 * 1024
 """JSON dataset bodies larger than this are parsed in a child process."""

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import procrastinate
@@ -309,7 +309,7 @@ class FitWorker:
         if time.monotonic() >= self._next_retention:
             assert self._session_factory is not None  # built in _main
             await asyncio.to_thread(
-                apply_retention, self._session_factory, self._settings, now=datetime.now(UTC)
+                apply_retention, self._session_factory, self._settings, now=repository.utcnow()
             )
             self._next_retention = time.monotonic() + self._settings.retention_interval_s
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -109,7 +109,7 @@ class EmbeddedWorker:
             self._reap_stale()
             self._next_reap = time.monotonic() + self._settings.heartbeat_interval_s
         if time.monotonic() >= self._next_retention:
-            apply_retention(self._session_factory, self._settings, now=datetime.now(UTC))
+            apply_retention(self._session_factory, self._settings, now=repository.utcnow())
             self._next_retention = time.monotonic() + self._settings.retention_interval_s
         capacity = self._settings.worker_concurrency
         while not self._stopping.is_set() and len(self._running) < capacity:

@@ -172,7 +172,7 @@ def chromium_screenshot(url: str, tmp_path: Path, size: str) -> np.ndarray:
 def test_the_page_in_a_browser_shows_the_job_succeeded_and_its_picture(
     live: Server, fitted, tmp_path: Path
 ):
-    image = chromium_screenshot(f"{live.base_url}/ui", tmp_path, "1400,1400")
+    image = chromium_screenshot(f"{live.base_url}/ui", tmp_path, "1400,4200")
     # Three succeeded badges, each a filled pill of about 100 x 25 pixels.
     assert count_colour(image, SUCCEEDED_BADGE, tolerance=2) > 3 * 1500
     # The pictures loaded: the page itself uses neither of the components' colours.

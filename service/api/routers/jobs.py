@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, BackgroundTasks, Query
 
 from models_store import repository
+from models_store.tables import TERMINAL_JOB_STATUSES
 from service.api import cursors
 from service.api.deps import SessionDep, TaskQueueDep, ValidJob, WorkerDep
 from service.auth.middleware import ApiKeyDep
@@ -15,8 +16,6 @@ from service.schemas import MAX_OFFSET, JobOut, JobStatus, Page
 from service.views import job_out
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
-
-TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 @router.get("", response_model=Page[JobOut])
@@ -64,7 +63,7 @@ def cancel(
     api_key: ApiKeyDep,
 ) -> JobOut:
     """Cancel a job: a queued job at once, a running fit within a second or two."""
-    if job.status in TERMINAL:
+    if job.status in TERMINAL_JOB_STATUSES:
         raise ConflictError(f"job {job.id} already finished with status {job.status}")
     cancelled = repository.request_cancel(session, job_id=job.id)
     assert cancelled is not None  # it existed a moment ago in this transaction

@@ -57,6 +57,10 @@ class ModelPicture:
     loss_history: list[float]
     X: FloatArray
     y: FloatArray
+    # As recorded: each line's share of the training rows, and the fit's iterations.
+    shares: FloatArray
+    n_iter: int
+    converged: bool | None
 
 
 @dataclass(frozen=True)
@@ -96,8 +100,12 @@ def _png(draw: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _draw_loss_history(axes: Axes, loss_history: Sequence[float]) -> None:
-    axes.set_title("training min-loss per iteration")
+def _draw_loss_history(
+    axes: Axes, loss_history: Sequence[float], *, n_iter: int, converged: bool | None
+) -> None:
+    state = "" if converged is None else ", converged" if converged else ", not converged"
+    iterations = f"{n_iter} iteration{'s' if n_iter != 1 else ''}"
+    axes.set_title(f"min-loss ({iterations}{state})")
     history = np.asarray(loss_history, dtype=np.float64)
     if history.size == 0:
         axes.text(0.5, 0.5, "no loss history", ha="center", va="center", transform=axes.transAxes)
@@ -105,9 +113,15 @@ def _draw_loss_history(axes: Axes, loss_history: Sequence[float]) -> None:
         return
     from matplotlib.ticker import MaxNLocator
 
-    axes.plot(np.arange(1, history.size + 1), history, color="#444444", marker=".")
+    if history.size == n_iter + 1:
+        # The loss at the start, then after each iteration: the last point is iteration n_iter.
+        steps, label = np.arange(history.size), "iteration (0: the start)"
+    else:
+        # A search's history (a point per batch of candidates, then its polish).
+        steps, label = np.arange(1, history.size + 1), "step of the search"
+    axes.plot(steps, history, color="#444444", marker=".")
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_xlabel("iteration")
+    axes.set_xlabel(label)
     axes.set_ylabel("min-loss")
     if np.all(history > 0) and history.max() > 10 * history.min():
         axes.set_yscale("log")
@@ -145,7 +159,8 @@ def render_model(picture: ModelPicture) -> bytes:
                     slope * grid + offset,
                     color=colour,
                     linewidth=2,
-                    label=f"line {line}: {slope:.3g}·x {offset:+.3g} ({mine.mean():.0%})",
+                    label=f"line {line}: {slope:.3g}·x {offset:+.3g} "
+                    f"({picture.shares[line]:.0%} of training rows)",
                 )
             data_axes.set_xlabel(picture.feature_names[0])
             data_axes.set_ylabel(target)
@@ -162,7 +177,7 @@ def render_model(picture: ModelPicture) -> bytes:
                     s=10,
                     color=_colour(line),
                     linewidths=0,
-                    label=f"line {line} ({mine.mean():.0%} of rows)",
+                    label=f"line {line} ({picture.shares[line]:.0%} of training rows)",
                 )
             if y.size:
                 low, high = float(min(y.min(), chosen.min())), float(max(y.max(), chosen.max()))
@@ -172,7 +187,9 @@ def render_model(picture: ModelPicture) -> bytes:
             data_axes.set_title("actual vs best line" + (f" ({shown})" if shown else ""))
         data_axes.legend(loc="best", fontsize="small")
         data_axes.grid(alpha=0.3)
-        _draw_loss_history(loss_axes, picture.loss_history)
+        _draw_loss_history(
+            loss_axes, picture.loss_history, n_iter=picture.n_iter, converged=picture.converged
+        )
 
     return _png(draw)
 

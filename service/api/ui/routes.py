@@ -85,6 +85,9 @@ def _model_picture(session: Session, model: Model) -> plots.ModelPicture:
         loss_history=list(model.loss_history),
         X=X,
         y=y,
+        shares=np.asarray(model.shares, dtype=np.float64),
+        n_iter=model.n_iter,
+        converged=model.converged,
     )
 
 

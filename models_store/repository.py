@@ -57,6 +57,11 @@ def _new_id() -> str:
     return uuid.uuid4().hex
 
 
+def new_id() -> str:
+    """A new id of the form of the generated ones (a uuid4 in hex)."""
+    return _new_id()
+
+
 def _is_id(value: str) -> bool:
     """True if ``value`` has the form of a generated id; others name nothing and are never
     sent to the database (PostgreSQL refuses NUL characters in text, for one)."""

@@ -181,6 +181,47 @@ REQUEST_EXAMPLES: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
             "rows-only": _example("one row (a list of rows, even for one)", {"X": [[0.5, 0.5]]}),
         },
     },
+    "models-predict_version": {
+        "application/json": {
+            "rows-only": _example("one row (a list of rows, even for one)", {"X": [[0.5, 0.5]]}),
+        },
+    },
+    "models-import": {
+        "application/json": {
+            "two-lines": _example(
+                "two lines in two features (GET /models/{model_id}/export gives such documents)",
+                {
+                    "format": "mixreg-model",
+                    "format_version": 1,
+                    "n_components": 2,
+                    "n_features": 2,
+                    "feature_names": ["x1", "x2"],
+                    "fit_intercept": True,
+                    "coef": [[1.0, 2.0], [-1.0, 0.5]],
+                    "intercept": [0.0, 1.0],
+                    "shares": [0.5, 0.5],
+                    "gate": None,
+                    "algorithm": "auto",
+                    "params": {},
+                    "metrics": {
+                        "train_min_loss": 0.1,
+                        "n_train": 12,
+                        "baseline": {
+                            "coef": [0.1, 0.2],
+                            "intercept": 0.3,
+                            "train_min_loss": 1.0,
+                            "holdout_min_loss": None,
+                        },
+                    },
+                },
+            ),
+        },
+    },
+    "registered-models-set_alias": {
+        "application/json": {
+            "first-version": _example("point the alias at version 1", {"version": 1}),
+        },
+    },
 }
 PARAMETER_EXAMPLES: dict[tuple[str, str], Any] = {
     ("datasets-create", "target"): "y",

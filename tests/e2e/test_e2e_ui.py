@@ -227,11 +227,24 @@ def test_every_request_body_has_an_example_that_works(live: Server, fitted):
         EXAMPLE_DATASET_ID: dataset_id.json()["id"],
         EXAMPLE_MODEL_ID: fitted_two_feature_model(live),
     }
+    # Version 1 of a registered model, for the paths that name one.
+    exported = live.request("GET", f"/models/{substitutes[EXAMPLE_MODEL_ID]}/export")
+    registered = live.request(
+        "POST", "/models/import", params={"registered_model": "example"}, json=exported.json()
+    )
+    assert registered.status_code == 201, registered.text
+    path_values = {
+        "{model_id}": substitutes[EXAMPLE_MODEL_ID],
+        "{name}": "example",
+        "{version}": "1",
+        "{alias}": "production",
+    }
     for path, method, media_type, name, value, parameters in examples:
         text = json.dumps(value) if not isinstance(value, str) else value
         for placeholder, real in substitutes.items():
             text = text.replace(placeholder, real)
-        path = path.replace("{model_id}", substitutes[EXAMPLE_MODEL_ID])
+        for placeholder, real in path_values.items():
+            path = path.replace(placeholder, real)
         if media_type == "application/json":
             response = live.request(
                 method, path, content=text, headers={"Content-Type": media_type}

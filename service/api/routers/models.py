@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Path, Query, Request, Response
 
 from models_store import registry, repository
 from service.api import cursors
@@ -25,9 +25,9 @@ from service.schemas import (
     Page,
     PredictResponse,
 )
-from service.serving import prediction
+from service.serving import exports, formats, prediction, references
 from service.serving.endpoint import serve_predict
-from service.views import model_out, model_summary
+from service.views import model_out, model_summary, model_url
 
 router = APIRouter(prefix="/models", tags=["models"])
 
@@ -64,6 +64,70 @@ def get(model: ValidModel, session: SessionDep) -> ModelOut:
     The model is named by its id, ``name@alias``, or a registered model's name (its latest
     version)."""
     return model_out(model, registry.version_of_model(session, model_id=model.id))
+
+
+@router.post(
+    "/import",
+    status_code=201,
+    response_model=ModelOut,
+    responses={422: {"description": "the document lacks something or holds it wrong"}},
+)
+def import_(
+    document: Annotated[dict[str, Any], Body(description="a document of GET /models/{id}/export")],
+    session: SessionDep,
+    response: Response,
+    registered_model: Annotated[
+        str | None,
+        Query(description="store the model as this registered model's next version"),
+    ] = None,
+) -> ModelOut:
+    """Store a model from its exported JSON document (from this or another server)."""
+    if registered_model is not None:
+        references.check_name(registered_model, what="registered_model")
+    model, version = exports.import_document(session, document, registered_model=registered_model)
+    response.headers["Location"] = model_url(model.id)
+    return model_out(model, version)
+
+
+@router.get("/{model_id}/export", responses={200: {"description": "the model's JSON document"}})
+def export(model: ValidModel, session: SessionDep) -> Response:
+    """The model as a self-describing JSON document: its lines, feature names, gate, metrics
+    and provenance (never pickle), which ``POST /models/import`` and
+    ``MixtureOfLinearRegressions.from_dict`` read back."""
+    document = exports.export_document(model, registry.version_of_model(session, model_id=model.id))
+    return Response(
+        formats.json_bytes(document),
+        media_type=formats.JSON_MEDIA_TYPE,
+        headers={"Content-Disposition": f'attachment; filename="model-{model.id}.json"'},
+    )
+
+
+@router.get(
+    "/{model_id}/model.onnx",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "an ONNX graph: input X [n, d], output predictions [n, k]",
+            "content": {
+                exports.ONNX_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}
+            },
+        }
+    },
+)
+def onnx(
+    model: ValidModel,
+    dtype: Annotated[
+        exports.OnnxType, Query(description="the element type of X and of the predictions")
+    ] = "float64",
+) -> Response:
+    """The model as an ONNX graph that ONNX Runtime (or any ONNX runner) evaluates to the
+    same predictions: input ``X`` ``[n, d]``, output ``predictions`` ``[n, k]``."""
+    content = exports.onnx_model(prediction.StoredLines.of_model(model), dtype=dtype)
+    return Response(
+        content,
+        media_type=exports.ONNX_MEDIA_TYPE,
+        headers={"Content-Disposition": f'attachment; filename="model-{model.id}.onnx"'},
+    )
 
 
 @router.get("/{name}/versions/{version}", response_model=ModelOut)

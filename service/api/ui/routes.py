@@ -19,13 +19,14 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from sqlalchemy.orm import Session
 
-from models_store import repository
+from models_store import registry, repository
 from models_store.session import read_scope
 from models_store.tables import Job, Model
 from service.api.deps import SessionFactoryDep
 from service.api.ui import plots, sign_in
 from service.auth.middleware import ApiKeyDep
 from service.errors import ConflictError, NotFoundError
+from service.serving import references
 from service.views import job_out, model_out, model_summary
 
 HERE = Path(__file__).parent
@@ -71,7 +72,10 @@ def _title(kind: str, name: str | None, identifier: str) -> str:
 def _model_picture(session: Session, model: Model) -> plots.ModelPicture:
     dataset = repository.get_dataset(session, dataset_id=model.dataset_id)
     if dataset is None:
-        raise NotFoundError(f"the dataset {model.dataset_id} of model {model.id} is gone")
+        raise NotFoundError(
+            f"the dataset {model.dataset_id} of model {model.id} is gone (deleted, or the model "
+            f"was imported); the picture needs its rows"
+        )
     X, y = repository.load_dataset_arrays(dataset)
     shape = (model.n_components, model.n_features)
     return plots.ModelPicture(
@@ -123,13 +127,13 @@ def model_plot(
     """A picture of the fit: with one feature the rows and the k lines, each row coloured by
     its best line; with several, each row's target against its best line's prediction; beside
     it the training loss per iteration."""
-    etag = f'"model-{model_id}"'
     picture: plots.ModelPicture | None = None
     with read_scope(session_factory) as session:
-        model = repository.get_model(session, model_id=model_id)
-        if model is None:
-            raise NotFoundError(f"model {model_id} does not exist")
-        png = cache.get(model_id)
+        # By id, name@alias or version; the picture is the resolved model's.
+        model = references.get_model(session, model_id)
+        resolved_id = model.id
+        etag = f'"model-{resolved_id}"'
+        png = cache.get(resolved_id)
         if png is None and not _unchanged(request, etag):
             picture = _model_picture(session, model)
     if _unchanged(request, etag):
@@ -137,7 +141,7 @@ def model_plot(
     if png is None:
         assert picture is not None
         png = plots.render_model(picture)
-        cache.put(model_id, png)
+        cache.put(resolved_id, png)
     return _png_response(request, png, etag)
 
 
@@ -219,7 +223,8 @@ def overview(
         )
         counts = repository.count_jobs_by_status(session)
         job_views = [job_out(job, caller=api_key) for job in jobs]
-        model_views = [model_summary(model) for model in models]
+        versions = registry.versions_of_models(session, model_ids=[model.id for model in models])
+        model_views = [model_summary(model, versions.get(model.id)) for model in models]
     active = counts.get("queued", 0) + counts.get("running", 0)
     return TEMPLATES.TemplateResponse(
         request,
@@ -243,10 +248,8 @@ def overview(
 def model_page(request: Request, model_id: str, session_factory: SessionFactoryDep) -> HTMLResponse:
     """One model: its picture, lines, scores and warnings."""
     with read_scope(session_factory) as session:
-        model = repository.get_model(session, model_id=model_id)
-        if model is None:
-            raise NotFoundError(f"model {model_id} does not exist")
-        view = model_out(model)
+        model = references.get_model(session, model_id)
+        view = model_out(model, registry.version_of_model(session, model_id=model.id))
     return TEMPLATES.TemplateResponse(
         request,
         "model.html",

@@ -1,0 +1,134 @@
+"""Export and import of a model's JSON document, and its ONNX graph run by ONNX Runtime."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnxruntime
+import pytest
+
+from mixreg import MixtureOfLinearRegressions
+
+WIDE = np.random.default_rng(5).standard_normal((300, 2)) * [1e3, 1e-2]
+
+
+def predictions(client, reference: str, X: np.ndarray) -> np.ndarray:
+    response = client.post(f"/models/{reference}/predict", json={"X": X.tolist()})
+    assert response.status_code == 200, response.text
+    return np.array(response.json()["predictions"])
+
+
+def test_an_exported_document_imports_to_the_same_predictions(client, model_id):
+    exported = client.get(f"/models/{model_id}/export")
+    assert exported.status_code == 200
+    assert exported.headers["content-disposition"].endswith(f'model-{model_id}.json"')
+    document = exported.json()
+    assert (document["format"], document["format_version"], document["gate"]) == (
+        "mixreg-model",
+        1,
+        None,
+    )
+    assert document["feature_names"] == ["x0", "x1"]
+    assert document["provenance"]["model_id"] == model_id
+    assert (
+        document["metrics"]["train_min_loss"]
+        == client.get(f"/models/{model_id}").json()["train_min_loss"]
+    )
+    imported = client.post(
+        "/models/import",
+        params={"registered_model": "moved"},
+        content=exported.content,
+        headers={"content-type": "application/json"},
+    )
+    assert imported.status_code == 201, imported.text
+    copy = imported.json()
+    assert copy["id"] != model_id and imported.headers["location"] == copy["url"]
+    assert (copy["registered_model"], copy["version"]) == ("moved", 1)
+    original = client.get(f"/models/{model_id}").json()
+    assert copy["components"] == original["components"]
+    assert copy["baseline"] == original["baseline"]
+    np.testing.assert_array_equal(
+        predictions(client, "moved/versions/1", WIDE), predictions(client, model_id, WIDE)
+    )
+    estimator = MixtureOfLinearRegressions.from_dict(json.loads(exported.content))
+    np.testing.assert_array_equal(estimator.predict(WIDE), predictions(client, model_id, WIDE))
+
+
+def test_an_estimators_own_document_imports_once_metrics_are_added(client):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 2))
+    y = np.where(rng.integers(0, 2, 60), X @ [1.0, 2.0], X @ [-1.0, 0.5] + 3)
+    estimator = MixtureOfLinearRegressions(2, random_state=0).fit(X, y)
+    document = estimator.to_dict(feature_names=["u", "v"])
+    missing = client.post("/models/import", json=document)
+    assert missing.status_code == 422
+    assert "has no 'metrics'" in missing.json()["detail"]
+    document["metrics"] = {
+        "train_min_loss": estimator.train_loss_,
+        "n_train": 60,
+        "baseline": {
+            "coef": [0.0, 0.0],
+            "intercept": 1.0,
+            "train_min_loss": 4.0,
+            "holdout_min_loss": None,
+        },
+    }
+    imported = client.post("/models/import", json=document)
+    assert imported.status_code == 201, imported.text
+    model = imported.json()
+    assert model["feature_names"] == ["u", "v"] and model["job_id"] is None
+    np.testing.assert_array_equal(predictions(client, model["id"], X), estimator.predict(X))
+
+
+@pytest.mark.parametrize(
+    ("change", "detail"),
+    [
+        ({"format": "pickle"}, "not a model document"),
+        ({"coef": [[1.0]]}, "'coef' must have shape (2, 2)"),
+        ({"metrics": {"n_train": 3}}, "metrics.train_min_loss: Field required"),
+        ({"metrics": None}, "metrics.train_min_loss: Field required"),
+        ({"provenance": {"seed": -1}}, "provenance.seed: Input should be greater than or equal"),
+    ],
+)
+def test_a_bad_document_is_refused_naming_what_is_wrong(client, model_id, change, detail):
+    document = {**client.get(f"/models/{model_id}/export").json(), **change}
+    response = client.post("/models/import", json=document)
+    assert response.status_code == 422
+    assert response.headers["content-type"] == "application/problem+json"
+    assert detail in response.json()["detail"]
+
+
+def test_an_import_under_a_bad_name_is_refused(client, model_id):
+    document = client.get(f"/models/{model_id}/export").json()
+    response = client.post("/models/import", params={"registered_model": "a/b"}, json=document)
+    assert response.status_code == 422
+    assert "is not a valid name" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(("dtype", "rtol"), [("float64", 1e-12), ("float32", 1e-6)])
+def test_onnx_runtime_runs_the_exported_graph_to_mixregs_predictions(client, model_id, dtype, rtol):
+    response = client.get(f"/models/{model_id}/model.onnx", params={"dtype": dtype})
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "application/octet-stream"
+    session = onnxruntime.InferenceSession(response.content, providers=["CPUExecutionProvider"])
+    (tensor_in,), (tensor_out,) = session.get_inputs(), session.get_outputs()
+    element = {"float64": "tensor(double)", "float32": "tensor(float)"}[dtype]
+    assert (tensor_in.name, tensor_in.type, tensor_in.shape[1]) == ("X", element, 2)
+    assert (tensor_out.name, tensor_out.type, tensor_out.shape[1]) == ("predictions", element, 2)
+    X = WIDE.astype(dtype)
+    (onnx_predictions,) = session.run(None, {"X": X})
+    assert onnx_predictions.dtype == np.dtype(dtype) and onnx_predictions.shape == (300, 2)
+    expected = predictions(client, model_id, X.astype(np.float64))
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(onnx_predictions, expected, rtol=rtol, atol=rtol * scale)
+
+
+def test_onnx_of_an_alias_and_of_an_unknown_type(client, model_id):
+    document = client.get(f"/models/{model_id}/export").json()
+    client.post("/models/import", params={"registered_model": "reco"}, json=document)
+    client.put("/registered-models/reco/aliases/production", json={"version": 1})
+    assert client.get("/models/reco@production/model.onnx").status_code == 200
+    refused = client.get(f"/models/{model_id}/model.onnx", params={"dtype": "int8"})
+    assert refused.status_code == 422
+    assert "dtype" in refused.json()["detail"]

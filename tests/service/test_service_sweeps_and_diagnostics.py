@@ -307,3 +307,15 @@ def test_models_stored_before_the_diagnostics_read_as_unknown(client, app_sessio
     assert (model["converged"], model["log_likelihood"], model["bic"]) == (None, None, None)
     assert (model["n_parameters"], model["candidates"], model["warnings"]) == (None, None, [])
     assert model["beats_baseline"] is True  # 0.5 < 0.75 on the holdout
+
+
+def test_an_exhaustive_search_with_one_line_succeeds(client, run_queued_jobs, noisy_data):
+    # With one line every sub-sample has one partition; counting the sizes under the cap once
+    # looped for ever and pinned the server's thread at submission.
+    X, y = noisy_data
+    job = submit_and_run(
+        client, run_queued_jobs, inline(X, y, k=1, algorithm="subsample-exhaustive")
+    )
+    model = client.get(job["model_url"]).json()
+    assert model["params"]["subsample_size"] == 150
+    assert model["n_iter"] == 1

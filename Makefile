@@ -50,10 +50,15 @@ chromium: ## install Debian's chromium (for the web page's browser test) when it
 .PHONY: bench
 bench: install ## run the benchmarks and write bench/RESULTS.md
 	$(BIN)/python -m bench.algorithms
+	$(MAKE) --no-print-directory bench-awkward
 	$(MAKE) --no-print-directory bench-peers
 	$(MAKE) --no-print-directory bench-scaleout
 	$(MAKE) --no-print-directory bench-serving
 	$(MAKE) --no-print-directory bench-load
+
+.PHONY: bench-awkward
+bench-awkward: install ## offsets, mixed scales, wide data (p up to 1,000) and a dozen rows
+	$(BIN)/python -m bench.awkward
 
 .PHONY: bench-load
 bench-load: install ## 60 s of 32 clients (predicts, fits, listings) on SQLite and PostgreSQL, with keys

@@ -227,7 +227,9 @@ def select_n_components(
     X : array-like of shape (n_samples, n_features)
     y : array-like of shape (n_samples,)
     n_components : sequence of int, default=(1, 2, 3, 4, 5)
-        The numbers of lines to try; each at most once.
+        The numbers of lines to try; each at most once. A k whose lines cannot each own
+        :func:`~mixreg.minimum_rows_per_line` rows is skipped with a
+        :class:`~mixreg.DegenerateFitWarning` naming it.
     progress : callable, optional
         ``progress(fraction, info)`` over the whole sweep; ``info`` also holds
         ``n_components``, the k being fitted. An exception raised by it stops the sweep.
@@ -237,7 +239,8 @@ def select_n_components(
     Returns
     -------
     NComponentsSelection
-        Ties in BIC go to the smaller k.
+        Ties in BIC go to the smaller k. Scores are :func:`mixture_score`'s, made
+        non-decreasing in k by :func:`nested_scores`.
     """
     X_arr, y_arr = check_X_y(X, y)
     n_samples, n_features = X_arr.shape

@@ -332,3 +332,15 @@ def test_the_jobs_best_min_loss_is_the_chosen_models(
     job = client.get(response.json()["url"]).json()
     model = client.get(job["model_url"]).json()
     assert job["progress"]["best_min_loss"] == model["train_min_loss"]
+
+
+def test_an_exhaustive_search_with_one_line_succeeds(client, run_queued_jobs, noisy_data):
+    # With one line every sub-sample has one partition; counting the sizes under the cap once
+    # looped for ever and pinned the server's thread at submission.
+    X, y = noisy_data
+    job = submit_and_run(
+        client, run_queued_jobs, inline(X, y, k=1, algorithm="subsample-exhaustive")
+    )
+    model = client.get(job["model_url"]).json()
+    assert model["params"]["subsample_size"] == 150
+    assert model["n_iter"] == 1

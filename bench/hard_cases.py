@@ -193,12 +193,12 @@ def run_earlier(report: Report, with_scale: bool) -> None:
             realizable = make_realizable(n_rows, 5, k, noise=0.5, random_state=DATA_SEED)[:2]
             for name, (X, y) in (("Friedman 1", friedman), ("realizable", realizable)):
                 wall, cpu, _ = _timed_default(k, X, y)
-                rows.append([f"{name}, {n_rows:,} × 5, k = {k}", f"{wall:.2f} ({cpu:.2f})", "< 2"])
+                rows.append([f"{name}, {n_rows:,} x 5, k = {k}", f"{wall:.2f} ({cpu:.2f})", "< 2"])
                 log(f"{name} {n_rows} k={k}: {wall:.2f} s")
     if with_scale:
         X, y, *_ = make_realizable(10**6, 20, 4, noise=0.5, random_state=DATA_SEED)
         wall, cpu, _ = _timed_default(4, X, y)
-        rows.append(["realizable, 1,000,000 × 20, k = 4", f"{wall:.1f} ({cpu:.1f})", "< 60"])
+        rows.append(["realizable, 1,000,000 x 20, k = 4", f"{wall:.1f} ({cpu:.1f})", "< 60"])
         log(f"10^6 x 20: {wall:.1f} s")
     report.table(["default fit", "wall s (CPU s)", "target s"], rows)
     rows = []

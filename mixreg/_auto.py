@@ -402,7 +402,12 @@ def fit_auto(ctx: FitContext) -> AutoResult:
     work_cap = np.inf
     if ctx.deadline is None:
         work_cap = default_search_work(sample.Z.shape[0], sample.Z.shape[1], ctx.n_components)
+    given = ctx.params.get("init")
+    # The random sources draw their own starts; given lines are one more candidate.
+    sample = replace(sample, params={**sample.params, "init": None})
     sources = _sources(ctx)
+    if given is not None:
+        sources.insert(0, ("given lines", lambda c: np.asarray(given, dtype=np.float64)[None]))
     # The rounds of moves and restarts, and the final polish, are phases of their own.
     search = _Search(ctx, len(sources) + 2)
     for position, (source, make_starts) in enumerate(sources):

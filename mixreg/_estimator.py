@@ -241,7 +241,9 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         each later batch of restarts has ``n_init`` starts too, at most 20.
     init : array-like of shape (n_components, n_features + fit_intercept), optional
         Starting lines: coefficients then intercept, in the caller's units
-        (``am``, ``am-classic``, ``em``).
+        (``am``, ``am-classic``, ``em``); for ``auto``, one more candidate, polished and
+        searched around like the others (a k sweep gives each k the (k - 1)-line fit plus one
+        line this way).
     subsample_size : int, default=150
         |A|, drawn uniformly with replacement. For ``subsample-exhaustive`` the default is the
         largest size whose number of partitions (a Stirling number) is at most 100,000.

@@ -25,6 +25,7 @@ ALGORITHMS = (
 ALGORITHM_PARAMETERS: dict[str, dict[str, Any]] = {
     "auto": {
         "n_init": None,
+        "init": None,
         "max_iter": 100,
         "tol": 1e-6,
         "subsample_size": 150,
@@ -218,7 +219,7 @@ def resolve_parameters(
                 f"got shape {init.shape}"
             )
         _check_finite(init, "init")
-        if params["n_init"] not in (1, None):
+        if params["n_init"] not in (1, None) and algorithm != "auto":
             raise ValueError("init fixes the starting lines: n_init must be 1 when init is given")
         params["init"] = init
     return params

@@ -247,6 +247,11 @@ class AutoParams(AlgorithmParams):
         description="random starts of the first round (and of each later batch, at most 20); "
         "default (null): size-aware, from 100 on small data down to 4 on large data",
     )
+    init: Lines | None = Field(
+        default=None,
+        description="one more starting line set (coefficients then intercept per line), "
+        "searched beside the others",
+    )
     max_iter: MaxIter = Field(
         default=100, description="classical AM iterations of each candidate's polish"
     )

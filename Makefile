@@ -51,6 +51,7 @@ chromium: ## install Debian's chromium (for the web page's browser test) when it
 bench: install ## run the benchmarks and write bench/RESULTS.md
 	$(BIN)/python -m bench.algorithms
 	$(MAKE) --no-print-directory bench-awkward
+	$(MAKE) --no-print-directory bench-hard
 	$(MAKE) --no-print-directory bench-peers
 	$(MAKE) --no-print-directory bench-scaleout
 	$(MAKE) --no-print-directory bench-serving
@@ -59,6 +60,9 @@ bench: install ## run the benchmarks and write bench/RESULTS.md
 .PHONY: bench-awkward
 bench-awkward: install ## offsets, mixed scales, wide data (p up to 1,000) and a dozen rows
 	$(BIN)/python -m bench.awkward
+.PHONY: bench-hard
+bench-hard: install ## the default on hard sets (many lines, 10^4-10^5 rows) beside long searches (cached)
+	$(BIN)/python -m bench.hard_cases
 
 .PHONY: bench-load
 bench-load: install ## 60 s of 32 clients (predicts, fits, listings) on SQLite and PostgreSQL, with keys

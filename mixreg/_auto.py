@@ -1,16 +1,25 @@
-"""``algorithm="auto"``: candidates from every source, each polished by classical AM; the best wins.
+"""``algorithm="auto"``: candidates from every source, polished by classical AM, then searched
+around until the search stops improving; the best wins.
 
 The min-loss is NP-hard to minimize and every algorithm of the paper is a heuristic that
 sometimes lands in a poor local minimum. Classical AM (assign each row to its best line, refit
 each line by least squares) never increases the min-loss, so any set of lines it starts from
 ends at least as good as it began. The search therefore collects starting line sets from
 several sources that fail in different ways — random restarts, the paper's A3 (Algorithm 3
-with least squares, then Algorithm 1), Algorithm 3 with RANSAC, and EM restarts — polishes
-every one of them to a fixed point of classical AM, then searches around the best by replacing
-one of its lines at a time, and keeps the lowest training min-loss.
+with least squares, then Algorithm 1), Algorithm 3 with RANSAC, and EM restarts — and polishes
+every one of them by classical AM.
 
-On many rows the sources run on a uniform sample of :data:`SEARCH_ROWS` rows; the best few
-polished candidates are then polished again on all rows.
+With many lines on non-linear data, classical AM has many poor local minima, and more random
+starts find better ones only slowly. A poor minimum is usually wrong in a few places, so the
+search then runs rounds of moves from the best line set (:mod:`mixreg._moves`: split a line
+that fits its rows badly and free a slot elsewhere; move a line to where the others fit worst;
+replace a line by a fresh one), and batches of fresh random starts with rounds of their own,
+for as long as they improve the best: a patience rule, under a cap on the work (or the time
+budget). Every batch is screened: its starts run a few iterations and only the best of each
+source go on, to a looser tolerance than the fit's; the finalists are polished to ``tol``.
+
+On many rows the search runs on a uniform sample of :data:`SEARCH_ROWS` rows; the finalists
+(the best candidate and those the sample cannot tell from it) are polished again on all rows.
 """
 
 from __future__ import annotations
@@ -404,7 +413,12 @@ def fit_auto(ctx: FitContext) -> AutoResult:
     work_cap = np.inf
     if ctx.deadline is None:
         work_cap = default_search_work(sample.Z.shape[0], sample.Z.shape[1], ctx.n_components)
+    given = ctx.params.get("init")
+    # The random sources draw their own starts; given lines are one more candidate.
+    sample = replace(sample, params={**sample.params, "init": None})
     sources = _sources(ctx)
+    if given is not None:
+        sources.insert(0, ("given lines", lambda c: np.asarray(given, dtype=np.float64)[None]))
     # The rounds of moves and restarts, and the final polish, are phases of their own.
     search = _Search(ctx, len(sources) + 2)
     for position, (source, make_starts) in enumerate(sources):

@@ -220,7 +220,9 @@ def select_n_components(
     """Fit one mixture per number of lines and pick the number BIC prefers.
 
     Every k is fitted on the same rows with the same estimator parameters (an integer
-    ``random_state`` seeds each fit alike), like flexmix's ``stepFlexmix``.
+    ``random_state`` seeds each fit alike), like flexmix's ``stepFlexmix``. With ``auto`` (the
+    default) and no ``init``, each k after k - 1 also starts from the (k - 1)-line fit plus one
+    line (:func:`one_more_line`), one more candidate of its search.
 
     Parameters
     ----------
@@ -263,6 +265,7 @@ def select_n_components(
         )
     estimators: list[MixtureOfLinearRegressions] = []
     scores: list[tuple[int, MixtureScore]] = []
+    warm = params.get("algorithm", "auto") == "auto" and params.get("init") is None
     for position, k in enumerate(values):
         sweep_progress = None
         if progress is not None:
@@ -272,7 +275,10 @@ def select_n_components(
             ) -> None:
                 progress((position + fraction) / len(values), {**info, "n_components": k})
 
-        estimator = MixtureOfLinearRegressions(n_components=k, **params)
+        init = None
+        if warm and estimators and estimators[-1].n_components == k - 1:
+            init = one_more_line(X_arr, y_arr, estimators[-1])
+        estimator = MixtureOfLinearRegressions(n_components=k, **{**params, "init": init})
         estimator.fit(X_arr, y_arr, progress=sweep_progress)
         estimators.append(estimator)
         score = mixture_score(
@@ -291,6 +297,40 @@ def select_n_components(
     ]
     best = preferred_n_components([(fit.n_components, fit.score.bic) for fit in fits])
     return NComponentsSelection(fits=fits, best_n_components=best)
+
+
+def one_more_line(X: FloatArray, y: FloatArray, fitted: MixtureOfLinearRegressions) -> FloatArray:
+    """The lines of a fit plus the least-squares line of the rows they fit worst.
+
+    The worst rows are the ``1 / (k + 1)`` share with the largest smallest squared residual,
+    ``k`` the fit's number of lines: where a (k + 1)-th line is most likely needed.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+    y : ndarray of shape (n_samples,)
+    fitted : MixtureOfLinearRegressions
+        A fitted estimator with k lines.
+
+    Returns
+    -------
+    ndarray of shape (k + 1, n_features + fit_intercept)
+        Coefficients, then the intercept when the fit has one: ``init`` of a (k + 1)-line fit.
+    """
+    k = fitted.coef_.shape[0]
+    residuals = np.min(
+        (predict_lines(X, fitted.coef_, fitted.intercept_) - y[:, None]) ** 2, axis=1
+    )
+    n_worst = max(X.shape[1] + 1, X.shape[0] // (k + 1))
+    worst = np.argsort(residuals, kind="stable")[-n_worst:]
+    design = X[worst]
+    lines = fitted.coef_
+    if fitted.fit_intercept:
+        design = np.column_stack([design, np.ones(n_worst)])
+        lines = np.column_stack([fitted.coef_, fitted.intercept_])
+    new_line, *_ = np.linalg.lstsq(design, y[worst], rcond=None)
+    grown: FloatArray = np.vstack([lines, new_line])
+    return grown
 
 
 def preferred_n_components(bics: Sequence[tuple[int, float]]) -> int:

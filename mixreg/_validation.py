@@ -25,6 +25,7 @@ ALGORITHMS = (
 ALGORITHM_PARAMETERS: dict[str, dict[str, Any]] = {
     "auto": {
         "n_init": None,
+        "init": None,
         "max_iter": 100,
         "tol": 1e-6,
         "subsample_size": 150,

@@ -251,13 +251,22 @@ class AlgorithmParams(_Strict):
 
 class AutoParams(AlgorithmParams):
     """The best of many: candidates from random starts, the paper's A3, EM restarts and RANSAC,
-    each polished by classical AM; the lowest training min-loss is kept."""
+    each polished by classical AM, then rounds of moves from the best (split a line and free a
+    slot, move a line to where the others fit worst, replace a line) and batches of fresh
+    starts while they improve it; the lowest training min-loss is kept. The search stops when
+    it stops improving, at a cap on its work that grows with the data, or at the job's
+    time_budget_s (which replaces the cap)."""
 
     algorithm: ClassVar[str] = "auto"
     n_init: NInit | None = Field(
         default=None,
-        description="random starts; default (null): size-aware, from 100 on small data down to "
-        "4 on large data",
+        description="random starts of the first round (and of each later batch, at most 20); "
+        "default (null): size-aware, from 100 on small data down to 4 on large data",
+    )
+    init: Lines | None = Field(
+        default=None,
+        description="one more starting line set (coefficients then intercept per line), "
+        "searched beside the others",
     )
     max_iter: MaxIter = Field(
         default=100, description="classical AM iterations of each candidate's polish"

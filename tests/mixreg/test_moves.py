@@ -15,7 +15,9 @@ def design(X):
 
 def brute_min_loss(Z, y, theta):
     """The min-loss by its definition: a loop over rows and lines."""
-    return float(np.mean([min((t - z @ line) ** 2 for line in theta) for z, t in zip(Z, y)]))
+    return float(
+        np.mean([min((t - z @ line) ** 2 for line in theta) for z, t in zip(Z, y, strict=True)])
+    )
 
 
 def realizable(n_components, seed, n_samples=600):

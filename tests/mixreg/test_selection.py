@@ -14,6 +14,8 @@ from mixreg import (
     mixture_score,
     select_n_components,
 )
+from mixreg._loss import predict_lines, row_min_losses
+from mixreg._selection import one_more_line
 from mixreg.datasets import make_realizable
 
 
@@ -146,3 +148,32 @@ def test_bad_sweeps_are_refused_with_what_is_wrong(n_components, message):
 
 def test_the_checked_list_is_sorted():
     assert check_n_components_list((4, 1, 2)) == [1, 2, 4]
+
+
+def test_one_more_line_fits_the_rows_the_lines_fit_worst():
+    X, y, _, _, labels = make_realizable(600, 2, 3, noise=0.05, random_state=2)
+    # Two lines fitted to the rows of two of the three true lines.
+    first_two = labels < 2
+    two = MixtureOfLinearRegressions(2, random_state=0, n_init=4).fit(X[first_two], y[first_two])
+    grown = one_more_line(X, y, two)
+    assert grown.shape == (3, 3)
+    np.testing.assert_array_equal(grown[:2], np.column_stack([two.coef_, two.intercept_]))
+    # The rows the two lines fit worst are those of the third true line: the new line goes
+    # there, and the three lines fit all rows about as well as the two fit their own.
+    grown_loss = float(row_min_losses(y, predict_lines(X, grown[:, :-1], grown[:, -1])).mean())
+    assert grown_loss < 0.01 * two.min_loss(X, y)
+    assert grown_loss < 2 * two.train_loss_
+
+
+def test_each_k_of_an_auto_sweep_also_starts_from_the_previous_fit_plus_one_line():
+    X, y, *_ = make_realizable(400, 2, 3, noise=0.1, random_state=4)
+    selection = select_n_components(X, y, [2, 3], random_state=0, n_init=4)
+    two, three = (fit.estimator for fit in selection.fits)
+    assert "given lines" not in {c["source"] for c in two.candidates_}
+    given = [c for c in three.candidates_ if c["source"] == "given lines"]
+    assert len(given) == 1
+    start = one_more_line(X, y, two)
+    start_loss = float(row_min_losses(y, predict_lines(X, start[:, :-1], start[:, -1])).mean())
+    assert given[0]["min_loss_before"] == pytest.approx(start_loss, rel=1e-9)
+    assert start_loss < two.train_loss_
+    assert three.train_loss_ <= given[0]["min_loss_after"] * (1 + 1e-9)

@@ -183,23 +183,14 @@ def _sources(ctx: FitContext) -> list[tuple[str, StartingLines]]:
     """Each source's name and the function that returns its starting lines.
 
     A source with no starts to give (``n_init=1`` leaves no "random rows" start) is left out.
-    Given ``init`` lines (a warm start) are the first candidate; the other sources draw their
-    own starts regardless.
     """
     p = ctx.params
     n_random = p["n_init"]
     iterations = {"max_iter": p["max_iter"], "tol": p["tol"]}
     search = {"subsample_size": p["subsample_size"], "n_partitions": p["n_partitions"]}
 
-    def drawn(c: FitContext) -> FitContext:
-        # ``starting_lines`` returns the given ``init`` instead of drawing, as am and em want.
-        return replace(c, params={**c.params, "init": None})
-
     def random_starts(kind: StartingLines, count: int) -> StartingLines:
-        return lambda c: starting_lines(drawn(c), kind, count)
-
-    def warm_start(c: FitContext) -> FloatArray:
-        return np.asarray(c.params["init"], dtype=np.float64)[None]
+        return lambda c: starting_lines(c, kind, count)
 
     def a3(c: FitContext) -> FloatArray:
         sub = replace(c, params={**search, **iterations, "base": "ls", "step_size": "auto"})
@@ -211,7 +202,7 @@ def _sources(ctx: FitContext) -> list[tuple[str, StartingLines]]:
         return fit_subsample(sub).theta[None]
 
     def em_starts(c: FitContext) -> FloatArray:
-        starts = starting_lines(drawn(c), random_partition_lines, em_restarts(n_random))
+        starts = starting_lines(c, random_partition_lines, em_restarts(n_random))
         return em_batch(
             c.Z,
             c.y,
@@ -222,12 +213,9 @@ def _sources(ctx: FitContext) -> list[tuple[str, StartingLines]]:
             callback=lambda iteration, loss: c.report(iteration / EM_MAX_ITER, loss=loss),
         ).thetas
 
-    sources: list[tuple[str, StartingLines]] = []
-    if p.get("init") is not None:
-        sources.append(("init", warm_start))
-    sources.append(
+    sources: list[tuple[str, StartingLines]] = [
         ("random partition", random_starts(random_partition_lines, n_random - n_random // 2))
-    )
+    ]
     if n_random // 2:
         sources.append(("random rows", random_starts(random_rows_lines, n_random // 2)))
     return [*sources, ("subsample+am", a3), ("em", em_starts), ("subsample ransac", ransac)]
@@ -414,11 +402,12 @@ def fit_auto(ctx: FitContext) -> AutoResult:
     if ctx.deadline is None:
         work_cap = default_search_work(sample.Z.shape[0], sample.Z.shape[1], ctx.n_components)
     given = ctx.params.get("init")
-    # The random sources draw their own starts; given lines are one more candidate.
+    # The random sources draw their own starts; given lines (a warm start, or a k sweep's
+    # (k - 1)-line fit plus one line) are one more candidate, the first.
     sample = replace(sample, params={**sample.params, "init": None})
     sources = _sources(ctx)
     if given is not None:
-        sources.insert(0, ("given lines", lambda c: np.asarray(given, dtype=np.float64)[None]))
+        sources.insert(0, ("init", lambda c: np.asarray(given, dtype=np.float64)[None]))
     # The rounds of moves and restarts, and the final polish, are phases of their own.
     search = _Search(ctx, len(sources) + 2)
     for position, (source, make_starts) in enumerate(sources):

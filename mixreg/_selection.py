@@ -25,7 +25,7 @@ from ._estimator import (
     _Scaling,
     minimum_rows_per_line,
 )
-from ._loss import single_threaded_blas
+from ._loss import predict_lines, single_threaded_blas
 from ._lstsq import refit_exactly
 from ._validation import check_X_y
 

@@ -30,7 +30,6 @@ ALGORITHM_PARAMETERS: dict[str, dict[str, Any]] = {
         "tol": 1e-6,
         "subsample_size": 150,
         "n_partitions": 1000,
-        "init": None,
         "time_budget": None,
     },
     "am": {

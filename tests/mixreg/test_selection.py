@@ -169,8 +169,8 @@ def test_each_k_of_an_auto_sweep_also_starts_from_the_previous_fit_plus_one_line
     X, y, *_ = make_realizable(400, 2, 3, noise=0.1, random_state=4)
     selection = select_n_components(X, y, [2, 3], random_state=0, n_init=4)
     two, three = (fit.estimator for fit in selection.fits)
-    assert "given lines" not in {c["source"] for c in two.candidates_}
-    given = [c for c in three.candidates_ if c["source"] == "given lines"]
+    assert "init" not in {c["source"] for c in two.candidates_}
+    given = [c for c in three.candidates_ if c["source"] == "init"]
     assert len(given) == 1
     start = one_more_line(X, y, two)
     start_loss = float(row_min_losses(y, predict_lines(X, start[:, :-1], start[:, -1])).mean())

@@ -13,6 +13,12 @@ what must hold under load:
   fits it was running are retried once (two attempts), and retried submissions (same
   ``Idempotency-Key``) create no second job.
 
+With ``--big-bodies``, the clients first run ``--duration`` seconds as above; then, while they
+go on, a 1,000,000 x 20 CSV upload and a 64 MiB JSON dataset body are sent at once, and the
+CSV's dataset is fitted, its load taking longer than ``MIXREG_STALE_AFTER_S`` (1 s here): no
+error, no requeue, nothing lost, and the latencies of the operations during the big bodies
+(reported as "… during big bodies") are compared with those before.
+
 Latencies (p50, p99) are per operation. ``--write`` records the tables in ``bench/RESULTS.md``
 between ``<!-- load:start -->`` and ``<!-- load:end -->``. Run with
 ``python -m bench.load [--duration 60] [--clients 32]``.
@@ -23,10 +29,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import random
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -42,6 +50,8 @@ from sqlalchemy.pool import NullPool
 
 from bench.sections import machine_lines, write_section
 from bench.servers import ServerProcess
+from models_store import repository
+from models_store.session import make_engine, make_sessionmaker, read_scope
 from service.auth.keys import add_key, new_key
 
 # The app as the tests serve it, quiet but for warnings (the load makes many requests).
@@ -83,6 +93,7 @@ class LoadConfig:
     max_queued_jobs: int = 100
     drain_timeout_s: float = 180.0
     seed: int = 0
+    big_bodies: bool = False
 
 
 @dataclass
@@ -124,6 +135,8 @@ class Outcome:
     models_per_job_wrong: list[str]
     killed_running_jobs: list[str]
     not_retried_once: list[str]
+    big: BigBodies | None = None
+    requeued_jobs: list[str] = field(default_factory=list)
 
     @property
     def problems(self) -> list[str]:
@@ -137,11 +150,74 @@ class Outcome:
             "unfinished_jobs",
             "models_per_job_wrong",
             "not_retried_once",
+            "requeued_jobs",
         ):
             values = getattr(self, name)
             if values:
                 found.append(f"{name.replace('_', ' ')}: {values[:5]}")
+        if self.big is not None:
+            found += self.big.problems
         return found
+
+
+DURING = " during big bodies"
+"""Suffix of the operations timed while the big bodies are sent."""
+CSV_ROWS, CSV_FEATURES = 1_000_000, 20
+JSON_BODY_BYTES = 64 * 1024 * 1024
+# The slow load: the fit of the CSV's dataset must load for longer than this.
+BIG_BODIES_STALE_AFTER_S = "1"
+
+
+@dataclass
+class BigBodies:
+    """What the big bodies did."""
+
+    csv_bytes: int = 0
+    json_bytes: int = 0
+    csv_upload_s: float = 0.0
+    json_upload_s: float = 0.0
+    fit_s: float = 0.0
+    fit_job: dict[str, Any] = field(default_factory=dict)
+    load_s: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[str]:
+        """Errors of the big requests; a fit that did not succeed at its first attempt."""
+        found = list(self.errors)
+        job = self.fit_job
+        if job and (job.get("status"), job.get("attempts")) != ("succeeded", 1):
+            found.append(
+                f"the fit of the big dataset ended {job.get('status')} after "
+                f"{job.get('attempts')} attempts: {job.get('error')}"
+            )
+        return found
+
+
+def big_files(workdir: Path) -> tuple[Path, Path]:
+    """A 1,000,000 x 20 CSV (column ``y`` the target) and a JSON dataset body just under
+    64 MiB, written once per run."""
+    csv_path, json_path = workdir / "big.csv", workdir / "big.json"
+    rng = np.random.default_rng(17)
+    if not csv_path.exists():
+        with csv_path.open("w") as out:
+            out.write(",".join([*(f"x{j}" for j in range(CSV_FEATURES)), "y"]) + "\n")
+            for _ in range(CSV_ROWS // 100_000):
+                block = rng.standard_normal((100_000, CSV_FEATURES + 1)).round(5)
+                np.savetxt(out, block, delimiter=",", fmt="%.5f")
+    if not json_path.exists():
+        row = rng.standard_normal(CSV_FEATURES).round(5).tolist()
+        per_row = len(str(row)) + 2 + 10  # a row of X, its y and separators
+        n_rows = int(JSON_BODY_BYTES * 0.98) // per_row
+        while True:
+            X = rng.standard_normal((n_rows, CSV_FEATURES)).round(5)
+            y = (X[:, 0] - X[:, 1]).round(5)
+            body = json.dumps({"X": X.tolist(), "y": y.tolist(), "name": "big json"})
+            if len(body) <= JSON_BODY_BYTES:
+                break
+            n_rows = int(n_rows * 0.99 * JSON_BODY_BYTES / len(body))
+        json_path.write_text(body)
+    return csv_path, json_path
 
 
 # --------------------------------------------------------------------------- the server
@@ -186,6 +262,9 @@ class Load:
         self.tally = Tally()
         self._deadline = 0.0
         self.database_url = ""
+        self.phase = ""
+        self.big_files: tuple[Path, Path] | None = None
+        self.big = BigBodies()
 
     def _done(self) -> bool:
         return time.monotonic() >= self._deadline or self.tally.requests >= self.config.max_requests
@@ -207,11 +286,14 @@ class Load:
                 method, url, headers={**self.headers, **(headers or {})}, **kwargs
             )
         except httpx.TransportError:
-            self.tally.unavailable[operation] += 1
+            self.tally.unavailable[operation + self.phase] += 1
             await asyncio.sleep(0.05)
             return None
         self.tally.record(
-            operation, response.status_code, time.perf_counter() - started, response.text
+            operation + self.phase,
+            response.status_code,
+            time.perf_counter() - started,
+            response.text,
         )
         return response
 
@@ -264,11 +346,78 @@ class Load:
         started = time.monotonic()
         clients = [asyncio.create_task(self._client(index)) for index in range(self.config.clients)]
         killed_running: list[str] = []
+        if self.config.big_bodies:
+            await asyncio.sleep(self.config.duration_s)
+            # The clients go on until the big bodies are done.
+            self._deadline = float("inf")
+            self.phase = DURING
+            await asyncio.to_thread(self._send_big_bodies)
+            self._deadline = 0.0
         if self.config.kill_at_s is not None:
             await asyncio.sleep(self.config.kill_at_s)
             killed_running = await asyncio.to_thread(self._kill_and_restart, server)
         await asyncio.gather(*clients)
         return time.monotonic() - started, killed_running
+
+    def _send_big_bodies(self) -> None:
+        """Upload the big CSV and the big JSON body at once, then fit the CSV's dataset."""
+        assert self.big_files is not None
+        csv_path, json_path = self.big_files
+        big = self.big
+        big.csv_bytes, big.json_bytes = csv_path.stat().st_size, json_path.stat().st_size
+        dataset_ids: dict[str, str] = {}
+
+        def upload(kind: str, path: Path, media_type: str, params: dict[str, str]) -> None:
+            started = time.perf_counter()
+            with (
+                httpx.Client(base_url=self.base_url, headers=self.headers, timeout=600) as client,
+                path.open("rb") as body,
+            ):
+                response = client.post(
+                    "/datasets", content=body, params=params, headers={"content-type": media_type}
+                )
+            seconds = time.perf_counter() - started
+            if kind == "csv":
+                big.csv_upload_s = seconds
+            else:
+                big.json_upload_s = seconds
+            if response.status_code != 201:
+                big.errors.append(f"{kind} upload {response.status_code}: {response.text[:300]}")
+            else:
+                dataset_ids[kind] = response.json()["id"]
+
+        uploads = [
+            threading.Thread(target=upload, args=("csv", csv_path, "text/csv", {"target": "y"})),
+            threading.Thread(target=upload, args=("json", json_path, "application/json", {})),
+        ]
+        for thread in uploads:
+            thread.start()
+        for thread in uploads:
+            thread.join()
+        if "csv" not in dataset_ids:
+            return
+        started = time.perf_counter()
+        with httpx.Client(base_url=self.base_url, headers=self.headers, timeout=60) as client:
+            body = {
+                "dataset_id": dataset_ids["csv"],
+                "k": 2,
+                "algorithm": "am-classic",
+                "params": {"n_init": 1, "max_iter": 3},
+                "holdout_fraction": 0,
+            }
+            response = client.post("/fit", json=body)
+            if response.status_code != 202:
+                big.errors.append(f"big fit {response.status_code}: {response.text[:300]}")
+                return
+            job_id = response.json()["job_id"]
+            while True:
+                job = client.get(f"/jobs/{job_id}").json()
+                if job["status"] in TERMINAL or time.perf_counter() - started > 900:
+                    break
+                time.sleep(0.2)
+        big.fit_s = time.perf_counter() - started
+        big.fit_job = job
+        big.load_s = _dataset_load_seconds(self.database_url, dataset_ids["csv"])
 
     def _kill_and_restart(self, server: ServerProcess) -> list[str]:
         server.kill()
@@ -283,6 +432,22 @@ class Load:
             engine.dispose()
         server.start()
         return running
+
+
+def _dataset_load_seconds(database_url: str, dataset_id: str) -> float:
+    """Seconds to read the stored rows of ``dataset_id`` as a fit process does (one read
+    transaction, chunk by chunk)."""
+    engine = make_engine(database_url)
+    try:
+        started = time.perf_counter()
+        with read_scope(make_sessionmaker(engine)) as session:
+            dataset = repository.get_dataset(session, dataset_id=dataset_id)
+            assert dataset is not None
+            for _ in repository.iter_dataset_blocks(session, dataset=dataset):
+                pass
+        return time.perf_counter() - started
+    finally:
+        engine.dispose()
 
 
 # --------------------------------------------------------------------------- before and after
@@ -383,6 +548,11 @@ def check(
         models_per_job_wrong=wrong_models,
         killed_running_jobs=list(killed_running),
         not_retried_once=not_retried_once,
+        requeued_jobs=(
+            []
+            if killed_running
+            else sorted(j for j, job in jobs.items() if job.get("attempts", 1) > 1)
+        ),
     )
 
 
@@ -407,6 +577,8 @@ def run_backend(
         MIXREG_API_KEYS_FILE=str(key_file),
         MIXREG_MAX_QUEUED_JOBS_PER_KEY=str(config.max_queued_jobs),
     )
+    if config.big_bodies:
+        environment["MIXREG_STALE_AFTER_S"] = BIG_BODIES_STALE_AFTER_S
     server = ServerProcess(
         UVICORN_APP,
         env=environment,
@@ -425,13 +597,15 @@ def run_backend(
                 model_id=model_id,
             )
             load.database_url = database_url
+            if config.big_bodies:
+                load.big_files = big_files(workdir)
             if log:
                 print(
                     f"# {backend}: {config.clients} clients for {config.duration_s:g} s",
                     file=sys.stderr,
                 )
             wall_s, killed_running = asyncio.run(load.run(server))
-            return check(
+            outcome = check(
                 backend=backend,
                 config=config,
                 client=client,
@@ -440,6 +614,9 @@ def run_backend(
                 setup_job_id=setup_job_id,
                 killed_running=killed_running,
             )
+            if config.big_bodies:
+                outcome.big = load.big
+            return outcome
     finally:
         server.stop()
 
@@ -475,7 +652,8 @@ def outcome_lines(outcome: Outcome) -> list[str]:
         "| operation | requests | p50 ms | p99 ms | 2xx | 429 | other 4xx | 5xx | unreachable |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for operation in OPERATIONS:
+    operations = [*OPERATIONS, *(op + DURING for op in OPERATIONS if op + DURING in tally.statuses)]
+    for operation in operations:
         statuses = tally.statuses[operation]
         count = sum(statuses.values())
         ok = sum(n for status, n in statuses.items() if status < 400)
@@ -504,10 +682,41 @@ def outcome_lines(outcome: Outcome) -> list[str]:
         f"({by_status or 'none'}); lost {len(outcome.lost_jobs)}, duplicated "
         f"{len(outcome.duplicated_jobs)}, not final {len(outcome.unfinished_jobs)}, succeeded "
         f"without exactly one model {len(outcome.models_per_job_wrong)}; 5xx "
-        f"{len(tally.server_errors)}.",
+        f"{len(tally.server_errors)}; requeued {len(outcome.requeued_jobs)}.",
         "",
     ]
+    if outcome.big is not None:
+        lines += big_body_lines(outcome)
     return lines
+
+
+def _p99(values: Sequence[float]) -> float:
+    return float(np.percentile(values, 99)) if values else float("nan")
+
+
+def big_body_lines(outcome: Outcome) -> list[str]:
+    """What the big bodies did, and the p99 during them against before."""
+    big = outcome.big
+    assert big is not None
+    latencies = outcome.tally.latencies
+    job = big.fit_job
+    lines = [
+        f"Big bodies: the {CSV_ROWS:,} x {CSV_FEATURES} CSV ({big.csv_bytes / 2**20:.0f} MiB) was "
+        f"stored in {big.csv_upload_s:.1f} s and the JSON body ({big.json_bytes / 2**20:.1f} "
+        f"MiB) in {big.json_upload_s:.1f} s, both at once; the fit of the CSV's dataset "
+        f"(reading it back takes {big.load_s:.1f} s, `MIXREG_STALE_AFTER_S` = "
+        f"{BIG_BODIES_STALE_AFTER_S}) ended {job.get('status')} after {job.get('attempts')} "
+        f"attempt(s) in {big.fit_s:.1f} s. Errors: {len(big.errors)}.",
+        "",
+        "| p99 ms | before | during big bodies | ratio |",
+        "|---|---|---|---|",
+    ]
+    for operation in ("predict", "list", "job"):
+        before, during = _p99(latencies[operation]), _p99(latencies[operation + DURING])
+        lines.append(
+            f"| {operation} | {before * 1000:.1f} | {during * 1000:.1f} | {during / before:.1f} |"
+        )
+    return [*lines, ""]
 
 
 def section(outcomes: Sequence[Outcome], machine: Sequence[str]) -> str:
@@ -549,6 +758,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=os.environ.get("MIXREG_BENCH_POSTGRES_URL", DEFAULT_POSTGRES_URL),
         help="a PostgreSQL server where the database mixreg_load is created and dropped",
     )
+    parser.add_argument(
+        "--big-bodies",
+        action="store_true",
+        help="after --duration s, send a 1,000,000 x 20 CSV, a 64 MiB JSON body and fit the CSV",
+    )
     parser.add_argument("--write", action="store_true", help="record in bench/RESULTS.md")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
@@ -557,6 +771,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         clients=args.clients,
         max_requests=args.max_requests,
         kill_at_s=args.kill_at,
+        big_bodies=args.big_bodies,
     )
     machine = machine_lines("python -m bench.load " + " ".join(argv or sys.argv[1:]), ("httpx",))
     outcomes = []

@@ -796,15 +796,22 @@ class _StaleJob:
 
 
 def _stale_running_jobs(
-    session: Session, *, stale_before: datetime, job_id: str | None = None
+    session: Session,
+    *,
+    stale_before: datetime,
+    job_id: str | None = None,
+    alive: Sequence[str] = (),
 ) -> list[_StaleJob]:
-    """Running jobs (or just ``job_id``) whose heartbeat is older than ``stale_before``,
-    locked, oldest first; on PostgreSQL rows another recoverer holds are skipped."""
+    """Running jobs (or just ``job_id``) whose heartbeat is older than ``stale_before``, but
+    for those in ``alive``, locked, oldest first; on PostgreSQL rows another recoverer holds
+    are skipped."""
     query = select(
         Job.id, Job.heartbeat_at, Job.attempts, Job.max_attempts, Job.cancel_requested
     ).where(Job.status == "running", Job.heartbeat_at < stale_before)
     if job_id is not None:
         query = query.where(Job.id == job_id)
+    if alive:
+        query = query.where(Job.id.not_in(list(alive)))
     rows = session.execute(
         query.order_by(Job.created_at, Job.id).with_for_update(skip_locked=True)
     ).all()
@@ -848,9 +855,10 @@ def _recover_stale(session: Session, job: _StaleJob, *, now: datetime) -> str | 
 
 
 def requeue_stale_jobs(
-    session: Session, *, stale_before: datetime, now: datetime
+    session: Session, *, stale_before: datetime, now: datetime, alive: Sequence[str] = ()
 ) -> tuple[list[str], list[str]]:
-    """Recover running jobs whose last heartbeat is older than ``stale_before``.
+    """Recover running jobs whose last heartbeat is older than ``stale_before``, but for the
+    jobs in ``alive`` (the caller's own fits, whose processes it sees running).
 
     A job with attempts left goes back to the queue; one that used all its attempts fails with
     a "worker lost" error; one whose cancellation was requested is cancelled. Returns the ids
@@ -858,7 +866,7 @@ def requeue_stale_jobs(
     """
     requeued: list[str] = []
     failed: list[str] = []
-    for job in _stale_running_jobs(session, stale_before=stale_before):
+    for job in _stale_running_jobs(session, stale_before=stale_before, alive=alive):
         status = _recover_stale(session, job, now=now)
         if status == "queued":
             requeued.append(job.job_id)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from typing import Any
 
 from fastapi import Request, Response
@@ -16,32 +16,40 @@ OFF_LOOP_BODY_BYTES = 64 * 1024
 
 
 class _ValidatedBodyRequest(Request):
-    """A request whose JSON body may already be parsed and validated (``json()`` returns it)."""
+    """A request whose body was read already and, if it is big JSON, validated
+    (``json()`` returns the validated value)."""
 
-    def __init__(self, scope: Scope, receive: Receive) -> None:
+    def __init__(self, scope: Scope, receive: Receive, *, body: bytes, validated: Any) -> None:
         super().__init__(scope, receive)
-        self._validated: Any = None
+        self._read_body = body
+        self._validated = validated
 
-    async def validate_json_body(self, adapter: TypeAdapter[Any]) -> None:
-        """Read the body; if it is big JSON, parse and validate it in a worker thread.
+    async def body(self) -> bytes:
+        """The body, as read before."""
+        return self._read_body
 
-        A body that does not validate is left to the route's own parsing, which reports it in
-        the usual way.
-        """
-        body = await self.body()
-        media_type = self.headers.get("content-type", "application/json").split(";")[0].strip()
-        if len(body) <= OFF_LOOP_BODY_BYTES or not media_type.lower().endswith("json"):
-            return
-        try:
-            self._validated = await run_in_threadpool(adapter.validate_json, body)
-        except ValidationError:
-            return
+    async def stream(self) -> AsyncGenerator[bytes, None]:
+        """The body, as read before, in one piece."""
+        yield self._read_body
+        yield b""
 
     async def json(self) -> Any:
         """The validated body if there is one (validating it again costs next to nothing)."""
         if self._validated is not None:
             return self._validated
         return await super().json()
+
+
+async def _validate_big_json(request: Request, body: bytes, adapter: TypeAdapter[Any]) -> Any:
+    """The body validated in a worker thread if it is big JSON; None if it is not, or does not
+    validate (the route's own parsing then reports it in the usual way)."""
+    media_type = request.headers.get("content-type", "application/json").split(";")[0].strip()
+    if len(body) <= OFF_LOOP_BODY_BYTES or not media_type.lower().endswith("json"):
+        return None
+    try:
+        return await run_in_threadpool(adapter.validate_json, body)
+    except ValidationError:
+        return None
 
 
 def off_loop_json_route(body_type: Any) -> type[APIRoute]:
@@ -55,9 +63,14 @@ def off_loop_json_route(body_type: Any) -> type[APIRoute]:
             handler = super().get_route_handler()
 
             async def handle(request: Request) -> Response:
-                validated = _ValidatedBodyRequest(request.scope, request.receive)
-                await validated.validate_json_body(adapter)
-                return await handler(validated)
+                # Read through the request the error handlers see, which keeps the body.
+                body = await request.body()
+                validated = await _validate_big_json(request, body, adapter)
+                return await handler(
+                    _ValidatedBodyRequest(
+                        request.scope, request.receive, body=body, validated=validated
+                    )
+                )
 
             return handle
 

@@ -117,11 +117,14 @@ class EmbeddedWorker:
                 break
 
     def _reap_stale(self) -> None:
+        # This worker's own fits whose processes run are not lost, however late their
+        # heartbeat (a process just started on a busy machine beats a moment later).
+        alive = [job_id for job_id, fit in self._running.items() if fit.process.is_alive()]
         with session_scope(self._session_factory) as session:
             now = repository.database_now(session)
             stale_before = now - timedelta(seconds=self._settings.stale_after_s)
             requeued, failed = repository.requeue_stale_jobs(
-                session, stale_before=stale_before, now=now
+                session, stale_before=stale_before, now=now, alive=alive
             )
         for job_id in requeued:
             logger.warning("job %s lost its worker; queued again", job_id)

@@ -9,8 +9,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+# requirements.lock pins every dependency (the image installs with it too).
+$(VENV)/.installed: pyproject.toml requirements.lock | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --constraint requirements.lock -e '.[dev]'
 	touch $@
 
 # Serving needs only the runtime (the `server` extra); `make install` adds the test and dev tools.
@@ -29,10 +30,21 @@ serve: install-server ## upgrade the database to the newest migration and serve 
 	$(BIN)/mixreg db upgrade
 	$(BIN)/mixreg serve --host $(HOST) --port $(PORT)
 
+.PHONY: lock
+lock: ## pin every dependency anew in requirements.lock (from a fresh virtual environment)
+	rm -rf .lock-venv
+	$(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/python -m pip install --quiet --upgrade pip
+	.lock-venv/bin/python -m pip install --quiet -e '.[dev]'
+	{ sed -n '1,/^[^#]/{/^#/p}' requirements.lock; \
+	  .lock-venv/bin/python -m pip freeze --exclude-editable; } > requirements.lock.new
+	mv requirements.lock.new requirements.lock
+	rm -rf .lock-venv
+
 .PHONY: test
 # Two processes, a test file in one at a time (its servers and fixtures stay together): most
 # end-to-end tests wait on servers they start, so two overlap well even on two cores.
-test: install chromium ## run the whole test suite
+test: install chromium docker-compose ## run the whole test suite
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 # The web page's test screenshots it in Debian's headless Chromium.
@@ -45,6 +57,19 @@ chromium: ## install Debian's chromium (for the web page's browser test) when it
 			|| echo "could not install chromium: the browser test skips (fails under CI=true)"; \
 	else \
 		echo "no apt-get: install chromium yourself, or the browser test skips (fails under CI=true)"; \
+	fi
+
+# The deployment test validates docker-compose.yml with Debian's docker-compose, which needs no
+# container engine for `config`.
+.PHONY: docker-compose
+docker-compose: ## install Debian's docker-compose (to validate docker-compose.yml) when missing
+	@if command -v docker-compose >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's docker-compose to validate docker-compose.yml (apt-get)"; \
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends docker-compose \
+			|| echo "could not install docker-compose: the deployment test skips (fails under CI=true)"; \
+	else \
+		echo "no apt-get: install docker-compose yourself, or the deployment test skips (fails under CI=true)"; \
 	fi
 
 .PHONY: bench

@@ -184,9 +184,9 @@ def submit_fit(
     *,
     request: FitVariant,
     idempotency_key: str | None,
-    api_key_id: str | None,
     max_attempts: int,
     max_k_sweep: int,
+    api_key_id: str | None = None,
     enqueue: Callable[[Session, str], object] | None = None,
 ) -> Submission:
     """Queue the fit ``request`` (storing inline data as a dataset first) in ``session``.

@@ -38,10 +38,12 @@ MIXREG = str(Path(sys.executable).parent / "mixreg")
 
 def compose_command(service: str) -> list[str]:
     """The service's command, for this machine: the venv's ``mixreg``, bound to 127.0.0.1 on
-    the port the test picks ("{port}")."""
+    the port the test picks ("{port}"; in the container MIXREG_PORT sets it)."""
     command = [
         MIXREG if part == "mixreg" else part for part in COMPOSE["services"][service]["command"]
     ]
+    if "serve" in command and "--port" not in command:
+        command += ["--port", "{port}"]
     for option, value in (("--host", "127.0.0.1"), ("--port", "{port}")):
         if option in command:
             command[command.index(option) + 1] = value

@@ -10,6 +10,7 @@ import stat
 
 import pytest
 from fastapi.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
 
 from service.auth import keys, policy
 from service.auth.keys import (
@@ -227,3 +228,24 @@ def test_without_keys_the_openapi_document_declares_no_scheme(keyless_settings):
     assert "securitySchemes" not in document.get("components", {})
     assert "security" not in document["paths"]["/fit"]["post"]
     assert json.dumps(document).count("apiKey") == 0
+
+
+@pytest.mark.parametrize("with_keys", [False, True])
+def test_every_websocket_connection_is_refused_by_the_middleware(sqlite_url, with_keys):
+    # The service has no websocket endpoints; the router would close with 1000 (normal), the
+    # middleware refuses before routing with 1008 (policy violation), keys or not.
+    made = new_key(scope="write")
+    settings = Settings(
+        database_url=sqlite_url,
+        embedded_worker=False,
+        api_keys=environment_entry(made.record) if with_keys else None,
+    )
+    headers = {"Authorization": f"Bearer {made.key}"} if with_keys else {}
+    with TestClient(create_app(settings), base_url=LOCAL_URL) as client:
+        for path in ("/jobs", "/healthz", "/nowhere"):
+            with (
+                pytest.raises(WebSocketDisconnect) as refused,
+                client.websocket_connect(path, headers=headers),
+            ):
+                pass
+            assert refused.value.code == 1008

@@ -15,8 +15,8 @@ $(VENV)/.installed: pyproject.toml requirements.lock | $(BIN)/python
 	touch $@
 
 # Serving needs only the runtime (the `server` extra); `make install` adds the test and dev tools.
-$(VENV)/.installed-server: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[server]'
+$(VENV)/.installed-server: pyproject.toml requirements.lock | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --constraint requirements.lock -e '.[server]'
 	touch $@
 
 .PHONY: install

@@ -56,7 +56,11 @@ def _client(args: argparse.Namespace) -> Client:
 
 def _in_command_line_terms(message: str) -> str:
     """A client message with the command's flags beside the client's arguments."""
-    return message.replace("pass base_url=", "--url").replace("pass api_key=", "--api-key")
+    return (
+        message.replace("pass base_url=", "give --url")
+        .replace("pass api_key=", "give --api-key")
+        .replace("api_key=", "--api-key")
+    )
 
 
 def _stderr() -> Console:

@@ -279,3 +279,20 @@ def test_the_client_says_where_its_key_comes_from(keyed: Keyed, monkeypatch: pyt
     monkeypatch.setenv("MIXREG_API_KEY", keyed.read)
     with Client(keyed.server.base_url) as client:
         assert isinstance(client.list_models(), list)
+
+
+def test_the_command_line_says_which_flag_takes_the_key(keyed: Keyed):
+    environment = {name: value for name, value in os.environ.items() if name != "MIXREG_API_KEY"}
+    result = subprocess.run(
+        [MIXREG, "models", "--url", keyed.server.base_url],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "mixreg: this server needs an API key: set MIXREG_API_KEY or give --api-key "
+        "(401 Unauthorized)"
+    )

@@ -155,7 +155,7 @@ def test_an_unreachable_server_exits_3_naming_the_url():
     assert result.returncode == 3
     assert result.stderr.startswith("mixreg: cannot reach the mixreg server at http://127.0.0.1:9")
     assert len(result.stderr.strip().splitlines()) == 1
-    assert "set its address with MIXREG_URL, or MIXREG_HOST and MIXREG_PORT, or --url" in (
+    assert "set its address with MIXREG_URL, or MIXREG_HOST and MIXREG_PORT, or give --url" in (
         result.stderr
     )
 

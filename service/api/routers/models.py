@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query, Request, Response
+from starlette.convertors import Convertor, register_url_convertor
 
 from models_store import registry, repository
 from service.api import cursors
@@ -30,6 +31,23 @@ from service.serving.endpoint import serve_predict
 from service.views import model_out, model_summary, model_url
 
 router = APIRouter(prefix="/models", tags=["models"])
+
+
+class _ModelSegment(Convertor[str]):
+    """A model reference as one path segment, except ``import``: ``/models/import`` is the
+    import resource, so ``GET`` and ``DELETE`` there answer 405 instead of looking for a model
+    called "import"."""
+
+    regex = r"(?!import(?![^/]))[^/]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("model_segment", _ModelSegment())
 
 ModelId = Annotated[str, Path(description=MODEL_REFERENCE)]
 RegisteredName = Annotated[str, Path(description="a registered model's name")]
@@ -57,7 +75,7 @@ def list_(
     )
 
 
-@router.get("/{model_id}", response_model=ModelOut)
+@router.get("/{model_id:model_segment}", response_model=ModelOut)
 def get(model: ValidModel, session: SessionDep) -> ModelOut:
     """The θ list (coefficients and intercept per component), scores, baseline, provenance.
 
@@ -136,7 +154,7 @@ def get_version(model: ValidModelVersion, session: SessionDep) -> ModelOut:
     return model_out(model, registry.version_of_model(session, model_id=model.id))
 
 
-@router.delete("/{model_id}", status_code=204, response_class=Response)
+@router.delete("/{model_id:model_segment}", status_code=204, response_class=Response)
 def delete(model_id: ModelId, cache: ModelCacheDep, session_factory: SessionFactoryDep) -> None:
     """Delete a model; its job keeps the (now dangling) model id. A registered version that an
     alias points at is not deleted (409): move the alias first."""

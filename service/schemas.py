@@ -266,7 +266,7 @@ class AutoParams(AlgorithmParams):
     init: Lines | None = Field(
         default=None,
         description="one more starting line set (coefficients then intercept per line), "
-        "searched beside the others",
+        "polished and searched beside the others (a warm start)",
     )
     max_iter: MaxIter = Field(
         default=100, description="classical AM iterations of each candidate's polish"
@@ -274,9 +274,6 @@ class AutoParams(AlgorithmParams):
     tol: Tol = 1e-6
     subsample_size: SubsampleSize = 150
     n_partitions: NPartitions = 1000
-    init: Lines | None = Field(
-        default=None, description="starting lines polished as one more candidate (a warm start)"
-    )
 
 
 class AmParams(AlgorithmParams):

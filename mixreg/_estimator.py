@@ -253,9 +253,12 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
     ``(1/n) sum_i min_j (y_i - <x_i, coef_j> - intercept_j)^2`` (no generative model assumed) and
     predicts, for each row, the list of the k lines' values.
 
-    Internally the data are scaled as in the paper (max row norm of X and max |y| equal 1, with
-    a constant column for the intercept), so ``step_size`` keeps the paper's meaning; fitted
-    lines are reported in the caller's units.
+    Internally every feature and y are centred on their means (with an intercept) and
+    scaled, then the data are scaled as in the paper (max row norm of X and max |y| equal 1,
+    with a constant column for the intercept), so ``step_size`` keeps the paper's meaning and
+    every algorithm is equivariant under shifts and scalings of the features and of y; fitted
+    lines are reported in the caller's units. Every least-squares solve is centred per part,
+    as ``LinearRegression``'s.
 
     Parameters
     ----------

@@ -139,7 +139,7 @@ def test_predictions_follow_affine_changes_of_the_data(
     )
 
 
-@settings(max_examples=6, deadline=None, derandomize=True)
+@settings(max_examples=4, deadline=None, derandomize=True)
 @given(
     seed=st.integers(0, 2**16),
     n_features=st.integers(1, 3),

@@ -558,7 +558,11 @@ def _finalists(search: _Search, sample: FitContext) -> list[int]:
 def _polish_finalists(search: _Search, sample: FitContext) -> AutoResult:
     """Polish the finalists (:func:`_finalists`) on all rows to the fit's ``tol``; the best
     wins."""
-    chosen = _finalists(search, sample)
+    if _past(search.ctx.deadline):
+        # Out of time: the best so far only, evaluated (not polished) on all rows.
+        chosen = [int(np.argmin([c.min_loss_after for c in search.candidates]))]
+    else:
+        chosen = _finalists(search, sample)
     first = len(search.candidates)
     search.polish(
         search.ctx,

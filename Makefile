@@ -90,8 +90,8 @@ bench-hard: install ## the default on hard sets (many lines, 10^4-10^5 rows) bes
 	$(BIN)/python -m bench.hard_cases
 
 .PHONY: bench-load
-bench-load: install ## 60 s of 32 clients (predicts, fits, listings) on SQLite and PostgreSQL, with keys
-	$(BIN)/python -m bench.load --duration 60 --clients 32 --write
+bench-load: install ## 32 clients (predicts, fits, listings) on SQLite and PostgreSQL, with keys: 60 s, then big bodies
+	$(BIN)/python -m bench.load --duration 60 --clients 32 --big-bodies --write
 
 .PHONY: bench-scaleout
 bench-scaleout: install ## fits per minute: embedded worker, 1 and 2 Procrastinate workers (PostgreSQL)

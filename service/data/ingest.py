@@ -718,6 +718,9 @@ def read_parquet(
                 f"must hold integers or floats"
             )
     assert target is not None  # checked with the columns
+    # The row count of the file's footer: too many rows (or decoded bytes) are refused before
+    # any row group is decompressed.
+    limits.check_rows(parquet_file.metadata.num_rows, len(feature_names))
     target_index = columns.index(target)
     feature_indices = [index for index in range(len(columns)) if index != target_index]
     staged = _staged(feature_names, target, limits)

@@ -69,8 +69,12 @@ def split_host(authority: str) -> tuple[str, int | None] | None:
     return name, int(port_text) if port_text is not None else None
 
 
-def _same_origin(origin: str, host: str, scheme: str) -> bool:
-    """Whether the ``Origin`` value names this server as the request reached it."""
+def _same_origin(origin: str, host: str) -> bool:
+    """Whether the ``Origin`` value names the host and port the request was sent to.
+
+    A browser leaves the default port of its scheme out of ``Host``, so a missing port is the
+    origin scheme's default (which also holds behind a proxy that ends TLS).
+    """
     parts = urlsplit(origin)
     if parts.scheme not in _DEFAULT_PORTS or not parts.netloc:
         return False  # "null" (a sandboxed frame, a file) or no origin a browser sends
@@ -79,7 +83,7 @@ def _same_origin(origin: str, host: str, scheme: str) -> bool:
     if origin_host is None or request_host is None:
         return False
     origin_port = origin_host[1] or _DEFAULT_PORTS[parts.scheme]
-    request_port = request_host[1] or _DEFAULT_PORTS.get(scheme, 80)
+    request_port = request_host[1] or _DEFAULT_PORTS[parts.scheme]
     return (origin_host[0], origin_port) == (request_host[0], request_port)
 
 
@@ -125,8 +129,7 @@ class BrowserGuardMiddleware:
         if scope["method"] in _SAFE_METHODS:
             return None
         origin = headers.get("origin")
-        scheme = scope.get("scheme", "http")
-        if origin is not None and not _same_origin(origin, host, scheme):
+        if origin is not None and not _same_origin(origin, host):
             return (
                 403,
                 "cross-origin",

@@ -839,6 +839,9 @@ def read_parquet(
                 f"Parquet column '{field.name}' holds {field.type}, not numbers; the features "
                 f"and the target must hold integers or floats (leave a column out with ignore)"
             )
+    # The row count of the file's footer: too many rows (or decoded bytes) are refused before
+    # any row group is decompressed.
+    limits.check_rows(parquet_file.metadata.num_rows, len(feature_names))
     staged = _staged(feature_names, target, limits)
     try:
         # Each batch holds the used columns in that order: the features, then the target.

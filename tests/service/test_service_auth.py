@@ -249,3 +249,31 @@ def test_every_websocket_connection_is_refused_by_the_middleware(sqlite_url, wit
             ):
                 pass
             assert refused.value.code == 1008
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"Host": "evil.example"}, 400),
+        ({"Host": "localhost:8000", "Origin": "http://localhost:8000"}, 201),
+        # Behind a proxy that ends TLS: the browser's origin and Host name the same server.
+        ({"Host": "localhost", "Origin": "https://localhost"}, 201),
+        ({"Host": "localhost", "Origin": "https://localhost:8443"}, 403),
+        ({"Host": "[::1]:8000", "Origin": "http://[::1]:8000"}, 201),
+        ({"Host": "localhost:8000", "Origin": "http://127.0.0.1:8000"}, 403),
+        ({"Host": "localhost:8000", "Sec-Fetch-Site": "same-site"}, 201),
+        ({"Host": "localhost:8000", "Sec-Fetch-Site": "cross-site"}, 403),
+    ],
+)
+def test_host_and_origin_of_a_browser_write(keyless_settings, headers, status):
+    with TestClient(create_app(keyless_settings), base_url=LOCAL_URL) as client:
+        response = client.post(
+            "/datasets", json={"X": [[1.0], [2.0]], "y": [1.0, 2.0]}, headers=headers
+        )
+    assert response.status_code == status, response.text
+
+
+def test_any_host_is_answered_when_the_setting_says_so(keyless_settings):
+    settings = keyless_settings.model_copy(update={"allowed_hosts": "*"})
+    with TestClient(create_app(settings), base_url="http://mixreg.example.com") as client:
+        assert client.get("/jobs").status_code == 200

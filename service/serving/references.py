@@ -35,7 +35,6 @@ _MODEL_ID = re.compile(r"[0-9a-f]{32}")
 _REFERENCE = re.compile(
     rf"(?P<name>{NAME_PATTERN})(?:@(?P<alias>{NAME_PATTERN})|/versions/(?P<version>[0-9]{{1,9}}))?"
 )
-FORMS = "a model id, name@alias, name/versions/N or a registered model's name"
 
 
 def check_name(value: str, *, what: str) -> str:
@@ -68,7 +67,7 @@ def parse_reference(text: str) -> ModelReference:
         return ModelReference(text=text, model_id=text)
     match = _REFERENCE.fullmatch(text)
     if match is None or _MODEL_ID.fullmatch(match["name"]):
-        raise NotFoundError(f"model {text[:300]} does not exist; name a model by {FORMS}")
+        raise NotFoundError(f"model {text[:300]} does not exist")
     version = match["version"]
     return ModelReference(
         text=text,
@@ -93,24 +92,25 @@ def resolve_in_session(session: Session, reference: ModelReference) -> str:
     if reference.alias is not None:
         alias = registry.get_alias(session, name=name, alias=reference.alias)
         if alias is None:
-            raise NotFoundError(_missing(session, name, f"has no alias '{reference.alias}'"))
+            raise NotFoundError(_missing(session, reference, f"has no alias '{reference.alias}'"))
         version = registry.get_version(session, name=name, version=alias.version)
     elif reference.version is not None:
         version = registry.get_version(session, name=name, version=reference.version)
         if version is None:
-            raise NotFoundError(_missing(session, name, f"has no version {reference.version}"))
+            raise NotFoundError(_missing(session, reference, f"has no version {reference.version}"))
     else:
         version = registry.latest_version(session, name=name)
         if version is None:
-            raise NotFoundError(_missing(session, name, "has no version yet"))
+            raise NotFoundError(_missing(session, reference, "has no version yet"))
     assert version is not None  # an alias points at an existing version (foreign key)
     return version.model_id
 
 
-def _missing(session: Session, name: str, what: str) -> str:
-    if registry.get_registered_model(session, name=name) is None:
-        return f"model {name} does not exist: it is neither a model id nor a registered model"
-    return f"registered model {name} {what}"
+def _missing(session: Session, reference: ModelReference, what: str) -> str:
+    assert reference.name is not None
+    if registry.get_registered_model(session, name=reference.name) is None:
+        return f"model {reference.text} does not exist"
+    return f"registered model {reference.name} {what}"
 
 
 def get_model(session: Session, text: str) -> Model:

@@ -160,8 +160,8 @@ def test_a_version_behind_an_alias_is_not_deleted(client, two_versions):
     [
         ("/models/reco@canary", "registered model reco has no alias 'canary'"),
         ("/models/reco/versions/7", "registered model reco has no version 7"),
-        ("/models/nothing@production", "neither a model id nor a registered model"),
-        ("/models/a@b@c", "name a model by"),
+        ("/models/nothing@production", "model nothing@production does not exist"),
+        ("/models/a@b@c", "model a@b@c does not exist"),
         ("/registered-models/nothing", "registered model nothing does not exist"),
     ],
 )

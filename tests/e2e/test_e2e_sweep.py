@@ -33,7 +33,9 @@ def test_a_sweep_over_data_from_three_lines_prefers_three(server: Server):
 def test_a_sweep_cancelled_midway_stores_no_model(make_server: ServerFactory):
     # More partitions than the default MIXREG_MAX_N_PARTITIONS: each k runs to its budget.
     server = make_server(MIXREG_MAX_N_PARTITIONS=str(10**9))
-    X, y = mixture_data(n_rows=120)
+    # Enough training rows for each of 20 lines to own p + 1 of them (a sweep's k is refused
+    # otherwise).
+    X, y = mixture_data(n_rows=150)
     # Every k searches for its whole one-second budget: the sweep takes about 20 s.
     job_id = server.fit(
         {

@@ -25,6 +25,7 @@ from service.auth.keys import KeyRing
 from service.auth.middleware import AuthMiddleware, access_summary
 from service.auth.redaction import install_key_redaction
 from service.config import Settings, load_settings
+from service.data import json_bodies
 from service.jobs.queue import EmbeddedWorker
 from service.jobs.task_queue import FitTaskQueue
 from service.logs import configure_logging
@@ -106,6 +107,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             cache_checker.stop()
             if worker is not None:
                 await run_in_threadpool(worker.stop)
+            await run_in_threadpool(json_bodies.stop_parsers)
             engine.dispose()
 
     app = FastAPI(

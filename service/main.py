@@ -35,6 +35,7 @@ from service.auth.middleware import AuthMiddleware, access_summary
 from service.auth.origin import BrowserGuardMiddleware, parse_allowed_hosts
 from service.auth.redaction import install_key_redaction
 from service.config import Settings, load_settings
+from service.data import json_bodies
 from service.jobs.queue import EmbeddedWorker
 from service.jobs.task_queue import FitTaskQueue
 from service.logs import configure_logging
@@ -122,6 +123,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             cache_checker.stop()
             if worker is not None:
                 await run_in_threadpool(worker.stop)
+            await run_in_threadpool(json_bodies.stop_parsers)
             engine.dispose()
 
     app = FastAPI(

@@ -37,6 +37,16 @@ def _parsers() -> ProcessPoolExecutor:
         return _executor
 
 
+def stop_parsers() -> None:
+    """End the child processes that parse bodies (at the app's shutdown); the next body
+    starts them again."""
+    global _executor
+    with _executor_lock:
+        executor, _executor = _executor, None
+    if executor is not None:
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
 ParsedBody = tuple[DatasetIn, ingest.ParsedDataset] | list[dict[str, Any]]
 """A body's fields (its arrays emptied) and its arrays, or the validation errors of its
 schema (with ``loc`` starting at ``"body"``)."""

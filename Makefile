@@ -46,6 +46,11 @@ bench: install ## run the benchmarks and write bench/RESULTS.md
 	$(MAKE) --no-print-directory bench-scaleout
 	$(MAKE) --no-print-directory bench-serving
 	$(MAKE) --no-print-directory bench-load
+	$(MAKE) --no-print-directory bench-registry
+
+.PHONY: bench-registry
+bench-registry: install ## predict by name@alias beside by id; alias switch time seen by clients
+	$(BIN)/python -m bench.registry
 
 .PHONY: bench-load
 bench-load: install ## 60 s of 32 clients (predicts, fits, listings) on SQLite and PostgreSQL, with keys

@@ -81,6 +81,11 @@ bench: install ## run the benchmarks and write bench/RESULTS.md
 	$(MAKE) --no-print-directory bench-scaleout
 	$(MAKE) --no-print-directory bench-serving
 	$(MAKE) --no-print-directory bench-load
+	$(MAKE) --no-print-directory bench-registry
+
+.PHONY: bench-registry
+bench-registry: install ## predict by name@alias beside by id; alias switch time seen by clients
+	$(BIN)/python -m bench.registry
 
 .PHONY: bench-awkward
 bench-awkward: install ## offsets, mixed scales, wide data (p up to 1,000) and a dozen rows

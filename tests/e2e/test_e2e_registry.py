@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import onnxruntime
 import pytest
 import tritonclient.http as triton
 
@@ -262,3 +263,38 @@ def test_the_daily_retrain_with_the_client_and_the_console_script(
     missing = mixreg("alias", "reco", "production", "9", url=url)
     assert missing.returncode != 0
     assert "registered model reco has no version 9" in missing.stderr
+
+
+def test_an_export_imported_by_another_server_and_its_onnx_graph_predict_the_same(
+    make_server: ServerFactory, make_sqlite_server: ServerFactory
+):
+    source, target = make_server(), make_sqlite_server()
+    model_id = fit_version(source, seed=3, shift=1.0)
+    X, _ = mixture_data(n_rows=40, seed=8)
+    X = X * [1e3, 1.0, 1e-3]
+    expected = np.array(
+        source.request("POST", f"/models/{model_id}/predict", json={"X": X.tolist()}).json()[
+            "predictions"
+        ]
+    )
+    exported = source.request("GET", "/models/reco/versions/1/export")
+    assert exported.status_code == 200, exported.text
+    imported = target.request(
+        "POST", "/models/import", params={"registered_model": "reco"}, json=exported.json()
+    )
+    assert imported.status_code == 201, imported.text
+    again = target.request("POST", "/models/reco/versions/1/predict", json={"X": X.tolist()})
+    np.testing.assert_array_equal(np.array(again.json()["predictions"]), expected)
+    for dtype, rtol in (("float64", 1e-12), ("float32", 1e-6)):
+        graph = target.request("GET", "/models/reco/model.onnx", params={"dtype": dtype})
+        assert graph.status_code == 200, graph.text
+        session = onnxruntime.InferenceSession(graph.content, providers=["CPUExecutionProvider"])
+        (predicted,) = session.run(None, {"X": X.astype(dtype)})
+        reference = np.array(
+            target.request(
+                "POST", "/models/reco/predict", json={"X": X.astype(dtype).astype(float).tolist()}
+            ).json()["predictions"]
+        )
+        np.testing.assert_allclose(
+            predicted, reference, rtol=rtol, atol=rtol * np.abs(reference).max()
+        )

@@ -148,6 +148,30 @@ def onnx(
     )
 
 
+@router.get(
+    "/{name}/versions/{version}/export",
+    responses={200: {"description": "the version's JSON document"}},
+)
+def export_version(model: ValidModelVersion, session: SessionDep) -> Response:
+    """``GET /models/{model_id}/export`` of version ``version`` of ``name``."""
+    return export(model, session)
+
+
+@router.get(
+    "/{name}/versions/{version}/model.onnx",
+    response_class=Response,
+    responses={200: {"description": "an ONNX graph: input X [n, d], output predictions [n, k]"}},
+)
+def onnx_version(
+    model: ValidModelVersion,
+    dtype: Annotated[
+        exports.OnnxType, Query(description="the element type of X and of the predictions")
+    ] = "float64",
+) -> Response:
+    """``GET /models/{model_id}/model.onnx`` of version ``version`` of ``name``."""
+    return onnx(model, dtype)
+
+
 @router.get("/{name}/versions/{version}", response_model=ModelOut)
 def get_version(model: ValidModelVersion, session: SessionDep) -> ModelOut:
     """Version ``version`` of the registered model ``name``: as ``GET /models/{model_id}``."""

@@ -406,6 +406,10 @@ class Load:
                 "holdout_fraction": 0,
             }
             response = client.post("/fit", json=body)
+            # The clients may hold the key's whole quota of unfinished jobs: wait as they do.
+            while response.status_code == 429 and time.perf_counter() - started < 300:
+                time.sleep(float(response.headers.get("Retry-After", "1")))
+                response = client.post("/fit", json=body)
             if response.status_code != 202:
                 big.errors.append(f"big fit {response.status_code}: {response.text[:300]}")
                 return

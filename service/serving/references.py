@@ -11,7 +11,8 @@ digit; a name is never 32 lowercase hexadecimal digits (the form of a model id).
 
 Each API process remembers what an alias resolved to for ``MIXREG_ALIAS_REFRESH_S`` seconds,
 so a prediction by alias costs no more database access than one by id; an alias that moves is
-therefore followed by every process within that delay. A request resolves its reference once
+therefore followed by every process within that delay (plus the one lookup that refreshes it,
+during which the other requests keep the previous answer). A request resolves its reference once
 and is answered wholly by the model it resolved to, so no answer mixes two versions.
 """
 
@@ -131,6 +132,7 @@ class ReferenceResolver:
     def __init__(self, refresh_s: float) -> None:
         self._refresh_s = refresh_s
         self._entries: dict[str, tuple[str, float]] = {}
+        self._refreshing: set[str] = set()
         self._lock = threading.Lock()
 
     def cached(self, text: str) -> str | None:
@@ -139,8 +141,12 @@ class ReferenceResolver:
         if len(text) == 32 and _MODEL_ID.fullmatch(text):
             return text
         entry = self._entries.get(text)
-        if entry is None or entry[1] <= time.monotonic():
+        if entry is None:
             return None
+        if entry[1] <= time.monotonic() and text not in self._refreshing:
+            return None
+        # Fresh, or being looked up again by one request while the others keep the last
+        # answer: a burst of requests at expiry makes one database read, not one each.
         return entry[0]
 
     def resolve(self, text: str, session_factory: sessionmaker[Session]) -> str:
@@ -149,12 +155,18 @@ class ReferenceResolver:
         if model_id is not None:
             return model_id
         reference = parse_reference(text)
-        with session_scope(session_factory) as session:
-            model_id = resolve_in_session(session, reference)
         with self._lock:
-            self._entries[text] = (model_id, time.monotonic() + self._refresh_s)
-            if len(self._entries) > _MAX_ENTRIES:
-                self._drop_expired()
+            self._refreshing.add(text)
+        try:
+            with session_scope(session_factory) as session:
+                model_id = resolve_in_session(session, reference)
+            with self._lock:
+                self._entries[text] = (model_id, time.monotonic() + self._refresh_s)
+                if len(self._entries) > _MAX_ENTRIES:
+                    self._drop_expired()
+        finally:
+            with self._lock:
+                self._refreshing.discard(text)
         return model_id
 
     def _drop_expired(self) -> None:

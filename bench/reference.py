@@ -160,10 +160,11 @@ def reference_gradient_am(
 ) -> ReferenceFit:
     """Algorithm 1: assign every row to its best line, then one gradient step per line.
 
-    The data are scaled as in the paper's analysis: features divided by the largest row norm
-    and targets by the largest absolute target, so that the step size has the paper's meaning;
-    with an intercept a constant feature 1 is appended after scaling. The lines are reported
-    in the caller's units.
+    The data are put in the estimator's standardized units: with an intercept each feature
+    and the target are centred on their means; each feature is divided by its standard
+    deviation, then all features by the largest row norm, and the target by its largest
+    absolute value, so that the step size has the paper's meaning; with an intercept a
+    constant feature 1 is appended after scaling. The lines are reported in the caller's units.
 
     ``theta_j <- theta_j - (step_size / n) * sum_{i in S_j} grad F_i(theta_j)`` with
     ``F_i(theta) = (y_i - <z_i, theta>)^2``; stops after ``max_iter`` steps or when the
@@ -174,19 +175,28 @@ def reference_gradient_am(
     entry of the scaled lines is drawn from a standard normal.
     """
     rng = np.random.default_rng(random_state)
-    n_samples = X.shape[0]
-    x_scale = float(np.max(np.linalg.norm(X, axis=1))) or 1.0
-    y_scale = float(np.max(np.abs(y))) or 1.0
-    Z = X / x_scale
+    n_samples, n_features = X.shape
+    x_mean = X.mean(axis=0) if fit_intercept else np.zeros(n_features)
+    centred = X - x_mean
+    spread = np.sqrt(np.mean(centred**2, axis=0))
+    spread[spread <= np.finfo(np.float64).tiny] = 1.0
+    row_norm = float(np.max(np.linalg.norm(centred / spread, axis=1))) or 1.0
+    x_scale = spread * row_norm
+    Z = centred / x_scale
     if fit_intercept:
         Z = np.column_stack([Z, np.ones(n_samples)])
-    target = y / y_scale
+    y_mean = float(np.mean(y)) if fit_intercept else 0.0
+    y_scale = float(np.max(np.abs(y - y_mean))) or 1.0
+    target = (y - y_mean) / y_scale
 
     if init is None:
         theta = rng.standard_normal((n_components, Z.shape[1]))
     else:
-        theta = np.array(init, dtype=np.float64) / y_scale
-        theta[:, : X.shape[1]] *= x_scale
+        lines = np.array(init, dtype=np.float64)
+        theta = lines / y_scale
+        if fit_intercept:
+            theta[:, n_features] += (lines[:, :n_features] @ x_mean - y_mean) / y_scale
+        theta[:, :n_features] *= x_scale
 
     history: list[float] = []
     for _ in range(max_iter + 1):
@@ -202,6 +212,8 @@ def reference_gradient_am(
             gradient = -2.0 * Z[rows].T @ residuals[rows, j]
             theta[j] = theta[j] - step_size / n_samples * gradient
 
-    coef = theta[:, : X.shape[1]] * y_scale / x_scale
-    intercept = theta[:, X.shape[1]] * y_scale if fit_intercept else np.zeros(n_components)
+    coef = theta[:, :n_features] * y_scale / x_scale
+    intercept = np.zeros(n_components)
+    if fit_intercept:
+        intercept = y_mean + theta[:, n_features] * y_scale - coef @ x_mean
     return ReferenceFit(coef=coef, intercept=intercept, loss_history=history)

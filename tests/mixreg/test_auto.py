@@ -449,9 +449,9 @@ def test_a_time_budget_returns_the_best_so_far_within_ten_percent_of_it(hard, bu
     started = time.monotonic()
     fitted = estimator.fit(X, y)
     assert time.monotonic() - started <= 1.1 * budget
-    assert fitted.train_loss_ == pytest.approx(
-        min(c["min_loss_after"] for c in fitted.candidates_), rel=1e-9
-    )
+    # The best so far: no worse than any candidate polished in time (the final exact refit on
+    # the winner's rows may lower it a little further).
+    assert fitted.train_loss_ <= min(c["min_loss_after"] for c in fitted.candidates_) * (1 + 1e-9)
 
 
 class CancelledError(Exception):

@@ -79,9 +79,17 @@ def test_idempotency_keys_are_unique_per_api_key(db_sessionmaker, make_job):
         make_job(session, idempotency_key="same", api_key_id="a" * 12)
 
 
-def test_job_needs_an_existing_dataset(db_sessionmaker, make_job):
-    with pytest.raises(IntegrityError), session_scope(db_sessionmaker) as session:
-        make_job(session, dataset_id="0" * 32)
+def test_a_job_keeps_the_id_of_its_deleted_dataset(db_sessionmaker, make_job, dataset_id):
+    # Datasets can be deleted (migration 0007 dropped the foreign key); a job keeps the id as
+    # provenance.
+    with session_scope(db_sessionmaker) as session:
+        job_id = make_job(session).id
+    with session_scope(db_sessionmaker) as session:
+        assert repository.delete_dataset(session, dataset_id=dataset_id)
+    with session_scope(db_sessionmaker) as session:
+        job = repository.get_job(session, job_id=job_id)
+        assert job is not None and job.dataset_id == dataset_id
+        assert repository.get_dataset(session, dataset_id=dataset_id) is None
 
 
 def test_lifecycle_claim_progress_heartbeat_finish(db_sessionmaker, make_job):

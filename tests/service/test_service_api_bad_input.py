@@ -595,7 +595,7 @@ def test_subnormal_data_fails_its_job_with_a_clear_error(client, count_rows, run
     assert run_queued_jobs() == ["failed"]
     job = client.get(response.json()["url"]).json()
     # Slopes of about 1e310 cannot be written down: the error says why and what to scale.
-    assert job["error"].startswith("the fitted slopes overflow a float64: the largest row of X")
+    assert job["error"].startswith("the fitted lines overflow a float64: a feature spreads over")
     assert job["error"].endswith("; scale X up or y down")
     assert count_rows()["models"] == 0
 

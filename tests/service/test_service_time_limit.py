@@ -16,10 +16,12 @@ from models_store.session import session_scope
 from service.config import Settings
 from service.jobs.supervisor import FitSupervisor, RunningFit
 from service.main import create_app
+from tests.service.conftest import LOCAL_URL
 from tests.service.test_service_api_bad_input import assert_problem
 
-X = [[0.0, 1.0], [1.0, 0.5], [2.0, -1.0], [3.0, 2.0], [4.0, 0.0], [5.0, 1.5]]
-Y = [1.0, 2.0, 0.5, 3.0, -1.0, 0.0]
+# Enough rows for a sweep up to k = 2 (each line must own p + 1 of the training rows).
+X = [[float(row), float(row * 7 % 5)] for row in range(20)]
+Y = [float(row * 3 % 7) - 2.0 for row in range(20)]
 
 
 @pytest.fixture
@@ -30,7 +32,7 @@ def ten_second_jobs(sqlite_url):
         job_time_limit_s=10.0,
         max_time_budget_s=10.0,
     )
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url=LOCAL_URL) as client:
         yield client
 
 
@@ -69,7 +71,7 @@ def test_a_budget_that_ends_before_the_time_limit_is_accepted(ten_second_jobs):
 
 def test_the_largest_budget_allowed_by_default_ends_before_the_default_time_limit(sqlite_url):
     settings = Settings(database_url=sqlite_url, embedded_worker=False)
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url=LOCAL_URL) as client:
         response = client.post("/fit", json=fit(time_budget_s=settings.max_time_budget_s))
         assert response.status_code == 202, response.text
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from ._loss import assign
+from ._loss import assign, smallest_by_line
 from ._lstsq import gram_matrix, lstsq_by_labels, pseudo_inverse, refit_exactly
 
 FloatArray = NDArray[np.float64]
@@ -356,14 +356,7 @@ def assign_many(
     )
     np.subtract(y, squared, out=squared)
     np.square(squared, out=squared)
-    labels = np.zeros((n_sets, Z.shape[0]), dtype=np.intp)
-    best = squared[:, 0].copy()
-    # A loop over the k lines beats argmin along the short middle axis several times over.
-    for component in range(1, n_components):
-        closer = squared[:, component] < best
-        labels[closer] = component
-        np.minimum(best, squared[:, component], out=best)
-    return best, labels
+    return smallest_by_line(squared, axis=1)
 
 
 def classic_am_batch(

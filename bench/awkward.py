@@ -324,8 +324,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     report.add("## Awkward data (issue 15)", "", "Machine and run:", "")
     report.add(*machine_lines(command), "")
     report.add(
-        "The machine was shared with other work during this run (see the load average); "
-        "times are wall-clock and would be lower on a quiet machine.",
+        "Times are wall-clock: a load average above the 2 cores (given above) means the "
+        "machine was shared with other work and the times are longer than on a quiet one.",
         "",
     )
     for part in (offsets_part, tiny_part, friedman_part, wide_part):

@@ -255,8 +255,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         report.add(
             "### The earlier targets with this search (issue 16)",
             "",
-            "Wall seconds of one default fit, with its CPU seconds in parentheses (a machine "
-            "shared with other work; see the load average), and the default's test min-loss "
+            "Wall seconds of one default fit, with its CPU seconds in parentheses (on a machine "
+            "shared with other work, see the load average, the wall time is the longer), and "
+            "the default's test min-loss "
             "on the paper's Friedman data with k = 2.",
             "",
             *machine_lines(command),
@@ -278,8 +279,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "`bench/hard_cases_reference.json` (keyed by set and search); a rerun recomputes only "
         "the default fits (and the searches of `reference_searches()` missing from the cache, "
         "unless `--cached-only`). Times are wall seconds, with the process's CPU seconds in "
-        "parentheses: the machine was shared with other work (see the load average), so the "
-        "wall time is an upper bound of what the fit costs on an idle machine. The ratio "
+        "parentheses: on a machine shared with other work (see the load average) the wall "
+        "time is an upper bound of what the fit costs on an idle machine. The ratio "
         "counts losses at rounding level (below 1e-12 var(y), a set k lines fit exactly) as "
         "equal.",
         "",

@@ -423,7 +423,9 @@ def test_auto_never_returns_worse_lines_than_any_candidate_it_polished(
     # Non-linear data, where the moves and restarts find many different local minima.
     y = np.abs(X).sum(axis=1) ** 1.5 + 0.1 * rng.standard_normal(n_samples)
     with warnings.catch_warnings():
+        # Four lines on 20 rows may leave one with a handful of rows: the property still holds.
         warnings.simplefilter("ignore", ConvergenceWarning)
+        warnings.simplefilter("ignore", DegenerateFitWarning)
         fitted = MixtureOfLinearRegressions(n_components, random_state=seed, n_init=4).fit(X, y)
     sources = {c["source"] for c in fitted.candidates_}
     assert {"split and free", "reseed by residual"} <= sources

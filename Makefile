@@ -84,7 +84,7 @@ bench: install ## run the benchmarks and write bench/RESULTS.md
 	$(MAKE) --no-print-directory bench-registry
 
 .PHONY: bench-registry
-bench-registry: install ## predict by name@alias beside by id; alias switch time seen by clients
+bench-registry: install wrk ## predict by name@alias beside by id; alias switch time seen by clients (installs wrk)
 	$(BIN)/python -m bench.registry
 
 .PHONY: bench-awkward
@@ -103,12 +103,17 @@ bench-scaleout: install ## fits per minute: embedded worker, 1 and 2 Procrastina
 	$(BIN)/python -m bench.scaleout
 
 .PHONY: bench-serving
-bench-serving: install ## predict throughput beside a bare endpoint, batches, big uploads (installs wrk)
-	@command -v wrk >/dev/null 2>&1 || { \
-		echo "installing Debian's wrk for the serving benchmark (apt-get)"; \
-		apt-get update -qq && apt-get install -y -qq wrk \
-			|| echo "could not install wrk: the benchmark uses an async httpx loop instead"; }
+bench-serving: install wrk ## predict throughput beside a bare endpoint, batches, big uploads (installs wrk)
 	$(BIN)/python -m bench.serving
+
+# The serving and registry benchmarks load the server with wrk (a Python load loop saturates
+# the same two cores and makes their ratios noisy).
+.PHONY: wrk
+wrk: ## install Debian's wrk (for the serving and registry benchmarks) when it is missing
+	@command -v wrk >/dev/null 2>&1 || { \
+		echo "installing Debian's wrk for the serving and registry benchmarks (apt-get)"; \
+		apt-get update -qq && apt-get install -y -qq wrk \
+			|| echo "could not install wrk: the benchmarks use an async httpx loop instead"; }
 
 .PHONY: bench-peers
 bench-peers: install ## mixreg beside R's flexmix and mixtools (installs R if missing)

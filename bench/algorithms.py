@@ -1032,13 +1032,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     elapsed = time.perf_counter() - started
 
     report.add("## Targets (issues 2 and 6)", "")
-    report.table(
-        ["target", "goal", "measured", "met"],
-        [
-            [name, goal, measured, "yes" if met else "**no**"]
-            for name, goal, measured, met in body.targets
-        ],
-    )
+    report.targets_table(body.targets)
     report.add(
         f"Total benchmark time: {elapsed / 60:.1f} min; load average (1, 5, 15 min) at the end: "
         f"{load_average()} (timings are wall times on a machine shared with other work).",

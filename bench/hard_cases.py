@@ -288,10 +288,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     run(report, args.recompute, args.cached_only, args.sets)
     report.add("Targets:", "")
-    report.table(
-        ["set", "goal", "measured", "met"],
-        [[n, g, m, "yes" if ok else "**no**"] for n, g, m, ok in report.targets],
-    )
+    report.targets_table(report.targets, first="set")
     report.add(
         "R's flexmix (`stepFlexmix`, nrep 10) is not run on these sets yet; `bench.peers` "
         "compares it with the default on the small real sets.",

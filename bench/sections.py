@@ -82,6 +82,18 @@ class Report:
     def target(self, name: str, goal: str, measured: str, met: bool) -> None:
         self.targets.append((name, goal, measured, met))
 
+    def targets_table(
+        self, targets: Sequence[tuple[str, str, str, bool]], *, first: str = "target"
+    ) -> None:
+        """A table of ``targets`` (another report's, or this one's): goal, measured, met."""
+        self.table(
+            [first, "goal", "measured", "met"],
+            [
+                [name, goal, measured, "yes" if met else "**no**"]
+                for name, goal, measured, met in targets
+            ],
+        )
+
 
 def log(message: str) -> None:
     """A progress line on standard error (standard output carries the report)."""

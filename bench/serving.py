@@ -741,13 +741,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.quick:
         report.add("**Quick smoke run: shorter load runs and smaller uploads.**", "")
     report.add("Machine and run:", "", *machine_lines(command, SERVING_PACKAGES), "")
-    report.table(
-        ["target", "goal", "measured", "met"],
-        [
-            [name, goal, measured, "yes" if met else "**no**"]
-            for name, goal, measured, met in body.targets
-        ],
-    )
+    report.targets_table(body.targets)
     report.add(
         f"Total time: {elapsed / 60:.1f} min; load average at the end: {load_average()}.",
         "",

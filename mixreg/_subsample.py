@@ -48,23 +48,39 @@ def _stirling2_row(n: int, k: int, cap: int | None) -> int:
         return int(n == k)
     row = [1] + [0] * k  # S(0, j)
     for m in range(1, n + 1):
-        for j in range(min(m, k), 0, -1):
-            row[j] = j * row[j] + row[j - 1]
-            if cap is not None:
-                row[j] = min(row[j], cap + 1)
-        row[0] = 0
+        _next_stirling2_row(row, m, k, cap)
         if cap is not None and row[k] > cap:
             return cap + 1
     return row[k]
 
 
+def _next_stirling2_row(row: list[int], m: int, k: int, cap: int | None) -> None:
+    """Turn ``row`` (``S(m - 1, j)`` for j = 0..k) into ``S(m, j)``, each at most ``cap + 1``."""
+    for j in range(min(m, k), 0, -1):
+        row[j] = j * row[j] + row[j - 1]
+        if cap is not None:
+            row[j] = min(row[j], cap + 1)
+    row[0] = 0
+
+
 def largest_enumerable_size(n_components: int, cap: int, limit: int) -> int:
     """Largest sub-sample size, at most ``limit``, whose partition count is at most ``cap``.
 
-    With one part every size has exactly one partition, so the answer is ``limit``.
+    With one part every size has exactly one partition, so the answer is ``limit``. With more,
+    ``S(m, k)`` at least doubles with each row past ``k``: one pass of rows, each of ``k``
+    numbers at most ``cap + 1``, stops after about ``k + log2(cap)`` of them, whatever
+    ``limit``.
     """
+    if n_components == 1:
+        return max(limit, 1)
+    row = [1] + [0] * n_components
+    for m in range(1, n_components + 1):
+        _next_stirling2_row(row, m, n_components, cap)
     size = n_components
-    while size < limit and capped_stirling2(size + 1, n_components, cap) <= cap:
+    while size < limit:
+        _next_stirling2_row(row, size + 1, n_components, cap)
+        if row[n_components] > cap:
+            break
         size += 1
     return size
 

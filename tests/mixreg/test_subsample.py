@@ -132,6 +132,15 @@ def test_largest_enumerable_size_is_the_largest_under_the_cap():
         assert stirling2(size + 1, n_components) > MAX_EXHAUSTIVE_PARTITIONS
 
 
+def test_largest_enumerable_size_needs_no_pass_per_row_at_the_largest_limits():
+    # The service accepts 10^7 training rows: one part takes them all, and two or more parts
+    # stop counting long before the limit (a row-by-row recount once took minutes at 10^5).
+    assert largest_enumerable_size(1, MAX_EXHAUSTIVE_PARTITIONS, limit=10**7) == 10**7
+    for n_components in (2, 3, 10):
+        size = largest_enumerable_size(n_components, MAX_EXHAUSTIVE_PARTITIONS, limit=10**7)
+        assert size == largest_enumerable_size(n_components, MAX_EXHAUSTIVE_PARTITIONS, 150)
+
+
 def design(X, fit_intercept):
     return np.column_stack([X, np.ones(len(X))]) if fit_intercept else X
 

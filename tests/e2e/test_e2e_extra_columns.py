@@ -43,6 +43,7 @@ def server(database_path: Path) -> Iterator[Server]:
     server = Server(
         database_url=f"sqlite:///{database_path}",
         log_path=database_path.with_name("server.log"),
+        settings={},
     )
     server.start()
     yield server
@@ -63,7 +64,7 @@ def stored_columns(database_path: Path, dataset_id: str, names: list[str]) -> di
 
 def csv_text(X: np.ndarray, y: np.ndarray) -> bytes:
     lines = ["a,user,b,w,y"]
-    for (a, b), user, w, target in zip(X.tolist(), USERS, weights().tolist(), y, strict=True):
+    for (a, b), user, w, target in zip(X.tolist(), USERS, weights().tolist(), y.tolist(), strict=True):
         lines.append(f"{a!r},{user or ''},{b!r},{'' if np.isnan(w) else repr(w)},{target!r}")
     return ("\n".join(lines) + "\n").encode()
 

@@ -15,11 +15,10 @@ from pathlib import PurePath
 from typing import IO, Any
 
 import numpy as np
-from numpy.typing import NDArray
-
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
+from numpy.typing import NDArray
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.datastructures import UploadFile
 
@@ -110,8 +109,7 @@ MEDIA_TYPES = {
 
 ACCEPTED_FILES = "a .csv, .parquet or .npz file, or two .npy files in the form fields X and y"
 NPY_KEEPS_NOTHING = (
-    "keep: extra columns need a CSV, Parquet, NPZ or JSON upload; two .npy files hold only X "
-    "and y"
+    "keep: extra columns need a CSV, Parquet, NPZ or JSON upload; two .npy files hold only X and y"
 )
 
 
@@ -425,7 +423,11 @@ def _cut(pending: list[Chunk], types: Mapping[str, str], budget: int) -> list[Ch
     start = 0
     for stop in repository.chunk_stops(row_bytes, budget):
         chunks.append(
-            (X[start:stop], y[start:stop], {name: values[start:stop] for name, values in extra.items()})
+            (
+                X[start:stop],
+                y[start:stop],
+                {name: values[start:stop] for name, values in extra.items()},
+            )
         )
         start = int(stop)
     return chunks

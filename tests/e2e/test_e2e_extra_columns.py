@@ -64,7 +64,9 @@ def stored_columns(database_path: Path, dataset_id: str, names: list[str]) -> di
 
 def csv_text(X: np.ndarray, y: np.ndarray) -> bytes:
     lines = ["a,user,b,w,y"]
-    for (a, b), user, w, target in zip(X.tolist(), USERS, weights().tolist(), y.tolist(), strict=True):
+    for (a, b), user, w, target in zip(
+        X.tolist(), USERS, weights().tolist(), y.tolist(), strict=True
+    ):
         lines.append(f"{a!r},{user or ''},{b!r},{'' if np.isnan(w) else repr(w)},{target!r}")
     return ("\n".join(lines) + "\n").encode()
 
@@ -197,9 +199,7 @@ def test_bad_keep_options_are_422s_naming_the_column(server: Server):
 
 def test_the_client_sends_a_dataframes_kept_columns(server: Server, database_path: Path):
     X, y = mixture_data(n_rows=N_ROWS, seed=5)
-    frame = pd.DataFrame(
-        {"a": X[:, 0], "b": X[:, 1], "user": USERS, "w": weights(), "y": y}
-    )
+    frame = pd.DataFrame({"a": X[:, 0], "b": X[:, 1], "user": USERS, "w": weights(), "y": y})
     with Client(server.base_url) as client:
         dataset = client.upload(frame, target="y", keep=["user", "w"])
         assert dataset.columns == {"user": "string", "w": "number"}

@@ -420,13 +420,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         "",
         "The default fit (`MixtureOfLinearRegressions(k)`, seed 0) on sets with many lines, "
         "non-linear truth and 10⁴ to 10⁵ rows, beside the best training min-loss of long "
-        "searches, each listed per set with its result: `auto` with `n_init=100` (this "
-        "search, and the search before issue 16, which took the issue's figures), 100 random "
-        "starts of plain classical AM (`am-classic`, `n_init=100`), and the lines the rows were "
-        "drawn from where there are such. The reference searches are cached in "
-        "`bench/hard_cases_reference.json` (keyed by set and search); a rerun recomputes only "
-        "the default fits (and the searches of `reference_searches()` missing from the cache, "
-        "unless `--cached-only`). Times are wall seconds, with the process's CPU seconds in "
+        "searches, each listed per set with its result: `auto` with `n_init=100` over seeds "
+        f"{', '.join(map(str, REFERENCE_SEEDS))} (this search; and the search before issue 16, "
+        "seed 0, which took the issue's figures), 100 random starts of plain classical AM "
+        "(`am-classic`, `n_init=100`, seed 0), and the lines the rows were drawn from where "
+        "there are such; the best known is the best of all of them and of flexmix's. R's "
+        f"flexmix as its users run it: `stepFlexmix(y ~ ., k = k, nrep = {FLEXMIX_STARTS})` "
+        f"(seed {FLEXMIX_SEED}) under `nice -n 10`, stopped after {FLEXMIX_CPU_LIMIT // 60} "
+        "minutes of CPU time (the machine is shared: its wall time says more about the other "
+        "work than about flexmix), its training min-loss computed from its coefficients; "
+        "flexmix drops a line whose prior falls below 5 %. The reference searches and flexmix "
+        "are cached in `bench/hard_cases_reference.json` (keyed by set and search) and "
+        "`bench/hard_cases_flexmix.json`; a rerun recomputes only the default fits (and what "
+        "is missing from the caches, unless `--cached-only`; `--fill references` or `--fill "
+        "flexmix` fills a cache alone, resumably). A search missing from a row did not run "
+        "(yet) on that set. Times are wall seconds, with the process's CPU seconds in "
         "parentheses: on a machine shared with other work (see the load average) the wall "
         "time is an upper bound of what the fit costs on an idle machine. The ratio "
         "counts losses at rounding level (below 1e-12 var(y), a set k lines fit exactly) as "
@@ -438,11 +446,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     run(report, args.recompute, args.cached_only, args.sets)
     report.add("Targets:", "")
     report.targets_table(report.targets, first="set")
-    report.add(
-        "R's flexmix (`stepFlexmix`, nrep 10) is not run on these sets yet; `bench.peers` "
-        "compares it with the default on the small real sets.",
-        "",
-    )
     report.add(f"Load average (1, 5, 15 min) at the end: {load_average()}.")
     write_section(args.output, SECTION, "\n".join(report.lines))
     log(f"wrote the section {SECTION} of {args.output}")

@@ -210,7 +210,7 @@ def flexmix_fit(
 def describe_flexmix(entry: dict[str, Any] | None, n_components: int) -> str:
     """A table cell: flexmix's training min-loss and times, or why there is none."""
     if entry is None:
-        return "not run"
+        return "not run (yet)"
     times = f"{entry['seconds']:.0f} s wall, {entry['cpu_seconds']:.0f} s CPU"
     if entry["status"] != "ok":
         return f"{entry['status']} ({times})"

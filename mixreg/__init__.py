@@ -25,6 +25,7 @@ from ._selection import (
     nested_scores,
     preferred_n_components,
     select_n_components,
+    sweep_warm_start,
 )
 from ._validation import ALGORITHM_PARAMETERS, ALGORITHMS
 
@@ -46,4 +47,5 @@ __all__ = [
     "predict_lines",
     "preferred_n_components",
     "select_n_components",
+    "sweep_warm_start",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -265,7 +265,7 @@ def select_n_components(
         )
     estimators: list[MixtureOfLinearRegressions] = []
     scores: list[tuple[int, MixtureScore]] = []
-    warm = params.get("algorithm", "auto") == "auto" and params.get("init") is None
+    previous: MixtureOfLinearRegressions | None = None
     for position, k in enumerate(values):
         sweep_progress = None
         if progress is not None:
@@ -275,12 +275,11 @@ def select_n_components(
             ) -> None:
                 progress((position + fraction) / len(values), {**info, "n_components": k})
 
-        init = None
-        if warm and estimators and estimators[-1].n_components == k - 1:
-            init = one_more_line(X_arr, y_arr, estimators[-1])
+        init = sweep_warm_start(X_arr, y_arr, k, previous, params)
         estimator = MixtureOfLinearRegressions(n_components=k, **{**params, "init": init})
         estimator.fit(X_arr, y_arr, progress=sweep_progress)
         estimators.append(estimator)
+        previous = estimator
         score = mixture_score(
             X_arr,
             y_arr,
@@ -297,6 +296,44 @@ def select_n_components(
     ]
     best = preferred_n_components([(fit.n_components, fit.score.bic) for fit in fits])
     return NComponentsSelection(fits=fits, best_n_components=best)
+
+
+def sweep_warm_start(
+    X: FloatArray,
+    y: FloatArray,
+    n_components: int,
+    previous: MixtureOfLinearRegressions | None,
+    params: Mapping[str, Any],
+) -> FloatArray | None:
+    """The starting lines a k sweep gives its k-line fit: the (k - 1)-line fit plus one line.
+
+    Every k sweep (:func:`select_n_components`, the service's k sweeps) starts its fits this
+    way, so that the k-line search starts no worse than the (k - 1)-line fit: its min-loss
+    with one line more is at most the (k - 1)-line min-loss.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+    y : ndarray of shape (n_samples,)
+    n_components : int
+        The k about to be fitted.
+    previous : MixtureOfLinearRegressions or None
+        The sweep's fit before this one (None for its first).
+    params : mapping
+        Parameters of :class:`MixtureOfLinearRegressions` the sweep fits with.
+
+    Returns
+    -------
+    ndarray of shape (k, n_features + fit_intercept) or None
+        :func:`one_more_line` of ``previous`` when the algorithm is ``auto`` (where ``init`` is
+        one more candidate of the search), no ``init`` is given and ``previous`` has k - 1
+        lines; None otherwise (the fit starts as it would alone).
+    """
+    if params.get("algorithm", "auto") != "auto" or params.get("init") is not None:
+        return None
+    if previous is None or previous.n_components != n_components - 1:
+        return None
+    return one_more_line(X, y, previous)
 
 
 def one_more_line(X: FloatArray, y: FloatArray, fitted: MixtureOfLinearRegressions) -> FloatArray:

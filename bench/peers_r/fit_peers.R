@@ -1,6 +1,6 @@
 # Fit a mixture of k linear regressions with flexmix and with mixtools, for several seeds.
 #
-# Usage: Rscript fit_peers.R TRAIN_CSV K SEEDS N_STARTS MIXTOOLS_BUDGET_SECONDS OUTPUT_CSV
+# Usage: Rscript fit_peers.R TRAIN_CSV K SEEDS N_STARTS MIXTOOLS_BUDGET_SECONDS OUTPUT_CSV [PACKAGES]
 #
 # TRAIN_CSV: the training rows, the target in the first column and the features after it.
 # SEEDS: comma-separated integers; each seed is one fit of each package, made of N_STARTS
@@ -10,6 +10,7 @@
 #     and skipped. The starts of one seed share MIXTOOLS_BUDGET_SECONDS of wall time: a start
 #     running when the budget runs out is stopped (counted as timed out) and no further start
 #     is made.
+# PACKAGES: comma-separated, of flexmix and mixtools (both when left out).
 # OUTPUT_CSV: one row per fitted component (or one row with NA coefficients for a fit that
 # produced nothing) with the columns package, seed, status, seconds, loglik, n_components,
 # starts_done, starts_failed, starts_timed_out, starts_not_converged, internal_restarts,
@@ -21,8 +22,9 @@ suppressPackageStartupMessages({
 })
 
 arguments <- commandArgs(trailingOnly = TRUE)
-if (length(arguments) != 6) {
-  stop("usage: Rscript fit_peers.R TRAIN_CSV K SEEDS N_STARTS MIXTOOLS_BUDGET_SECONDS OUTPUT_CSV")
+if (!(length(arguments) %in% c(6, 7))) {
+  stop(paste("usage: Rscript fit_peers.R TRAIN_CSV K SEEDS N_STARTS MIXTOOLS_BUDGET_SECONDS",
+             "OUTPUT_CSV [PACKAGES]"))
 }
 train <- read.csv(arguments[[1]])
 n_components <- as.integer(arguments[[2]])
@@ -30,6 +32,15 @@ seeds <- as.integer(strsplit(arguments[[3]], ",", fixed = TRUE)[[1]])
 n_starts <- as.integer(arguments[[4]])
 mixtools_budget <- as.numeric(arguments[[5]])
 output_path <- arguments[[6]]
+packages <- if (length(arguments) == 7) {
+  strsplit(arguments[[7]], ",", fixed = TRUE)[[1]]
+} else {
+  c("flexmix", "mixtools")
+}
+unknown_packages <- setdiff(packages, c("flexmix", "mixtools"))
+if (length(unknown_packages) > 0) {
+  stop(sprintf("unknown package(s) %s", paste(unknown_packages, collapse = ", ")))
+}
 
 names(train) <- c("y", paste0("x", seq_len(ncol(train) - 1)))
 y <- train$y
@@ -136,8 +147,10 @@ fit_mixtools <- function(seed) {
 }
 
 rows <- list()
+fitters <- list(flexmix = fit_flexmix, mixtools = fit_mixtools)
 for (seed in seeds) {
-  rows[[length(rows) + 1]] <- fit_flexmix(seed)
-  rows[[length(rows) + 1]] <- fit_mixtools(seed)
+  for (package in packages) {
+    rows[[length(rows) + 1]] <- fitters[[package]](seed)
+  }
 }
 write.csv(do.call(rbind, rows), output_path, row.names = FALSE)

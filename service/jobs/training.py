@@ -5,7 +5,9 @@ throttled progress, and stops when the job's cancellation is requested or the jo
 away from it. Fitting and the one-line least-squares baseline share the holdout split, which
 is derived from the job's seed alone, so a model can be reproduced from its record.
 
-A k sweep fits every k on that same split with the same seed, one after the other, and stores
+A k sweep fits every k on that same split with the same seed, one after the other (with
+``auto``, each k also starts from the (k - 1)-line fit plus one line, as
+:func:`mixreg.select_n_components` does: :func:`mixreg.sweep_warm_start`), and stores
 all its models together when the last one is done: a sweep that is cancelled or fails stores
 none. Warnings of the fit (``ConvergenceWarning`` and ``mixreg``'s own) and a holdout min-loss
 above the baseline's are recorded on the model and the job, which still succeeds.
@@ -43,6 +45,7 @@ from mixreg import (
     nested_scores,
     predict_lines,
     preferred_n_components,
+    sweep_warm_start,
 )
 from models_store import registry, repository
 from models_store.session import make_engine, make_sessionmaker, read_scope, session_scope
@@ -376,8 +379,9 @@ def fit_sweep(
     """Fit every k of ``spec`` on the same training rows with the same seed; prefer by BIC.
 
     ``progress`` sees the fraction of the whole sweep, and the k being fitted as
-    ``info["n_components"]``. Each k gets the whole time budget. Ties in BIC go to the smaller
-    k. Raises ``ValueError`` like :func:`fit_mixture`.
+    ``info["n_components"]``. Each k gets the whole time budget; with ``auto`` each k also
+    starts from the (k - 1)-line fit plus one line (:func:`mixreg.sweep_warm_start`). Ties in
+    BIC go to the smaller k. Raises ``ValueError`` like :func:`fit_mixture`.
     """
     return fit_split(TrainHoldout.of_arrays(X, y, spec), spec, progress=progress)
 
@@ -395,19 +399,27 @@ def fit_split(
         baseline = least_squares_baseline(
             X_train, y_train, X_holdout, y_holdout, fit_intercept=spec.fit_intercept
         )
-        fits = [
-            _fit_one(
-                spec,
-                k,
-                X_train,
-                y_train,
-                X_holdout,
-                y_holdout,
-                baseline,
-                _sweep_progress(progress, position, len(all_k), k),
+        fits: list[FittedMixture] = []
+        previous: MixtureOfLinearRegressions | None = None
+        for position, k in enumerate(all_k):
+            estimator = spec.estimator(k)
+            init = sweep_warm_start(
+                X_train, y_train, k, previous, {**spec.params, "algorithm": spec.algorithm}
             )
-            for position, k in enumerate(all_k)
-        ]
+            fits.append(
+                _fit_one(
+                    spec,
+                    estimator,
+                    init,
+                    X_train,
+                    y_train,
+                    X_holdout,
+                    y_holdout,
+                    baseline,
+                    _sweep_progress(progress, position, len(all_k), k),
+                )
+            )
+            previous = estimator
     # k lines contain every mixture of fewer: their likelihood never falls as k grows.
     scores = nested_scores([(fit.n_components, fit.score) for fit in fits], len(y_train))
     fits = [replace(fit, score=score) for fit, score in zip(fits, scores, strict=True)]
@@ -429,7 +441,8 @@ def _sweep_progress(
 
 def _fit_one(
     spec: FitSpec,
-    n_components: int,
+    estimator: MixtureOfLinearRegressions,
+    init: FloatArray | None,
     X_train: FloatArray,
     y_train: FloatArray,
     X_holdout: FloatArray,
@@ -437,10 +450,15 @@ def _fit_one(
     baseline: dict[str, Any],
     progress: ProgressCallback | None,
 ) -> FittedMixture:
-    estimator = spec.estimator(n_components)
+    """Fit ``estimator`` (unfitted, of ``spec``), starting also from ``init`` when given."""
+    n_components = int(estimator.n_components)
     params = estimator.resolved_parameters(*X_train.shape)
     # The time budget is the job's own field, not an algorithm parameter.
     params.pop("time_budget", None)
+    if init is not None:
+        # A k sweep's warm start; the stored parameters stay those the job asked for, and the
+        # start shows among the fit's candidates (source "init").
+        estimator.set_params(init=init)
     started = time.perf_counter()
     try:
         fit_warnings = _fit_recording_warnings(estimator, X_train, y_train, progress)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from mixreg.datasets import make_realizable
@@ -23,10 +25,20 @@ def test_a_sweep_over_data_from_three_lines_prefers_three(server: Server):
     assert sweep["best_n_components"] == 3
     assert [entry["n_components"] for entry in sweep["models"]] == [1, 2, 3, 4]
     assert job["model_id"] == sweep["models"][2]["model_id"]
-    for entry in sweep["models"]:
-        model = server.request("GET", entry["model_url"]).json()
+    models = [server.request("GET", entry["model_url"]).json() for entry in sweep["models"]]
+    for entry, model in zip(sweep["models"], models, strict=True):
         assert (model["job_id"], model["n_components"]) == (job_id, entry["n_components"])
         assert (model["bic"], model["algorithm"]) == (entry["bic"], "auto")
+    # Each k after the first also started from the (k - 1)-line model plus one line, so the
+    # training min-loss never grows along the sweep.
+    assert [model["candidates"][0]["source"] == "init" for model in models] == [
+        False,
+        True,
+        True,
+        True,
+    ]
+    losses = [model["train_min_loss"] for model in models]
+    assert all(later <= earlier for earlier, later in pairwise(losses))
     assert server.request("GET", "/models").json()["total"] == 4
 
 

@@ -13,6 +13,7 @@ from mixreg import (
     check_n_components_list,
     mixture_score,
     select_n_components,
+    sweep_warm_start,
 )
 from mixreg._loss import predict_lines, row_min_losses
 from mixreg._selection import one_more_line
@@ -170,10 +171,24 @@ def test_each_k_of_an_auto_sweep_also_starts_from_the_previous_fit_plus_one_line
     selection = select_n_components(X, y, [2, 3], random_state=0, n_init=4)
     two, three = (fit.estimator for fit in selection.fits)
     assert "init" not in {c["source"] for c in two.candidates_}
+    # The start is polished first (and again if it is one of the finalists).
     given = [c for c in three.candidates_ if c["source"] == "init"]
-    assert len(given) == 1
+    assert given and given[0] is three.candidates_[0]
     start = one_more_line(X, y, two)
     start_loss = float(row_min_losses(y, predict_lines(X, start[:, :-1], start[:, -1])).mean())
     assert given[0]["min_loss_before"] == pytest.approx(start_loss, rel=1e-9)
     assert start_loss < two.train_loss_
     assert three.train_loss_ <= given[0]["min_loss_after"] * (1 + 1e-9)
+
+
+def test_a_sweep_warm_starts_only_auto_from_a_fit_with_one_line_less():
+    X, y, *_ = make_realizable(300, 2, 3, noise=0.1, random_state=4)
+    two = MixtureOfLinearRegressions(2, random_state=0, n_init=4).fit(X, y)
+    np.testing.assert_array_equal(
+        sweep_warm_start(X, y, 3, two, {"random_state": 0}), one_more_line(X, y, two)
+    )
+    given = np.zeros((3, 3))
+    assert sweep_warm_start(X, y, 3, None, {}) is None, "the first k of a sweep"
+    assert sweep_warm_start(X, y, 4, two, {}) is None, "k - 1 is not in the sweep"
+    assert sweep_warm_start(X, y, 3, two, {"algorithm": "em"}) is None
+    assert sweep_warm_start(X, y, 3, two, {"init": given}) is None

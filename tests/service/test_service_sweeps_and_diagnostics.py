@@ -4,11 +4,13 @@ auto's candidates, convergence, warnings, BIC and the comparison with the one-li
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from itertools import pairwise
 
 import numpy as np
 import pytest
 
-from mixreg import MixtureOfLinearRegressions, mixture_score, nested_scores
+from mixreg import MixtureOfLinearRegressions, mixture_score, nested_scores, predict_lines
+from mixreg._loss import row_min_losses
 from mixreg.datasets import make_realizable
 from models_store import repository
 from models_store.session import session_scope
@@ -124,6 +126,44 @@ def test_each_k_of_a_sweep_is_the_fit_a_single_k_job_makes(client, run_queued_jo
     assert from_sweep["components"] == single["components"]
     assert from_sweep["baseline"] == single["baseline"]
     assert (single_job["k_values"], single_job["sweep"]) == (None, None)
+
+
+def previous_plus_one_line(
+    X: np.ndarray, y: np.ndarray, coef: np.ndarray, intercept: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The lines of a fit plus the least-squares line of the 1 / (k + 1) share of the rows they
+    fit worst, written out here beside ``mixreg.sweep_warm_start``."""
+    residuals = row_min_losses(y, predict_lines(X, coef, intercept))
+    worst = np.argsort(residuals, kind="stable")[-(len(y) // (len(intercept) + 1)) :]
+    line, *_ = np.linalg.lstsq(np.column_stack([X[worst], np.ones(len(worst))]), y[worst])
+    return np.vstack([coef, line[:-1]]), np.append(intercept, line[-1])
+
+
+def test_each_k_of_an_auto_sweep_also_starts_from_the_previous_k_plus_one_line(
+    client, run_queued_jobs, three_lines
+):
+    X, y = three_lines
+    job = submit_and_run(client, run_queued_jobs, inline(X, y, k=[1, 2, 3, 4]))
+    models = [client.get(entry["model_url"]).json() for entry in job["sweep"]["models"]]
+    train, _ = holdout_split(len(y), 0.2, SEED)
+    X_train, y_train = X[train], y[train]
+    assert "init" not in {candidate["source"] for candidate in models[0]["candidates"]}
+    for previous, model in pairwise(models):
+        coef = np.array([component["coef"] for component in previous["components"]])
+        intercept = np.array([component["intercept"] for component in previous["components"]])
+        start = previous_plus_one_line(X_train, y_train, coef, intercept)
+        start_loss = float(row_min_losses(y_train, predict_lines(X_train, *start)).mean())
+        # The start is polished first (and again if it is a finalist).
+        given = [c for c in model["candidates"] if c["source"] == "init"]
+        assert given and given[0] is model["candidates"][0]
+        assert given[0]["min_loss_before"] == pytest.approx(start_loss, rel=1e-7)
+        # One line more never fits worse, and the search keeps no worse than its start: the
+        # training min-loss cannot grow with k along the sweep.
+        assert start_loss <= previous["train_min_loss"] * (1 + 1e-9)
+        assert model["train_min_loss"] <= given[0]["min_loss_after"] * (1 + 1e-9)
+        assert model["train_min_loss"] <= previous["train_min_loss"] * (1 + 1e-9)
+        # The stored parameters are those the job asked for; the start is the sweep's own.
+        assert model["params"]["init"] is None
 
 
 SMALL_X = [[0.0, 1.0], [1.0, 0.5], [2.0, -1.0], [3.0, 2.0], [4.0, 0.0]]

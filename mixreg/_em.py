@@ -223,11 +223,12 @@ def em_batch(
     thetas = np.array(thetas, dtype=np.float64)
     n_starts, n_components, _ = thetas.shape
     if variance_floor is None:
-        spread = np.var(y)
-        if sample_weight is not None:
+        if sample_weight is None:
+            spread = float(np.var(y))
+        else:
             centred = y - weighted_mean(y, sample_weight)
-            spread = weighted_mean(centred * centred, sample_weight)
-        variance_floor = _VARIANCE_FLOOR * max(float(spread), 0.0) + 1e-300
+            spread = float(weighted_mean(centred * centred, sample_weight))
+        variance_floor = _VARIANCE_FLOOR * max(spread, 0.0) + 1e-300
     weights = np.empty((n_starts, n_components))
     variances = np.empty((n_starts, n_components))
     for start in range(n_starts):

@@ -378,8 +378,9 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
     coef_ : ndarray of shape (n_components, n_features)
     intercept_ : ndarray of shape (n_components,)
     shares_ : ndarray of shape (n_components,)
-        Fraction of training rows each line predicts best. Components are ordered by share,
-        largest first (ties by intercept, then coefficients).
+        Fraction of training rows each line predicts best (of their total weight, with
+        sample weights; with groups, each row counts for its group's line). Components are
+        ordered by share, largest first (ties by intercept, then coefficients).
     loss_history_ : ndarray
         Training min-loss per iteration (AM, EM) or best candidate per batch of partitions
         followed by the loss after the refit (sub-sample algorithms); for ``subsample+am`` the
@@ -395,10 +396,17 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         algorithms and the polish of ``auto``), every partition tried (sub-sample
         algorithms). False when ``max_iter`` or the time budget stopped it.
     train_loss_ : float
-        Training min-loss of the fitted lines.
+        Training min-loss of the fitted lines (weighted, and grouped, as the fit was).
     weights_, noise_variance_ : ndarray of shape (n_components,)
         Only for ``em``: the mixture weights and per-line noise variances (caller's units).
     n_features_in_ : int
+    group_labels_ : ndarray of shape (n_groups,)
+        Only after a fit with ``groups``: the distinct training groups, sorted (groups whose
+        rows all weigh zero are left out).
+    group_line_ : ndarray of shape (n_groups,)
+        Only after a fit with ``groups``: the line of each of ``group_labels_``.
+    group_posterior_ : ndarray of shape (n_groups, n_components)
+        Only after an ``em`` fit with ``groups``: each group's posterior over the lines.
     candidates_ : list of dict
         Only for ``auto``: every candidate tried, in order, with its ``source``, its training
         min-loss before and after polishing (``min_loss_before``, ``min_loss_after``, caller's
@@ -611,8 +619,9 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             ctx.Z, ctx.y, result.theta[None], sample_weight=weights, grouping=grouping
         )
         row_weight = np.ones(n_samples) if weights is None else weights
-        shares = np.bincount(labels[0], weights=row_weight, minlength=ctx.n_components)
-        shares /= row_weight.sum()
+        shares = np.bincount(labels[0], weights=row_weight, minlength=ctx.n_components).astype(
+            np.float64
+        ) / float(row_weight.sum())
         rows_per_line = np.bincount(labels[0], minlength=ctx.n_components)
         order = np.lexsort((*coef.T[::-1], intercept, -shares))
         self.coef_ = coef[order]

@@ -61,9 +61,9 @@ class Grouping:
         lead = values.shape[:-1]
         n_sets = int(np.prod(lead, dtype=np.intp))
         flat = (np.arange(n_sets)[:, None] * self.n_groups + self.codes).ravel()
-        sums = np.bincount(
+        sums: FloatArray = np.bincount(
             flat, weights=values.reshape(n_sets, -1).ravel(), minlength=n_sets * self.n_groups
-        )
+        ).astype(np.float64, copy=False)
         return sums.reshape(*lead, self.n_groups)
 
     def subset(self, rows: NDArray[np.intp]) -> Grouping:

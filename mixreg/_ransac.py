@@ -105,10 +105,13 @@ def ransac_lines(
     if n_parts == 0:
         return theta
     valid = np.arange(max_size)[None, :] < sizes[:, None]
-    row_weights = valid if sample_weight is None else np.where(valid, sample_weight[parts], 0.0)
+    row_weights: FloatArray | None = None
+    if sample_weight is not None:
+        row_weights = np.where(valid, sample_weight[parts], 0.0)
     robust = sizes >= min_samples
     if not robust.all():
-        theta[~robust] = lstsq_of_parts(Z, y, parts[~robust], row_weights[~robust])
+        part_rows = valid if row_weights is None else row_weights
+        theta[~robust] = lstsq_of_parts(Z, y, parts[~robust], part_rows[~robust])
     robust_idx = np.flatnonzero(robust)
     parts_per_block = max(1, _BLOCK_ELEMENTS // (_TRIALS_PER_ROUND * max(1, max_size)))
     for start in range(0, robust_idx.size, parts_per_block):
@@ -121,7 +124,7 @@ def ransac_lines(
             sizes[chosen],
             valid[chosen, :width],
             rng,
-            None if sample_weight is None else row_weights[chosen, :width],
+            None if row_weights is None else row_weights[chosen, :width],
             min_samples=min_samples,
             fit_intercept=fit_intercept,
             max_trials=max_trials,
@@ -198,7 +201,10 @@ def _ransac_block(
     # when parts stop); the trials run in rounds, and parts whose early-stop bound is reached
     # drop out between rounds, as RANSACRegressor stops its loop.
     picks = _sample_without_replacement(rng, sizes, max_trials, min_samples)  # (c, T, ms)
-    best_count = np.zeros(n_parts, dtype=np.intp if row_weights is None else np.float64)
+    # Inlier counts are integers, or with sample weights the inliers' total weight.
+    best_count: IntArray | FloatArray = (
+        np.zeros(n_parts, dtype=np.intp) if row_weights is None else np.zeros(n_parts)
+    )
     best_score = np.full(n_parts, -np.inf)
     # Where no trial finds an inlier (RANSACRegressor would raise), the whole part is used.
     best_inliers = valid.copy()
@@ -322,12 +328,12 @@ def _sample_without_replacement(
 
 
 def _advance(
-    counts: IntArray,
+    counts: IntArray | FloatArray,
     scores: FloatArray,
-    sizes: IntArray,
+    sizes: IntArray | FloatArray,
     *,
     trials_before: int,
-    best_count: IntArray,
+    best_count: IntArray | FloatArray,
     best_score: FloatArray,
     min_samples: int,
     max_trials: int,
@@ -338,7 +344,8 @@ def _advance(
     Parameters
     ----------
     counts, scores : ndarray of shape (n_parts, n_round)
-        Inlier count and R^2 of this round's trials, in trial order.
+        Inlier count (total inlier weight, with sample weights) and R^2 of this round's
+        trials, in trial order.
     sizes : ndarray of shape (n_parts,)
     trials_before : int
         Trials every part ran in earlier rounds.

@@ -26,11 +26,13 @@ from ._selection import (
     preferred_n_components,
     select_n_components,
 )
+from ._solvers import GROUPED_ALGORITHMS
 from ._validation import ALGORITHM_PARAMETERS, ALGORITHMS
 
 __all__ = [
     "ALGORITHMS",
     "ALGORITHM_PARAMETERS",
+    "GROUPED_ALGORITHMS",
     "MAX_ABS_Y",
     "MAX_EXHAUSTIVE_PARTITIONS",
     "ComponentsFit",

@@ -127,18 +127,23 @@ def predict_lines(X: FloatArray, coef: FloatArray, intercept: FloatArray) -> Flo
     return predictions
 
 
-def min_loss(y: FloatArray, predictions: FloatArray) -> float:
+def min_loss(
+    y: FloatArray, predictions: FloatArray, sample_weight: FloatArray | None = None
+) -> float:
     """Min-loss of a list-decoded prediction: mean over rows of the best squared error.
 
     Parameters
     ----------
     y : array-like of shape (n_samples,)
     predictions : array-like of shape (n_samples, n_components)
+    sample_weight : array-like of shape (n_samples,), optional
+        Non-negative row weights, not all zero.
 
     Returns
     -------
     loss : float
-        ``(1/n) * sum_i min_j (y_i - predictions[i, j]) ** 2``.
+        ``(1/n) * sum_i min_j (y_i - predictions[i, j]) ** 2``; with weights,
+        ``(1/W) * sum_i w_i min_j (y_i - predictions[i, j]) ** 2``, ``W = sum_i w_i``.
     """
     y_arr = np.asarray(y, dtype=np.float64)
     pred = np.asarray(predictions, dtype=np.float64)
@@ -149,6 +154,13 @@ def min_loss(y: FloatArray, predictions: FloatArray) -> float:
         )
     if y_arr.shape[0] == 0:
         raise ValueError("min_loss needs at least one row")
+    if sample_weight is not None:
+        weights = np.asarray(sample_weight, dtype=np.float64)
+        if weights.shape != y_arr.shape or not np.all(weights >= 0) or not weights.sum() > 0:
+            raise ValueError(
+                f"sample_weight must hold {y_arr.shape[0]} non-negative numbers, not all zero"
+            )
+        return weighted_min_loss(y_arr, pred, weights)
     return float(row_min_losses(y_arr, pred).mean())
 
 

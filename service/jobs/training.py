@@ -47,6 +47,8 @@ from mixreg import (
 from models_store import registry, repository
 from models_store.session import make_engine, make_sessionmaker, read_scope, session_scope
 from models_store.tables import Job
+from service.data.columns import load_columns
+from service.jobs.fit_columns import GROUPS, WEIGHTS, wanted_columns
 from service.logs import LogFormat, configure_logging, job_context
 
 FloatArray = NDArray[np.float64]
@@ -912,11 +914,16 @@ def _load_claimed_job(
         if dataset is None:
             raise JobLostError(f"dataset {job.dataset_id} of job {job_id} is gone")
         spec = FitSpec.of_job(job)
+        columns = load_columns(
+            dataset, wanted_columns(spec.weights_column, spec.groups_column)
+        )
         data = TrainHoldout.of_blocks(
             repository.iter_dataset_blocks(session, dataset=dataset),
             n_rows=dataset.n_rows,
             n_features=dataset.n_features,
             spec=spec,
+            weights=columns.get(WEIGHTS),
+            groups=columns.get(GROUPS),
         )
         return _ClaimedJob(
             worker_id=owner.worker_id,

@@ -22,9 +22,7 @@ WEIGHTS, GROUPS = "weights", "groups"
 
 def wanted_columns(weights: str | None, groups: str | None) -> dict[str, str]:
     """Request field -> column, for the fields a fit sets."""
-    return {
-        field: column for field, column in ((WEIGHTS, weights), (GROUPS, groups)) if column
-    }
+    return {field: column for field, column in ((WEIGHTS, weights), (GROUPS, groups)) if column}
 
 
 def check_fit_columns(dataset: Dataset, wanted: Mapping[str, str]) -> None:

@@ -914,9 +914,7 @@ def _load_claimed_job(
         if dataset is None:
             raise JobLostError(f"dataset {job.dataset_id} of job {job_id} is gone")
         spec = FitSpec.of_job(job)
-        columns = load_columns(
-            dataset, wanted_columns(spec.weights_column, spec.groups_column)
-        )
+        columns = load_columns(dataset, wanted_columns(spec.weights_column, spec.groups_column))
         data = TrainHoldout.of_blocks(
             repository.iter_dataset_blocks(session, dataset=dataset),
             n_rows=dataset.n_rows,

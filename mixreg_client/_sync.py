@@ -130,6 +130,7 @@ class Client:
         features: Sequence[str] | None = None,
         ignore: Sequence[str] = (),
         delimiter: str | None = None,
+        keep: Sequence[str] = (),
     ) -> Dataset:
         """Store a dataset to fit as often as you like.
 
@@ -155,6 +156,10 @@ class Client:
         delimiter : str, optional
             What separates a CSV file's fields (default: the one of ``, ; <tab> |`` that its
             header holds most).
+        keep : sequence of str, optional
+            Columns of a DataFrame, CSV or Parquet file (or arrays of an ``.npz`` archive) kept
+            beside the features and the target as extra columns, such as a group id or a
+            weight; never features. Numbers stay numbers; any other column is text.
         """
         return self._drive(
             _core.upload(
@@ -166,6 +171,7 @@ class Client:
                 features=features,
                 ignore=ignore,
                 delimiter=delimiter,
+                keep=keep,
             )
         )
 

@@ -8,7 +8,7 @@ few bytes per group however many groups (up to 10^6), never a JSON row per group
 group-level metrics go to ``group_metrics``.
 
 Revision ID: 0009
-Revises: 0007
+Revises: 0008
 Create Date: 2026-11-26
 """
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0009"
-down_revision: str | None = "0007"
+down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

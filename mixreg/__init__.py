@@ -27,11 +27,13 @@ from ._selection import (
     select_n_components,
     sweep_warm_start,
 )
+from ._solvers import GROUPED_ALGORITHMS
 from ._validation import ALGORITHM_PARAMETERS, ALGORITHMS
 
 __all__ = [
     "ALGORITHMS",
     "ALGORITHM_PARAMETERS",
+    "GROUPED_ALGORITHMS",
     "MAX_ABS_Y",
     "MAX_EXHAUSTIVE_PARTITIONS",
     "ComponentsFit",

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from ._loss import assign, smallest_by_line
+from ._loss import Grouping, assign, grouped_assignment, smallest_by_line, weighted_mean
 from ._lstsq import gram_matrix, lstsq_by_labels, pseudo_inverse, refit_exactly
 
 FloatArray = NDArray[np.float64]
@@ -112,19 +112,32 @@ class _GradientSteps:
     """
 
     def __init__(
-        self, Z: FloatArray, y: FloatArray, theta: FloatArray, step_size: float | str
+        self,
+        Z: FloatArray,
+        y: FloatArray,
+        theta: FloatArray,
+        step_size: float | str,
+        sample_weight: FloatArray | None = None,
     ) -> None:
         n_samples, n_components = Z.shape[0], theta.shape[0]
         self.Z, self.y, self.theta = Z, y, theta
         self.n_samples, self.n_components = n_samples, n_components
-        self.preconditioner = whitening_preconditioner(Z) if step_size == "auto" else None
+        # With weights, every sum over rows is weighted and "n" is the total weight.
+        self.total_weight = float(n_samples if sample_weight is None else sample_weight.sum())
+        self.preconditioner = None
+        if step_size == "auto":
+            whitened = Z if sample_weight is None else Z * np.sqrt(sample_weight)[:, None]
+            self.preconditioner = whitening_preconditioner(whitened)
         self.fixed_scale = 0.0
         if self.preconditioner is None:
-            self.fixed_scale = 2.0 * float(step_size) / n_samples
+            self.fixed_scale = 2.0 * float(step_size) / self.total_weight
         rows = max(1, _BLOCK_ELEMENTS // n_components)
         self.blocks = [
             slice(start, min(start + rows, n_samples)) for start in range(0, n_samples, rows)
         ]
+        self.block_weights: list[FloatArray] | None = None
+        if sample_weight is not None:
+            self.block_weights = [sample_weight[block] for block in self.blocks]
         self.residuals = [np.empty((n_components, b.stop - b.start)) for b in self.blocks]
         self.labels = [np.zeros(b.stop - b.start, dtype=np.intp) for b in self.blocks]
         self.parts = np.arange(n_components)[:, None]
@@ -145,7 +158,9 @@ class _GradientSteps:
             self.steps_since_refresh = 0
         total = 0.0
         self.gradient.fill(0.0)
-        for block, residuals, labels in zip(self.blocks, self.residuals, self.labels, strict=True):
+        for index, (block, residuals, labels) in enumerate(
+            zip(self.blocks, self.residuals, self.labels, strict=True)
+        ):
             Zb = self.Z[block]
             if refresh:
                 np.matmul(self.theta, Zb.T, out=residuals)
@@ -154,9 +169,14 @@ class _GradientSteps:
             # -grad F_i(theta_j) / 2 = z_i r_ij, summed over the rows S_j that line j wins.
             owned = residuals * mask
             best = owned.sum(axis=0)
-            total += float(best @ best)
-            self.gradient += owned @ Zb
-        loss = total / self.n_samples
+            if self.block_weights is None:
+                total += float(best @ best)
+                self.gradient += owned @ Zb
+            else:
+                weights = self.block_weights[index]
+                total += float((best * weights) @ best)
+                self.gradient += (owned * weights) @ Zb
+        loss = total / self.total_weight
         return Evaluation(loss=loss, criterion=loss)
 
     def _assign(self, residuals: FloatArray, labels: NDArray[np.intp]) -> NDArray[np.bool_]:
@@ -191,16 +211,20 @@ class _GradientSteps:
         # Per line, over its rows: <u,u>, <u,v>, <v,v>, <v,r> with u the direction's change
         # of predictions and v the previous step's.
         uu, uv, vv, vr = (np.zeros(k) for _ in range(4))
-        for block, residuals, labels, change, previous_change in zip(
-            self.blocks,
-            self.residuals,
-            self.labels,
-            self.change,
-            self.previous_change,
-            strict=True,
+        for index, (block, residuals, labels, change, previous_change) in enumerate(
+            zip(
+                self.blocks,
+                self.residuals,
+                self.labels,
+                self.change,
+                self.previous_change,
+                strict=True,
+            )
         ):
             np.matmul(direction, self.Z[block].T, out=change)
-            mask = labels == self.parts
+            mask: NDArray[np.bool_] | FloatArray = labels == self.parts
+            if self.block_weights is not None:
+                mask = mask * self.block_weights[index]
             own = change * mask
             uu += np.einsum("kn,kn->k", own, change)
             if previous is not None:
@@ -254,6 +278,7 @@ def gradient_am(
     tol: float,
     deadline: float | None = None,
     callback: StepCallback | None = None,
+    sample_weight: FloatArray | None = None,
 ) -> SolverResult:
     """Algorithm 1: partition rows by their best line, then one gradient step per line.
 
@@ -286,13 +311,17 @@ def gradient_am(
     deadline : float, optional
         ``time.monotonic()`` value after which the current lines are returned.
     callback : callable, optional
+    sample_weight : ndarray of shape (n_samples,), optional
+        Positive row weights: every sum over rows (min-loss, gradient, whitening, line
+        search) is weighted and ``n`` becomes the total weight, so an integer weight acts as
+        that many copies of the row.
 
     Returns
     -------
     SolverResult
         ``loss_history[t]`` is the min-loss of the lines after ``t`` steps.
     """
-    steps = _GradientSteps(Z, y, theta.copy(), step_size)
+    steps = _GradientSteps(Z, y, theta.copy(), step_size, sample_weight)
     result = run_iterations(
         steps.evaluate,
         steps.update,
@@ -330,7 +359,12 @@ _BATCH_RESIDUAL_ELEMENTS = 1 << 22
 
 
 def assign_many(
-    Z: FloatArray, y: FloatArray, thetas: FloatArray
+    Z: FloatArray,
+    y: FloatArray,
+    thetas: FloatArray,
+    *,
+    sample_weight: FloatArray | None = None,
+    grouping: Grouping | None = None,
 ) -> tuple[FloatArray, NDArray[np.intp]]:
     """Each row's smallest squared residual and best line, for many line sets at once.
 
@@ -339,14 +373,27 @@ def assign_many(
     Z : ndarray of shape (n_samples, n_params)
     y : ndarray of shape (n_samples,)
     thetas : ndarray of shape (n_sets, n_components, n_params)
+    sample_weight : ndarray of shape (n_samples,), optional
+        Only weighs the rows of a group against each other.
+    grouping : Grouping, optional
+        Rows of a group take the line of smallest weighted sum of squared residuals over
+        the group (:func:`~mixreg._loss.grouped_assignment`).
 
     Returns
     -------
     best_squared : ndarray of shape (n_sets, n_samples)
+        Each row's squared residual under its line.
     labels : ndarray of shape (n_sets, n_samples)
         Ties go to the lowest index, as in :func:`assign`.
     """
     n_sets, n_components, n_params = thetas.shape
+    if grouping is not None:
+        squared = (thetas.reshape(n_sets * n_components, n_params) @ Z.T).reshape(
+            n_sets, n_components, Z.shape[0]
+        )
+        np.subtract(y, squared, out=squared)
+        np.square(squared, out=squared)
+        return grouped_assignment(squared, sample_weight, grouping)
     if n_sets == 1:
         residuals, labels = assign(Z, y, thetas[0])
         best = residuals[labels, np.arange(Z.shape[0])]
@@ -368,6 +415,8 @@ def classic_am_batch(
     tol: float,
     deadline: float | None = None,
     callback: StepCallback | None = None,
+    sample_weight: FloatArray | None = None,
+    grouping: Grouping | None = None,
 ) -> BatchResult:
     """Classical AM from many starts at once: assign rows, refit every line by least squares.
 
@@ -390,6 +439,12 @@ def classic_am_batch(
         ``time.monotonic()`` value after which every start keeps its current lines.
     callback : callable, optional
         Called after every iteration with (iteration, smallest min-loss of all starts so far).
+    sample_weight : ndarray of shape (n_samples,), optional
+        Positive row weights: the min-loss is their weighted mean of squared residuals and
+        every refit is weighted least squares, so an integer weight acts as that many copies
+        of the row.
+    grouping : Grouping, optional
+        Assign whole groups (:func:`assign_many`) instead of rows.
 
     Returns
     -------
@@ -408,8 +463,10 @@ def classic_am_batch(
         active = group
         fitted_on: NDArray[np.intp] | None = None
         for iteration in range(max_iter + 1):
-            squared, labels = assign_many(Z, y, thetas[active])
-            losses = squared.mean(axis=1)
+            squared, labels = assign_many(
+                Z, y, thetas[active], sample_weight=sample_weight, grouping=grouping
+            )
+            losses = weighted_mean(squared, sample_weight)
             settled = np.zeros(active.size, dtype=bool)
             if iteration > 0:
                 previous = np.array([histories[start][-1] for start in active])
@@ -430,7 +487,9 @@ def classic_am_batch(
             out_of_time = deadline is not None and time.monotonic() > deadline
             if active.size == 0 or iteration == max_iter or out_of_time:
                 break
-            fitted, counts = lstsq_by_labels(Z, y, labels, n_components)
+            fitted, counts = lstsq_by_labels(
+                Z, y, labels, n_components, sample_weight=sample_weight
+            )
             thetas[active] = np.where((counts > 0)[:, :, None], fitted, thetas[active])
             fitted_on = labels
             n_iter[active] += 1
@@ -446,16 +505,27 @@ def classic_am(
     tol: float,
     deadline: float | None = None,
     callback: StepCallback | None = None,
+    sample_weight: FloatArray | None = None,
+    grouping: Grouping | None = None,
 ) -> SolverResult:
     """Classical AM: partition rows by their best line, then refit each line by least squares.
 
     A line that wins no rows keeps its previous value. Converges when the partition stops
     changing or the relative min-loss change is at most ``tol``.
 
-    Parameters and return value as :func:`gradient_am` (without ``step_size``).
+    Parameters and return value as :func:`gradient_am` (without ``step_size``), with
+    ``sample_weight`` and ``grouping`` as in :func:`classic_am_batch`.
     """
     batch = classic_am_batch(
-        Z, y, theta[None], max_iter=max_iter, tol=tol, deadline=deadline, callback=callback
+        Z,
+        y,
+        theta[None],
+        max_iter=max_iter,
+        tol=tol,
+        deadline=deadline,
+        callback=callback,
+        sample_weight=sample_weight,
+        grouping=grouping,
     )
     return SolverResult(
         theta=batch.thetas[0],
@@ -470,7 +540,13 @@ _EXACT_REFIT_ROUNDS = 5
 
 
 def refit_exactly_until_stable(
-    Z: FloatArray, y: FloatArray, theta: FloatArray, *, deadline: float | None = None
+    Z: FloatArray,
+    y: FloatArray,
+    theta: FloatArray,
+    *,
+    deadline: float | None = None,
+    sample_weight: FloatArray | None = None,
+    grouping: Grouping | None = None,
 ) -> FloatArray:
     """Refit each line on the rows it wins to working precision, until the partition is stable.
 
@@ -485,18 +561,25 @@ def refit_exactly_until_stable(
     Z : ndarray of shape (n_samples, n_params)
     y : ndarray of shape (n_samples,)
     theta : ndarray of shape (n_components, n_params)
+    sample_weight, grouping
+        As in :func:`classic_am_batch`.
 
     Returns
     -------
     ndarray of shape (n_components, n_params)
     """
-    residuals, labels = assign(Z, y, theta)
-    loss = float(np.mean(np.min(residuals * residuals, axis=0)))
+
+    def assigned(lines: FloatArray) -> tuple[float, NDArray[np.intp]]:
+        squared, labels = assign_many(
+            Z, y, lines[None], sample_weight=sample_weight, grouping=grouping
+        )
+        return float(weighted_mean(squared[0], sample_weight)), labels[0]
+
+    loss, labels = assigned(theta)
     for _ in range(_EXACT_REFIT_ROUNDS):
-        fitted, counts = refit_exactly(Z, y, labels, theta.shape[0])
+        fitted, counts = refit_exactly(Z, y, labels, theta.shape[0], sample_weight=sample_weight)
         candidate = np.where((counts > 0)[:, None], fitted, theta)
-        residuals, new_labels = assign(Z, y, candidate)
-        new_loss = float(np.mean(np.min(residuals * residuals, axis=0)))
+        new_loss, new_labels = assigned(candidate)
         if new_loss > loss * (1.0 + 1e-12):
             break
         theta, loss = candidate, new_loss

@@ -164,9 +164,13 @@ def lines_of_random_rows(ctx: FitContext, count: int) -> FloatArray:
     """
     n_samples, n_params = ctx.Z.shape
     size = min(n_samples, 2 * n_params)
+    # With sample weights, rows are drawn in proportion to their weight.
+    probability = None if ctx.sample_weight is None else ctx.sample_weight / ctx.sample_weight.sum()
     # Row sets are drawn one line at a time (a short loop over lines, not rows) and gathered:
     # memory is a batch of (lines, 2p, p), never (lines, n_samples) or (n_samples, p^2).
-    row_sets = np.stack([ctx.rng.choice(n_samples, size=size, replace=False) for _ in range(count)])
+    row_sets = np.stack(
+        [ctx.rng.choice(n_samples, size=size, replace=False, p=probability) for _ in range(count)]
+    )
     return lstsq_row_sets(ctx.Z, ctx.y, row_sets)
 
 
@@ -211,6 +215,8 @@ def _sources(ctx: FitContext) -> list[tuple[str, StartingLines]]:
             tol=EM_TOL,
             deadline=c.deadline,
             callback=lambda iteration, loss: c.report(iteration / EM_MAX_ITER, loss=loss),
+            sample_weight=c.sample_weight,
+            grouping=c.grouping,
         ).thetas
 
     sources: list[tuple[str, StartingLines]] = [
@@ -290,6 +296,8 @@ class _Search:
                 tol=tol,
                 deadline=on.deadline,
                 callback=lambda iteration, loss: self.report(phase, loss),
+                sample_weight=on.sample_weight,
+                grouping=on.grouping,
             )
 
         screened = keep is not None and keep < n_starts and max_iter > SCREEN_ITERATIONS
@@ -388,8 +396,14 @@ def fit_auto(ctx: FitContext) -> AutoResult:
     n_samples = ctx.Z.shape[0]
     sample = ctx
     if n_samples > SEARCH_ROWS:
-        rows = np.sort(ctx.rng.choice(n_samples, size=SEARCH_ROWS, replace=False))
-        sample = replace(ctx, Z=ctx.Z[rows], y=ctx.y[rows])
+        rows = _search_rows(ctx)
+        sample = replace(
+            ctx,
+            Z=ctx.Z[rows],
+            y=ctx.y[rows],
+            sample_weight=None if ctx.sample_weight is None else ctx.sample_weight[rows],
+            grouping=None if ctx.grouping is None else ctx.grouping.subset(rows),
+        )
     if ctx.n_components == 1:
         # One line: least squares on all rows is the exact minimum of the min-loss.
         search = _Search(ctx, 1)
@@ -428,6 +442,22 @@ def fit_auto(ctx: FitContext) -> AutoResult:
     rounds.improve(first=0)
     rounds.restart_while_improving()
     return _polish_finalists(search, sample)
+
+
+def _search_rows(ctx: FitContext) -> NDArray[np.intp]:
+    """The rows of the search sample: :data:`SEARCH_ROWS` drawn uniformly without
+    replacement (each keeps its weight), or with groups, whole groups drawn in random order
+    until the next would pass :data:`SEARCH_ROWS` rows (at least one)."""
+    n_samples = ctx.Z.shape[0]
+    if ctx.grouping is None:
+        return np.sort(ctx.rng.choice(n_samples, size=SEARCH_ROWS, replace=False))
+    sizes = np.bincount(ctx.grouping.codes, minlength=ctx.grouping.n_groups)
+    order = ctx.rng.permutation(ctx.grouping.n_groups)
+    taken = np.cumsum(sizes[order]) <= SEARCH_ROWS
+    taken[0] = True
+    chosen = np.zeros(ctx.grouping.n_groups, dtype=bool)
+    chosen[order[taken]] = True
+    return np.flatnonzero(chosen[ctx.grouping.codes])
 
 
 class _Rounds:
@@ -498,11 +528,26 @@ class _Rounds:
             )
             if base is not None:
                 split_from.append(base)
-                groups.append(("split and free", split_and_free(sample.Z, sample.y, base, SPLITS)))
+                groups.append(
+                    (
+                        "split and free",
+                        split_and_free(
+                            sample.Z, sample.y, base, SPLITS, sample.sample_weight, sample.grouping
+                        ),
+                    )
+                )
             groups.append(
                 (
                     "reseed by residual",
-                    reseed_by_residual(sample.Z, sample.y, best, RESEEDS, sample.rng),
+                    reseed_by_residual(
+                        sample.Z,
+                        sample.y,
+                        best,
+                        RESEEDS,
+                        sample.rng,
+                        sample.sample_weight,
+                        sample.grouping,
+                    ),
                 )
             )
             replaced = np.repeat(best[None], REPLACEMENTS, axis=0)
@@ -546,7 +591,18 @@ def _finalists(search: _Search, sample: FitContext) -> list[int]:
             break
         if not any(np.allclose(search.polished[index], search.polished[i]) for i in distinct):
             distinct.append(int(index))
-    squared, _ = assign_many(sample.Z, sample.y, np.stack([search.polished[i] for i in distinct]))
+    squared, _ = assign_many(
+        sample.Z,
+        sample.y,
+        np.stack([search.polished[i] for i in distinct]),
+        sample_weight=sample.sample_weight,
+        grouping=sample.grouping,
+    )
+    # The units compared are rows, or groups (each its weighted sum of squared residuals).
+    if sample.sample_weight is not None:
+        squared = squared * sample.sample_weight
+    if sample.grouping is not None:
+        squared = sample.grouping.sum(squared)
     differences = squared[1:] - squared[0]
     standard_errors = differences.std(axis=1) / np.sqrt(squared.shape[1])
     within = differences.mean(axis=1) <= TRUSTED_GAP * standard_errors

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from ._am import SolverResult, StepCallback
-from ._loss import assign
+from ._am import SolverResult, StepCallback, assign_many
+from ._loss import Grouping, grouped_assignment, weighted_mean
 from ._lstsq import lstsq_weighted
 
 FloatArray = NDArray[np.float64]
@@ -31,29 +31,64 @@ class EMResult(SolverResult):
     log_likelihood_history: list[float] | None = None
 
 
+@dataclass(frozen=True)
+class EStep:
+    """What an E-step gives, for many starts at once."""
+
+    responsibilities: FloatArray
+    """Shape (n_starts, n_components, n_samples): each row's posterior (its group's when
+    grouped)."""
+    log_likelihood: FloatArray
+    """Shape (n_starts,): log-likelihood per unit of weight (per row without weights)."""
+    residuals: FloatArray
+    """Shape (n_starts, n_components, n_samples)."""
+    mixing: FloatArray | None
+    """Shape (n_starts, n_components): with groups, the mean of the groups' posteriors (the
+    M-step's mixture weights); None otherwise (the M-step takes them from the rows)."""
+    unit_posteriors: FloatArray
+    """Shape (n_starts, n_components, n_units): posterior of every row, or every group."""
+
+
 def e_step(
-    Z: FloatArray, y: FloatArray, theta: FloatArray, weights: FloatArray, variances: FloatArray
-) -> tuple[FloatArray, FloatArray, FloatArray]:
+    Z: FloatArray,
+    y: FloatArray,
+    theta: FloatArray,
+    weights: FloatArray,
+    variances: FloatArray,
+    *,
+    sample_weight: FloatArray | None = None,
+    grouping: Grouping | None = None,
+) -> EStep:
     """Responsibilities of every line for every row, for many starts at once.
+
+    A row of weight ``w`` counts as ``w`` copies of itself: its density enters the
+    log-likelihood ``w`` times. With groups, a group's posterior is that of all its rows
+    drawn from one line: the product of its rows' densities (a sum in log space), times the
+    line's weight.
 
     Parameters
     ----------
     theta : ndarray of shape (n_starts, n_components, n_params)
     weights, variances : ndarray of shape (n_starts, n_components)
-
-    Returns
-    -------
-    responsibilities : ndarray of shape (n_starts, n_components, n_samples)
-    log_likelihood : ndarray of shape (n_starts,)
-        Mean log-likelihood per row.
-    residuals : ndarray of shape (n_starts, n_components, n_samples)
+        Mixture weights and noise variances.
+    sample_weight : ndarray of shape (n_samples,), optional
+    grouping : Grouping, optional
     """
     n_starts, n_components, n_params = theta.shape
     residuals = (theta.reshape(-1, n_params) @ Z.T).reshape(n_starts, n_components, -1)
     np.subtract(y, residuals, out=residuals)
-    log_prob = (np.log(weights) - 0.5 * np.log(2.0 * np.pi * variances))[
-        :, :, None
-    ] - residuals * residuals / (2.0 * variances)[:, :, None]
+    if grouping is None:
+        log_prob = (np.log(weights) - 0.5 * np.log(2.0 * np.pi * variances))[
+            :, :, None
+        ] - residuals * residuals / (2.0 * variances)[:, :, None]
+    else:
+        log_density = (
+            -0.5 * np.log(2.0 * np.pi * variances)[:, :, None]
+            - residuals * residuals / (2.0 * variances)[:, :, None]
+        )
+        if sample_weight is not None:
+            log_density *= sample_weight
+        log_prob = np.log(weights)[:, :, None] + grouping.sum(log_density)
     top = log_prob[:, 0].copy()
     for component in range(1, n_components):
         np.maximum(top, log_prob[:, component], out=top)
@@ -62,7 +97,17 @@ def e_step(
     total = log_prob.sum(axis=1)
     log_prob /= total[:, None, :]
     log_norm = top + np.log(total)
-    return log_prob, log_norm.mean(axis=1), residuals
+    if grouping is None:
+        log_likelihood = weighted_mean(log_norm, sample_weight)
+        return EStep(log_prob, log_likelihood, residuals, None, log_prob)
+    total_weight = Z.shape[0] if sample_weight is None else float(sample_weight.sum())
+    return EStep(
+        responsibilities=log_prob[:, :, grouping.codes],
+        log_likelihood=log_norm.sum(axis=1) / total_weight,
+        residuals=residuals,
+        mixing=log_prob.mean(axis=2),
+        unit_posteriors=log_prob,
+    )
 
 
 def m_step(
@@ -71,14 +116,21 @@ def m_step(
     responsibilities: FloatArray,
     previous_theta: FloatArray,
     variance_floor: float,
+    *,
+    sample_weight: FloatArray | None = None,
+    mixing: FloatArray | None = None,
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Weighted least squares per line, then the weights and noise variances (many starts).
 
-    A line with (numerically) no responsibility mass keeps its previous value rather than
-    collapsing to the zero line.
+    Each row's responsibility is multiplied by its sample weight. The mixture weights are
+    ``mixing`` when given (the groups' mean posterior), else each line's share of the
+    responsibility mass. A line with (numerically) no responsibility mass keeps its previous
+    value rather than collapsing to the zero line.
     """
     n_starts, n_components, n_samples = responsibilities.shape
     n_params = Z.shape[1]
+    if sample_weight is not None:
+        responsibilities = responsibilities * sample_weight
     mass = responsibilities.sum(axis=2)
     fitted = lstsq_weighted(Z, y, responsibilities.reshape(-1, n_samples)).reshape(
         n_starts, n_components, n_params
@@ -91,24 +143,34 @@ def m_step(
         mass, np.finfo(np.float64).tiny
     )
     variances = np.maximum(variances, variance_floor)
-    weights = np.maximum(mass / n_samples, _WEIGHT_FLOOR)
+    if mixing is None:
+        total_weight = n_samples if sample_weight is None else float(sample_weight.sum())
+        mixing = mass / total_weight
+    weights = np.maximum(mixing, _WEIGHT_FLOOR)
     return theta, weights / weights.sum(axis=1, keepdims=True), variances
 
 
 def initial_parameters(
-    Z: FloatArray, y: FloatArray, theta: FloatArray, variance_floor: float
+    Z: FloatArray,
+    y: FloatArray,
+    theta: FloatArray,
+    variance_floor: float,
+    *,
+    sample_weight: FloatArray | None = None,
+    grouping: Grouping | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     """Weights and variances that go with given lines: from the hard partition they induce.
 
     ``theta`` has shape (n_components, n_params); the results have shape (n_components,).
     """
-    residuals, labels = assign(Z, y, theta)
+    squared, labels = assign_many(Z, y, theta[None], sample_weight=sample_weight, grouping=grouping)
+    squared, labels = squared[0], labels[0]
     n_components = theta.shape[0]
-    best = residuals[labels, np.arange(Z.shape[0])]
-    counts = np.bincount(labels, minlength=n_components).astype(np.float64)
-    squared = np.bincount(labels, weights=best * best, minlength=n_components)
-    overall = float(np.mean(best * best))
-    variances = np.where(counts > 0, squared / np.maximum(counts, 1.0), overall)
+    row_weight = np.ones(Z.shape[0]) if sample_weight is None else sample_weight
+    counts = np.bincount(labels, weights=row_weight, minlength=n_components)
+    sums = np.bincount(labels, weights=row_weight * squared, minlength=n_components)
+    overall = float(weighted_mean(squared, sample_weight))
+    variances = np.where(counts > 0, sums / np.where(counts > 0, counts, 1.0), overall)
     variances = np.maximum(variances, variance_floor)
     weights = np.maximum(counts / counts.sum(), _WEIGHT_FLOOR)
     return weights / weights.sum(), variances
@@ -137,6 +199,8 @@ def em_batch(
     deadline: float | None = None,
     callback: StepCallback | None = None,
     variance_floor: float | None = None,
+    sample_weight: FloatArray | None = None,
+    grouping: Grouping | None = None,
 ) -> EMBatchResult:
     """EM from many starts at once; each stops when its log-likelihood settles.
 
@@ -151,26 +215,50 @@ def em_batch(
         Called after every iteration with (iteration, smallest min-loss of the running starts).
     variance_floor : float, optional
         Smallest noise variance of a line; by default a tiny fraction of ``var(y)``.
+    sample_weight : ndarray of shape (n_samples,), optional
+        Positive row weights (a row of weight ``w`` counts as ``w`` copies).
+    grouping : Grouping, optional
+        Rows of a group share one line: posteriors are the groups'.
     """
     thetas = np.array(thetas, dtype=np.float64)
     n_starts, n_components, _ = thetas.shape
     if variance_floor is None:
-        variance_floor = _VARIANCE_FLOOR * max(float(np.var(y)), 0.0) + 1e-300
+        if sample_weight is None:
+            spread = float(np.var(y))
+        else:
+            centred = y - weighted_mean(y, sample_weight)
+            spread = float(weighted_mean(centred * centred, sample_weight))
+        variance_floor = _VARIANCE_FLOOR * max(spread, 0.0) + 1e-300
     weights = np.empty((n_starts, n_components))
     variances = np.empty((n_starts, n_components))
     for start in range(n_starts):
-        weights[start], variances[start] = initial_parameters(Z, y, thetas[start], variance_floor)
+        weights[start], variances[start] = initial_parameters(
+            Z, y, thetas[start], variance_floor, sample_weight=sample_weight, grouping=grouping
+        )
     losses: list[list[float]] = [[] for _ in range(n_starts)]
     likelihoods: list[list[float]] = [[] for _ in range(n_starts)]
     n_iter = np.zeros(n_starts, dtype=np.intp)
     converged = np.zeros(n_starts, dtype=bool)
     active = np.arange(n_starts)
     for iteration in range(max_iter + 1):
-        responsibilities, log_likelihood, residuals = e_step(
-            Z, y, thetas[active], weights[active], variances[active]
+        expectation = e_step(
+            Z,
+            y,
+            thetas[active],
+            weights[active],
+            variances[active],
+            sample_weight=sample_weight,
+            grouping=grouping,
         )
+        responsibilities, log_likelihood = expectation.responsibilities, expectation.log_likelihood
+        mixing = expectation.mixing
+        residuals = expectation.residuals
         np.square(residuals, out=residuals)
-        loss = residuals.min(axis=1).mean(axis=1)
+        if grouping is None:
+            loss = weighted_mean(residuals.min(axis=1), sample_weight)
+        else:
+            squared, _ = grouped_assignment(residuals, sample_weight, grouping)
+            loss = weighted_mean(squared, sample_weight)
         settled = np.zeros(active.size, dtype=bool)
         for position, start in enumerate(active.tolist()):
             if iteration > 0:
@@ -188,7 +276,13 @@ def em_batch(
         if active.size == 0 or iteration == max_iter or out_of_time:
             break
         thetas[active], weights[active], variances[active] = m_step(
-            Z, y, responsibilities, thetas[active], variance_floor
+            Z,
+            y,
+            responsibilities,
+            thetas[active],
+            variance_floor,
+            sample_weight=sample_weight,
+            mixing=None if mixing is None else mixing[keep],
         )
         n_iter[active] += 1
     return EMBatchResult(
@@ -211,12 +305,15 @@ def em(
     tol: float,
     deadline: float | None = None,
     callback: StepCallback | None = None,
+    sample_weight: FloatArray | None = None,
+    grouping: Grouping | None = None,
 ) -> EMResult:
     """Fit a Gaussian mixture of regressions by EM, starting from the given lines.
 
     Model: ``y | z ~ sum_j w_j N(<z, theta_j>, sigma_j^2)``. Stops when the mean
     log-likelihood per row changes by at most ``tol`` or after ``max_iter`` iterations. A line whose
     weight collapses keeps finite parameters (weights and variances are floored).
+    ``sample_weight`` and ``grouping`` as in :func:`em_batch`.
 
     Returns
     -------
@@ -224,7 +321,15 @@ def em(
         ``loss_history`` holds the min-loss of the lines after each iteration.
     """
     batch = em_batch(
-        Z, y, theta[None], max_iter=max_iter, tol=tol, deadline=deadline, callback=callback
+        Z,
+        y,
+        theta[None],
+        max_iter=max_iter,
+        tol=tol,
+        deadline=deadline,
+        callback=callback,
+        sample_weight=sample_weight,
+        grouping=grouping,
     )
     return EMResult(
         theta=batch.thetas[0],

@@ -14,16 +14,25 @@ from numpy.typing import ArrayLike, NDArray
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
-from ._am import SolverResult, refit_exactly_until_stable
+from ._am import SolverResult, assign_many, refit_exactly_until_stable
 from ._auto import AutoResult, default_n_init, fit_auto
 from ._document import lines_document, read_lines
-from ._em import EMResult
-from ._loss import assign, predict_lines, row_min_losses, single_threaded_blas
-from ._solvers import SOLVERS, FitContext
+from ._em import EMResult, e_step
+from ._loss import (
+    Grouping,
+    predict_lines,
+    row_min_losses,
+    single_threaded_blas,
+    weighted_mean,
+    weighted_min_loss,
+)
+from ._solvers import GROUPED_ALGORITHMS, SOLVERS, FitContext
 from ._subsample import capped_stirling2, largest_enumerable_size
 from ._validation import (
     PARAMETER_NAMES,
     check_algorithm,
+    check_groups,
+    check_sample_weight,
     check_X,
     check_X_y,
     resolve_parameters,
@@ -93,9 +102,17 @@ class _Scaling:
 
     @classmethod
     def of(
-        cls, X: FloatArray, y: FloatArray, fit_intercept: bool
+        cls,
+        X: FloatArray,
+        y: FloatArray,
+        fit_intercept: bool,
+        sample_weight: FloatArray | None = None,
     ) -> tuple[_Scaling, FloatArray, FloatArray]:
-        """The scaling of (X, y), with the design matrix and target in its units."""
+        """The scaling of (X, y), with the design matrix and target in its units.
+
+        With positive ``sample_weight``, means and standard deviations are weighted (a row
+        of integer weight ``w`` counts as ``w`` copies); extents do not depend on weights.
+        """
         y_extent = float(np.max(np.abs(y)))
         if y_extent > MAX_ABS_Y:
             raise ValueError(
@@ -112,16 +129,25 @@ class _Scaling:
         np.divide(X, extent, out=features)
         x_mean = np.zeros(n_features)
         if fit_intercept:
-            x_mean = features.mean(axis=0)
+            x_mean = (
+                features.mean(axis=0)
+                if sample_weight is None
+                else (sample_weight @ features) / sample_weight.sum()
+            )
             features -= x_mean
             Z[:, n_features] = 1.0
-        spread = np.sqrt(np.einsum("ij,ij->j", features, features) / n_samples)
+        if sample_weight is None:
+            spread = np.sqrt(np.einsum("ij,ij->j", features, features) / n_samples)
+        else:
+            spread = np.sqrt(
+                np.einsum("i,ij,ij->j", sample_weight, features, features) / sample_weight.sum()
+            )
         spread[spread <= np.finfo(np.float64).tiny] = 1.0
         features /= spread
         row_norm = float(np.sqrt(np.max(np.einsum("ij,ij->i", features, features))))
         row_norm = row_norm if row_norm > 0.0 else 1.0
         features /= row_norm
-        y_mean = float(np.mean(y)) if fit_intercept else 0.0
+        y_mean = float(weighted_mean(y, sample_weight)) if fit_intercept else 0.0
         y_centred = y - y_mean
         y_scale = float(np.max(np.abs(y_centred))) or 1.0
         scaling = cls(
@@ -179,6 +205,14 @@ def _ends_in_least_squares(algorithm: str) -> bool:
     """Whether the algorithm ends at a fixed point of classical AM: each line the least-squares
     line of the rows it wins (the other algorithms keep their own, documented last step)."""
     return algorithm == "auto"
+
+
+def _scaled_loss(ctx: FitContext, theta: FloatArray) -> float:
+    """The (weighted, grouped) min-loss of lines in the scaled units of the fit."""
+    squared, _ = assign_many(
+        ctx.Z, ctx.y, theta[None], sample_weight=ctx.sample_weight, grouping=ctx.grouping
+    )
+    return float(weighted_mean(squared[0], ctx.sample_weight))
 
 
 class DegenerateFitWarning(UserWarning):
@@ -344,8 +378,9 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
     coef_ : ndarray of shape (n_components, n_features)
     intercept_ : ndarray of shape (n_components,)
     shares_ : ndarray of shape (n_components,)
-        Fraction of training rows each line predicts best. Components are ordered by share,
-        largest first (ties by intercept, then coefficients).
+        Fraction of training rows each line predicts best (of their total weight, with
+        sample weights; with groups, each row counts for its group's line). Components are
+        ordered by share, largest first (ties by intercept, then coefficients).
     loss_history_ : ndarray
         Training min-loss per iteration (AM, EM) or best candidate per batch of partitions
         followed by the loss after the refit (sub-sample algorithms); for ``subsample+am`` the
@@ -361,10 +396,17 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         algorithms and the polish of ``auto``), every partition tried (sub-sample
         algorithms). False when ``max_iter`` or the time budget stopped it.
     train_loss_ : float
-        Training min-loss of the fitted lines.
+        Training min-loss of the fitted lines (weighted, and grouped, as the fit was).
     weights_, noise_variance_ : ndarray of shape (n_components,)
         Only for ``em``: the mixture weights and per-line noise variances (caller's units).
     n_features_in_ : int
+    group_labels_ : ndarray of shape (n_groups,)
+        Only after a fit with ``groups``: the distinct training groups, sorted (groups whose
+        rows all weigh zero are left out).
+    group_line_ : ndarray of shape (n_groups,)
+        Only after a fit with ``groups``: the line of each of ``group_labels_``.
+    group_posterior_ : ndarray of shape (n_groups, n_components)
+        Only after an ``em`` fit with ``groups``: each group's posterior over the lines.
     candidates_ : list of dict
         Only for ``auto``: every candidate tried, in order, with its ``source``, its training
         min-loss before and after polishing (``min_loss_before``, ``min_loss_after``, caller's
@@ -463,7 +505,13 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         return params
 
     def fit(
-        self, X: ArrayLike, y: ArrayLike, progress: ProgressCallback | None = None
+        self,
+        X: ArrayLike,
+        y: ArrayLike,
+        sample_weight: ArrayLike | None = None,
+        groups: ArrayLike | None = None,
+        *,
+        progress: ProgressCallback | None = None,
     ) -> MixtureOfLinearRegressions:
         """Fit the k lines.
 
@@ -471,6 +519,25 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         ----------
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), optional
+            Non-negative row weights, read as replication weights (as flexmix's): every
+            algorithm minimizes or maximizes the weighted objective (weighted min-loss
+            ``(1/W) sum_i w_i min_j r_ij^2`` with ``W = sum_i w_i``, weighted likelihood for
+            EM), its scaling statistics and least-squares fits are weighted, and the
+            sub-sample and random-row draws pick a row with probability proportional to its
+            weight. From the same start, an integer weight gives the lines that many copies of
+            the row give, and a zero weight the lines without the row (zero-weight rows are
+            dropped first). Where a random algorithm draws rows (``subsample``,
+            ``subsample+am``, the sources of ``auto``, RANSAC's minimal subsets) a weighted fit
+            is not the same random draw as one on repeated rows, so the two agree only from the
+            same drawn start. Equal weights fit as no weights.
+        groups : array-like of shape (n_samples,), optional
+            A hashable label per row; every row of a group is assigned to the same line. The
+            min-loss becomes ``(1/W) sum_g min_j sum_{i in g} w_i r_ij^2``; ``am-classic``
+            assigns whole groups, ``em`` gives each group a posterior (the product of its rows'
+            likelihoods) and ``auto`` polishes every candidate by grouped classical AM and
+            moves whole groups. Other algorithms raise ValueError. With one row per group the
+            fit is the ungrouped one.
         progress : callable, optional
             ``progress(fraction, info)`` is called as the fit advances, with ``info`` holding
             ``iteration``, ``candidates_tried`` and ``best_loss`` (training min-loss so far, in
@@ -480,12 +547,40 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         Returns
         -------
         self
+
+        Raises
+        ------
+        ValueError
+            Naming ``sample_weight`` (negative, NaN or infinite weights, wrong length, every
+            weight zero) or ``groups`` (wrong length, a missing label, an algorithm that does
+            not fit groups), or the parameter that is wrong.
         """
         started = time.monotonic()
         X_arr, y_arr = check_X_y(X, y)
+        weights = None if sample_weight is None else check_sample_weight(sample_weight, len(y_arr))
+        group_labels: NDArray[Any] | None = None
+        codes: NDArray[np.intp] | None = None
+        if groups is not None:
+            if self.algorithm not in GROUPED_ALGORITHMS:
+                raise ValueError(
+                    f"groups: algorithm={self.algorithm!r} does not fit groups; use one of "
+                    f"{', '.join(repr(name) for name in GROUPED_ALGORITHMS)}"
+                )
+            group_labels, codes = check_groups(groups, len(y_arr))
+        if weights is not None:
+            kept = weights > 0
+            if not kept.all():
+                # A row of weight zero is a row that is not there.
+                X_arr, y_arr, weights = X_arr[kept], y_arr[kept], weights[kept]
+                if codes is not None and group_labels is not None:
+                    present, codes = np.unique(codes[kept], return_inverse=True)
+                    group_labels, codes = group_labels[present], codes.ravel()
+            if np.all(weights == weights[0]):
+                weights = None
+        grouping = None if codes is None else Grouping.of(codes)
         n_samples, n_features = X_arr.shape
         params = self.resolved_parameters(n_samples, n_features)
-        scaling, Z, y_scaled = _Scaling.of(X_arr, y_arr, bool(self.fit_intercept))
+        scaling, Z, y_scaled = _Scaling.of(X_arr, y_arr, bool(self.fit_intercept), weights)
         if params.get("init") is not None:
             params["init"] = scaling.to_scaled(params["init"])
         budget = params.get("time_budget")
@@ -500,29 +595,41 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             started=started,
             loss_scale=scaling.y_scale**2,
             progress=progress,
+            sample_weight=weights,
+            grouping=grouping,
         )
         with single_threaded_blas():
             result = _SOLVERS[self.algorithm](ctx)
             if _ends_in_least_squares(self.algorithm):
                 before = result.loss
                 result.theta = refit_exactly_until_stable(
-                    ctx.Z, ctx.y, result.theta, deadline=ctx.deadline
+                    ctx.Z,
+                    ctx.y,
+                    result.theta,
+                    deadline=ctx.deadline,
+                    sample_weight=weights,
+                    grouping=grouping,
                 )
-                residuals, _ = assign(ctx.Z, ctx.y, result.theta)
-                after = float(np.mean(np.min(residuals * residuals, axis=0)))
+                after = _scaled_loss(ctx, result.theta)
                 if after < before * (1.0 - 1e-9):
                     result.loss_history = [*result.loss_history, after]
 
         coef, intercept = scaling.to_caller(result.theta)
-        residuals, labels = assign(ctx.Z, ctx.y, result.theta)
-        shares = np.bincount(labels, minlength=ctx.n_components) / n_samples
+        _, labels = assign_many(
+            ctx.Z, ctx.y, result.theta[None], sample_weight=weights, grouping=grouping
+        )
+        row_weight = np.ones(n_samples) if weights is None else weights
+        shares = np.bincount(labels[0], weights=row_weight, minlength=ctx.n_components).astype(
+            np.float64
+        ) / float(row_weight.sum())
+        rows_per_line = np.bincount(labels[0], minlength=ctx.n_components)
         order = np.lexsort((*coef.T[::-1], intercept, -shares))
         self.coef_ = coef[order]
         self.intercept_ = intercept[order]
         self.shares_ = shares[order]
         self.loss_history_ = _in_caller_units(result.loss_history, ctx.loss_scale)
-        self.train_loss_ = float(
-            row_min_losses(y_arr, predict_lines(X_arr, self.coef_, self.intercept_)).mean()
+        self.train_loss_ = weighted_min_loss(
+            y_arr, predict_lines(X_arr, self.coef_, self.intercept_), weights, grouping
         )
         self.n_iter_ = result.n_iter
         self.n_candidates_ = result.n_candidates
@@ -536,16 +643,49 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             self.candidates_ = [
                 candidate.to_dict(ctx.loss_scale) for candidate in result.candidates
             ]
+        for grouped_attribute in ("group_labels_", "group_line_", "group_posterior_"):
+            if hasattr(self, grouped_attribute):
+                delattr(self, grouped_attribute)
+        if grouping is not None and group_labels is not None:
+            self._set_groups(ctx, result, group_labels, labels[0], order)
         _warn_if_unconverged(self.algorithm, result, params, ctx.deadline)
-        _warn_if_degenerate(self.shares_ * n_samples, ctx.Z.shape[1])
+        _warn_if_degenerate(rows_per_line[order].astype(np.float64), ctx.Z.shape[1])
         ctx.report(
             1.0,
             iteration=result.n_iter,
             candidates=result.n_candidates or None,
             # In scaled units: train_loss_ / loss_scale is 0 / 0 when y_scale**2 underflows.
-            loss=float(np.mean(np.take_along_axis(residuals, labels[None, :], axis=0) ** 2)),
+            loss=_scaled_loss(ctx, result.theta),
         )
         return self
+
+    def _set_groups(
+        self,
+        ctx: FitContext,
+        result: SolverResult,
+        group_labels: NDArray[Any],
+        row_lines: NDArray[np.intp],
+        order: NDArray[np.intp],
+    ) -> None:
+        """The fitted groups: their labels, each one's line and, for EM, its posterior."""
+        assert ctx.grouping is not None
+        position = np.argsort(order)
+        group_line = np.zeros(ctx.grouping.n_groups, dtype=np.intp)
+        group_line[ctx.grouping.codes] = position[row_lines]
+        self.group_labels_ = group_labels
+        self.group_line_ = group_line
+        if isinstance(result, EMResult):
+            assert result.weights is not None and result.variances is not None
+            expectation = e_step(
+                ctx.Z,
+                ctx.y,
+                result.theta[None],
+                result.weights[None],
+                result.variances[None],
+                sample_weight=ctx.sample_weight,
+                grouping=ctx.grouping,
+            )
+            self.group_posterior_ = expectation.unit_posteriors[0][order].T
 
     def to_dict(self, feature_names: Sequence[str] | None = None) -> dict[str, Any]:
         """The fitted lines as a JSON-ready document (plain numbers and names, never pickle)
@@ -623,14 +763,60 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         X_arr = check_X(X, n_features=self.n_features_in_)
         return predict_lines(X_arr, self.coef_, self.intercept_)
 
-    def min_loss(self, X: ArrayLike, y: ArrayLike) -> float:
-        """The paper's min-loss of the fitted lines on (X, y)."""
+    def min_loss(
+        self,
+        X: ArrayLike,
+        y: ArrayLike,
+        sample_weight: ArrayLike | None = None,
+        groups: ArrayLike | None = None,
+    ) -> float:
+        """The paper's min-loss of the fitted lines on (X, y).
+
+        With ``sample_weight``, ``(1/W) sum_i w_i min_j r_ij^2``; with ``groups``, each
+        group takes its own best line: ``(1/W) sum_g min_j sum_{i in g} w_i r_ij^2``.
+        """
         self._check_fitted()
         X_arr, y_arr = check_X_y(X, y)
         predictions = predict_lines(
             check_X(X_arr, n_features=self.n_features_in_), self.coef_, self.intercept_
         )
-        return float(row_min_losses(y_arr, predictions).mean())
+        if sample_weight is None and groups is None:
+            return float(row_min_losses(y_arr, predictions).mean())
+        weights = None if sample_weight is None else check_sample_weight(sample_weight, len(y_arr))
+        grouping = None if groups is None else Grouping.of(check_groups(groups, len(y_arr))[1])
+        return weighted_min_loss(y_arr, predictions, weights, grouping)
+
+    def predict_group(self, groups: ArrayLike) -> NDArray[np.intp]:
+        """The line of each training group, -1 for a group not seen in training.
+
+        Parameters
+        ----------
+        groups : array-like of shape (n_samples,)
+            Group labels, of the type given to :meth:`fit`.
+
+        Returns
+        -------
+        lines : ndarray of shape (n_samples,)
+        """
+        self._check_fitted()
+        if not hasattr(self, "group_line_"):
+            raise NotFittedError("This MixtureOfLinearRegressions was not fitted with groups.")
+        labels = np.asarray(groups)
+        if labels.ndim != 1:
+            raise ValueError(f"groups must be 1-dimensional; got shape {labels.shape}")
+        try:
+            at = np.searchsorted(self.group_labels_, labels)
+        except TypeError as exc:
+            raise ValueError(
+                f"groups must be labels of the type the model was fitted with: {exc}"
+            ) from None
+        inside = at < self.group_labels_.size
+        known = np.zeros(labels.shape[0], dtype=bool)
+        known[inside] = self.group_labels_[at[inside]] == labels[inside]
+        lines: NDArray[np.intp] = np.where(
+            known, self.group_line_[np.where(known, at, 0)], -1
+        ).astype(np.intp)
+        return lines
 
     def best_component(self, X: ArrayLike, y: ArrayLike) -> NDArray[np.intp]:
         """Index of the line that predicts each row best (ties to the lowest index)."""

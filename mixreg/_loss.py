@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
@@ -39,6 +40,74 @@ def single_threaded_blas() -> Iterator[None]:
         yield
 
 
+@dataclass(frozen=True)
+class Grouping:
+    """Rows bound together: every row of a group belongs to the same line.
+
+    Sums over a group's rows are one ``np.bincount`` over all rows (rows need not be sorted),
+    never a loop over groups.
+    """
+
+    codes: NDArray[np.intp]
+    """Shape (n_samples,): each row's group, in ``range(n_groups)``."""
+    n_groups: int
+
+    @classmethod
+    def of(cls, codes: NDArray[np.intp]) -> Grouping:
+        return cls(codes=np.asarray(codes, dtype=np.intp), n_groups=int(codes.max()) + 1)
+
+    def sum(self, values: FloatArray) -> FloatArray:
+        """Sums over each group's rows of ``values`` (..., n_samples): shape (..., n_groups)."""
+        lead = values.shape[:-1]
+        n_sets = int(np.prod(lead, dtype=np.intp))
+        flat = (np.arange(n_sets)[:, None] * self.n_groups + self.codes).ravel()
+        sums: FloatArray = np.bincount(
+            flat, weights=values.reshape(n_sets, -1).ravel(), minlength=n_sets * self.n_groups
+        ).astype(np.float64, copy=False)
+        return sums.reshape(*lead, self.n_groups)
+
+    def subset(self, rows: NDArray[np.intp]) -> Grouping:
+        """The grouping of the chosen rows, groups renumbered from 0."""
+        _, codes = np.unique(self.codes[rows], return_inverse=True)
+        return Grouping.of(codes.astype(np.intp).ravel())
+
+
+def weighted_mean(values: FloatArray, sample_weight: FloatArray | None) -> FloatArray:
+    """Mean over the last axis, weighted by ``sample_weight`` when given."""
+    if sample_weight is None:
+        mean: FloatArray = values.mean(axis=-1)
+        return mean
+    weighted: FloatArray = (values @ sample_weight) / sample_weight.sum()
+    return weighted
+
+
+def grouped_assignment(
+    squared: FloatArray, sample_weight: FloatArray | None, grouping: Grouping
+) -> tuple[FloatArray, NDArray[np.intp]]:
+    """Each group's line and each row's squared residual under it.
+
+    Parameters
+    ----------
+    squared : ndarray of shape (n_sets, n_components, n_samples)
+        Squared residuals of every line of every line set.
+    sample_weight : ndarray of shape (n_samples,), optional
+    grouping : Grouping
+
+    Returns
+    -------
+    row_squared : ndarray of shape (n_sets, n_samples)
+        Each row's squared residual under its group's line.
+    labels : ndarray of shape (n_sets, n_samples)
+        Each row's group's line: the one of smallest (weighted) sum of squared residuals over
+        the group's rows, ties to the lowest index.
+    """
+    weighted = squared if sample_weight is None else squared * sample_weight
+    _, group_labels = smallest_by_line(grouping.sum(weighted), axis=1)
+    labels = group_labels[:, grouping.codes]
+    row_squared = np.take_along_axis(squared, labels[:, None, :], axis=1)[:, 0, :]
+    return row_squared, labels
+
+
 def predict_lines(X: FloatArray, coef: FloatArray, intercept: FloatArray) -> FloatArray:
     """Predict with every line: the list decoding.
 
@@ -58,18 +127,23 @@ def predict_lines(X: FloatArray, coef: FloatArray, intercept: FloatArray) -> Flo
     return predictions
 
 
-def min_loss(y: FloatArray, predictions: FloatArray) -> float:
+def min_loss(
+    y: FloatArray, predictions: FloatArray, sample_weight: FloatArray | None = None
+) -> float:
     """Min-loss of a list-decoded prediction: mean over rows of the best squared error.
 
     Parameters
     ----------
     y : array-like of shape (n_samples,)
     predictions : array-like of shape (n_samples, n_components)
+    sample_weight : array-like of shape (n_samples,), optional
+        Non-negative row weights, not all zero.
 
     Returns
     -------
     loss : float
-        ``(1/n) * sum_i min_j (y_i - predictions[i, j]) ** 2``.
+        ``(1/n) * sum_i min_j (y_i - predictions[i, j]) ** 2``; with weights,
+        ``(1/W) * sum_i w_i min_j (y_i - predictions[i, j]) ** 2``, ``W = sum_i w_i``.
     """
     y_arr = np.asarray(y, dtype=np.float64)
     pred = np.asarray(predictions, dtype=np.float64)
@@ -80,7 +154,33 @@ def min_loss(y: FloatArray, predictions: FloatArray) -> float:
         )
     if y_arr.shape[0] == 0:
         raise ValueError("min_loss needs at least one row")
+    if sample_weight is not None:
+        weights = np.asarray(sample_weight, dtype=np.float64)
+        if weights.shape != y_arr.shape or not np.all(weights >= 0) or not weights.sum() > 0:
+            raise ValueError(
+                f"sample_weight must hold {y_arr.shape[0]} non-negative numbers, not all zero"
+            )
+        return weighted_min_loss(y_arr, pred, weights)
     return float(row_min_losses(y_arr, pred).mean())
+
+
+def weighted_min_loss(
+    y: FloatArray,
+    predictions: FloatArray,
+    sample_weight: FloatArray | None = None,
+    grouping: Grouping | None = None,
+) -> float:
+    """The min-loss with row weights and groups.
+
+    ``(1/W) sum_i w_i min_j (y_i - predictions[i, j])^2`` with ``W = sum_i w_i``; with
+    groups, ``(1/W) sum_g min_j sum_{i in g} w_i (y_i - predictions[i, j])^2``. Without
+    either, :func:`min_loss`.
+    """
+    if grouping is None:
+        return float(weighted_mean(row_min_losses(y, predictions), sample_weight))
+    residuals = predictions.T - y
+    squared, _ = grouped_assignment((residuals * residuals)[None], sample_weight, grouping)
+    return float(weighted_mean(squared[0], sample_weight))
 
 
 def row_min_losses(y: FloatArray, predictions: FloatArray) -> FloatArray:
@@ -156,7 +256,12 @@ def smallest_by_line(values: FloatArray, axis: int) -> tuple[FloatArray, NDArray
     return smallest, labels
 
 
-def score_candidates(Z: FloatArray, y: FloatArray, candidates: FloatArray) -> FloatArray:
+def score_candidates(
+    Z: FloatArray,
+    y: FloatArray,
+    candidates: FloatArray,
+    sample_weight: FloatArray | None = None,
+) -> FloatArray:
     """Min-loss of many candidate line sets on all rows, with one matrix product per row block.
 
     Parameters
@@ -164,6 +269,8 @@ def score_candidates(Z: FloatArray, y: FloatArray, candidates: FloatArray) -> Fl
     Z : ndarray of shape (n_samples, n_params)
     y : ndarray of shape (n_samples,)
     candidates : ndarray of shape (n_candidates, n_components, n_params)
+    sample_weight : ndarray of shape (n_samples,), optional
+        Row weights: the min-loss is then their weighted mean of best squared errors.
 
     Returns
     -------
@@ -185,8 +292,10 @@ def score_candidates(Z: FloatArray, y: FloatArray, candidates: FloatArray) -> Fl
         for component in range(1, n_components):
             columns = slice(component * n_candidates, (component + 1) * n_candidates)
             np.minimum(best, squared[:, columns], out=best)
-        totals += np.ones(stop - start) @ best
-    losses: FloatArray = totals / n_samples
+        row_weights = np.ones(stop - start) if sample_weight is None else sample_weight[start:stop]
+        totals += row_weights @ best
+    total_weight = n_samples if sample_weight is None else float(sample_weight.sum())
+    losses: FloatArray = totals / total_weight
     return losses
 
 
@@ -209,10 +318,16 @@ class CandidateScorer:
     ----------
     Z : ndarray of shape (n_samples, n_params)
     y : ndarray of shape (n_samples,)
+    sample_weight : ndarray of shape (n_samples,), optional
+        Row weights of the min-loss.
     """
 
-    def __init__(self, Z: FloatArray, y: FloatArray) -> None:
-        self.Z, self.y = Z, y
+    def __init__(
+        self, Z: FloatArray, y: FloatArray, sample_weight: FloatArray | None = None
+    ) -> None:
+        self.Z, self.y, self.sample_weight = Z, y, sample_weight
+        self._weights32 = None if sample_weight is None else sample_weight.astype(np.float32)
+        self._total_weight = float(Z.shape[0] if sample_weight is None else sample_weight.sum())
         n_samples, n_params = Z.shape
         self._Zy = np.empty((n_samples, n_params + 1), dtype=np.float32)
         self._Zy[:, :n_params] = Z
@@ -239,7 +354,7 @@ class CandidateScorer:
                     ),
                     start=np.zeros(n_candidates),
                 )
-        approx: NDArray[np.float32] = (totals / n_samples).astype(np.float32)
+        approx: NDArray[np.float32] = (totals / self._total_weight).astype(np.float32)
         approx[~np.isfinite(approx)] = np.inf
         return approx
 
@@ -260,7 +375,10 @@ class CandidateScorer:
                 for component in range(1, n_components):
                     columns = slice(component * n_candidates, (component + 1) * n_candidates)
                     np.fmin(best, squared[:, columns], out=best)
-                totals += ones[: stop - start] @ best
+                row_weights = (
+                    ones[: stop - start] if self._weights32 is None else self._weights32[start:stop]
+                )
+                totals += row_weights @ best
         return totals
 
     def best(self, candidates: FloatArray) -> tuple[int, float]:
@@ -272,6 +390,6 @@ class CandidateScorer:
         else:
             margin = _SCREEN_RELATIVE_MARGIN * floor + _SCREEN_ABSOLUTE_MARGIN
             near = np.flatnonzero(approx <= floor + margin)
-        exact = score_candidates(self.Z, self.y, candidates[near])
+        exact = score_candidates(self.Z, self.y, candidates[near], self.sample_weight)
         winner = int(np.argmin(exact))
         return int(near[winner]), float(exact[winner])

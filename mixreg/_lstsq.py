@@ -288,7 +288,10 @@ def lstsq_of_rows(rows: FloatArray, weights: FloatArray | None, centre: bool) ->
 
 
 def lstsq_of_parts(
-    Z: FloatArray, y: FloatArray, parts: NDArray[np.intp], valid: NDArray[np.bool_]
+    Z: FloatArray,
+    y: FloatArray,
+    parts: NDArray[np.intp],
+    valid: NDArray[np.bool_] | FloatArray,
 ) -> FloatArray:
     """Least squares of each part's rows, given as padded row indices, in batches.
 
@@ -299,6 +302,7 @@ def lstsq_of_parts(
     parts : ndarray of shape (n_parts, width)
         Row indices of each part; entries where ``valid`` is False are padding.
     valid : ndarray of shape (n_parts, width)
+        Which entries are rows, or each entry's weight (0 for padding).
 
     Returns
     -------
@@ -382,7 +386,12 @@ def _shares_products(n_parts: int, n_params: int) -> bool:
 
 
 def normal_equations_by_label(
-    Z: FloatArray, y: FloatArray, labels: NDArray[np.intp], n_components: int
+    Z: FloatArray,
+    y: FloatArray,
+    labels: NDArray[np.intp],
+    n_components: int,
+    *,
+    sample_weight: FloatArray | None = None,
 ) -> tuple[FloatArray, FloatArray, NDArray[np.intp]]:
     """Uncentred normal equations ``Z_P^T Z_P``, ``Z_P^T y_P`` of every part of many partitions.
 
@@ -396,6 +405,8 @@ def normal_equations_by_label(
     y : ndarray of shape (n_samples,)
     labels : ndarray of shape (n_partitions, n_samples)
     n_components : int
+    sample_weight : ndarray of shape (n_samples,), optional
+        Row weights of the sums.
 
     Returns
     -------
@@ -417,17 +428,26 @@ def normal_equations_by_label(
                 [[0], np.cumsum(np.bincount(block_labels, minlength=n_components))]
             )
             gathered_Z, gathered_y = Zb[order], yb[order]
+            weighted_Z = gathered_Z
+            if sample_weight is not None:
+                block_weights = sample_weight[start : start + rows_per_block][order]
+                weighted_Z = gathered_Z * block_weights[:, None]
             for component in range(n_components):
                 rows = slice(bounds[component], bounds[component + 1])
-                gram[partition, component] += gathered_Z[rows].T @ gathered_Z[rows]
-                rhs[partition, component] += gathered_Z[rows].T @ gathered_y[rows]
+                gram[partition, component] += weighted_Z[rows].T @ gathered_Z[rows]
+                rhs[partition, component] += weighted_Z[rows].T @ gathered_y[rows]
     flat = labels + n_components * np.arange(n_partitions)[:, None]
     counts = np.bincount(flat.ravel(), minlength=n_partitions * n_components)
     return gram, rhs, counts.reshape(n_partitions, n_components)
 
 
 def lstsq_by_labels(
-    Z: FloatArray, y: FloatArray, labels: NDArray[np.intp], n_components: int
+    Z: FloatArray,
+    y: FloatArray,
+    labels: NDArray[np.intp],
+    n_components: int,
+    *,
+    sample_weight: FloatArray | None = None,
 ) -> tuple[FloatArray, NDArray[np.intp]]:
     """Least squares of each part of many partitions of all rows.
 
@@ -442,12 +462,15 @@ def lstsq_by_labels(
     y : ndarray of shape (n_samples,)
     labels : ndarray of shape (n_partitions, n_samples)
     n_components : int
+    sample_weight : ndarray of shape (n_samples,), optional
+        Positive row weights: weighted least squares, centred on the weighted means.
 
     Returns
     -------
     theta : ndarray of shape (n_partitions, n_components, n_params)
         A part with no rows gets zeros; callers decide what to keep instead.
     counts : ndarray of shape (n_partitions, n_components)
+        Rows of each part.
     """
     n_partitions, n_samples = labels.shape
     n_params = Z.shape[1]
@@ -462,6 +485,8 @@ def lstsq_by_labels(
         def membership(start: int, stop: int) -> FloatArray:
             one_hot = (labels[:, None, start:stop] == parts).reshape(n_parts, stop - start)
             weights: FloatArray = one_hot.astype(np.float64)
+            if sample_weight is not None:
+                weights *= sample_weight[start:stop]
             return weights
 
         gram, rhs = _weighted_sums(Z, y, n_parts, membership)
@@ -470,7 +495,7 @@ def lstsq_by_labels(
     centre = has_intercept_column(Z)
     rows_per_block = _block_rows(n_params)
     moments = _Moments.zeros(n_parts, n_params - centre + 1)
-    small: list[tuple[int, FloatArray]] = []
+    small: list[tuple[int, FloatArray, FloatArray | None]] = []
     for start in range(0, n_samples, rows_per_block):
         augmented = _augmented(
             Z[start : start + rows_per_block], y[start : start + rows_per_block], centre
@@ -483,13 +508,20 @@ def lstsq_by_labels(
                 [[0], np.cumsum(np.bincount(block_labels, minlength=n_components))]
             )
             gathered = augmented[order]
+            gathered_weights = (
+                None
+                if sample_weight is None
+                else sample_weight[start : start + rows_per_block][order]
+            )
             for component in range(n_components):
-                rows = gathered[bounds[component] : bounds[component + 1]]
+                part_rows = slice(bounds[component], bounds[component + 1])
+                rows = gathered[part_rows]
+                weights_of_part = None if gathered_weights is None else gathered_weights[part_rows]
                 part = partition * n_components + component
                 if one_block and 0 < rows.shape[0] <= n_params:
-                    small.append((part, rows))
+                    small.append((part, rows, weights_of_part))
                 else:
-                    moments.add(part, rows, centre)
+                    moments.add(part, rows, centre, weights_of_part)
     theta = np.zeros((n_parts, n_params))
     accumulated = moments.weight > 0
     if accumulated.any():
@@ -497,12 +529,12 @@ def lstsq_by_labels(
     if small:
         # Parts with no more rows than parameters (a sub-sample of wide data), padded to one
         # width and solved together.
-        width = max(rows.shape[0] for _, rows in small)
+        width = max(rows.shape[0] for _, rows, _ in small)
         padded = np.zeros((len(small), width, n_params - centre + 1))
         weights = np.zeros((len(small), width))
-        for position, (_, rows) in enumerate(small):
+        for position, (_, rows, row_weights) in enumerate(small):
             padded[position, : rows.shape[0]] = rows
-            weights[position, : rows.shape[0]] = 1.0
+            weights[position, : rows.shape[0]] = 1.0 if row_weights is None else row_weights
         per_batch = max(1, _BLOCK_ELEMENTS // (width * (n_params + 1) + width * width))
         solved = np.concatenate(
             [
@@ -510,7 +542,7 @@ def lstsq_by_labels(
                 for i in range(0, len(small), per_batch)
             ]
         )
-        theta[[part for part, _ in small]] = solved
+        theta[[part for part, _, _ in small]] = solved
     return theta.reshape(n_partitions, n_components, n_params), counts
 
 
@@ -567,7 +599,12 @@ def lstsq_weighted(Z: FloatArray, y: FloatArray, weights: FloatArray) -> FloatAr
 
 
 def refit_exactly(
-    Z: FloatArray, y: FloatArray, labels: NDArray[np.intp], n_components: int
+    Z: FloatArray,
+    y: FloatArray,
+    labels: NDArray[np.intp],
+    n_components: int,
+    *,
+    sample_weight: FloatArray | None = None,
 ) -> tuple[FloatArray, NDArray[np.intp]]:
     """Each part's least-squares line to working precision: centred, then one refinement.
 
@@ -577,7 +614,8 @@ def refit_exactly(
     squared condition number loses: the result agrees with ``LinearRegression`` on the part's
     rows to about ``eps * cond``.
 
-    Parameters and return value as :func:`lstsq_by_label`.
+    Parameters and return value as :func:`lstsq_by_label`, with ``sample_weight`` as in
+    :func:`lstsq_by_labels` (weighted moments and a weighted correction).
     """
     centre = has_intercept_column(Z)
     n_samples, n_params = Z.shape
@@ -587,9 +625,18 @@ def refit_exactly(
     for start in range(0, n_samples, rows_per_block):
         block = slice(start, start + rows_per_block)
         augmented = _augmented(Z[block], y[block], centre)
-        for component, rows in _rows_by_label(augmented, labels[block], n_components):
-            moments.add(component, rows, centre)
-    counts = np.rint(moments.weight).astype(np.intp)
+        if sample_weight is None:
+            for component, rows in _rows_by_label(augmented, labels[block], n_components):
+                moments.add(component, rows, centre)
+            continue
+        # The weights ride along as a last column, gathered with their rows.
+        weighted = np.column_stack([augmented, sample_weight[block]])
+        for component, rows in _rows_by_label(weighted, labels[block], n_components):
+            moments.add(component, rows[:, :-1], centre, rows[:, -1])
+    if sample_weight is None:
+        counts = np.rint(moments.weight).astype(np.intp)
+    else:
+        counts = np.bincount(labels, minlength=n_components).astype(np.intp)
     used = moments.weight > 0
     theta = np.zeros((n_components, n_params))
     if not used.any():
@@ -602,6 +649,9 @@ def refit_exactly(
     for start in range(0, n_samples, rows_per_block):
         block = slice(start, start + rows_per_block)
         residual = y[block] - np.einsum("ij,ij->i", Z[block], theta[labels[block]])
+        if sample_weight is not None:
+            # Weighted cross-products: the residual times its weight, the features as they are.
+            residual *= sample_weight[block]
         augmented = _augmented(Z[block], residual, centre)
         for component, rows in _rows_by_label(augmented, labels[block], n_components):
             centred = rows[:, :n_x] - moments.mean[component, :n_x]

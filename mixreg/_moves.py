@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from ._loss import Grouping
 from ._lstsq import normal_equations_by_label, solve_normal_equations
 
 FloatArray = NDArray[np.float64]
@@ -31,31 +32,55 @@ IntArray = NDArray[np.intp]
 
 @dataclass(frozen=True)
 class Fit:
-    """How a line set fits the rows: best and second-best squared residuals, per-line sums."""
+    """How a line set fits the rows: best and second-best squared residuals, per-line sums.
+
+    With sample weights every sum is weighted; with groups, the units lines own are groups
+    (a group's loss under a line is the weighted sum over its rows) and every row takes its
+    group's line.
+    """
 
     theta: FloatArray
     """Shape (n_components, n_params)."""
     residuals: FloatArray
     """Shape (n_components, n_samples): ``y - Z theta_j``."""
     labels: IntArray
-    """Shape (n_samples,): each row's best line (ties to the lowest index)."""
+    """Shape (n_samples,): each row's line (ties to the lowest index)."""
     best: FloatArray
-    """Shape (n_samples,): each row's smallest squared residual."""
-    second: FloatArray
-    """Shape (n_samples,): each row's second-smallest squared residual."""
+    """Shape (n_samples,): each row's squared residual under its line."""
+    unit_labels: IntArray
+    """Shape (n_units,): each unit's (row's or group's) best line."""
+    unit_best: FloatArray
+    """Shape (n_units,): each unit's smallest (weighted) loss."""
+    unit_second: FloatArray
+    """Shape (n_units,): each unit's second-smallest (weighted) loss."""
 
     @classmethod
-    def of(cls, Z: FloatArray, y: FloatArray, theta: FloatArray) -> Fit:
+    def of(
+        cls,
+        Z: FloatArray,
+        y: FloatArray,
+        theta: FloatArray,
+        sample_weight: FloatArray | None = None,
+        grouping: Grouping | None = None,
+    ) -> Fit:
         residuals = y - theta @ Z.T
         squared = residuals * residuals
-        order = np.argsort(squared, axis=0, kind="stable")[:2]
-        columns = np.arange(Z.shape[0])
+        losses = squared if sample_weight is None else squared * sample_weight
+        if grouping is not None:
+            losses = grouping.sum(losses)
+        order = np.argsort(losses, axis=0, kind="stable")[:2]
+        units = np.arange(losses.shape[1])
+        unit_best = losses[order[0], units]
+        unit_second = losses[order[1], units] if theta.shape[0] > 1 else losses[0]
+        labels = order[0] if grouping is None else order[0][grouping.codes]
         return cls(
             theta=theta,
             residuals=residuals,
-            labels=order[0],
-            best=squared[order[0], columns],
-            second=squared[order[1], columns] if theta.shape[0] > 1 else squared[0],
+            labels=labels,
+            best=squared[labels, np.arange(Z.shape[0])],
+            unit_labels=order[0],
+            unit_best=unit_best,
+            unit_second=unit_second,
         )
 
     @property
@@ -63,40 +88,55 @@ class Fit:
         return int(self.theta.shape[0])
 
     def line_losses(self) -> FloatArray:
-        """Each line's sum of squared residuals over the rows it fits best."""
-        return np.bincount(self.labels, weights=self.best, minlength=self.n_components).astype(
-            np.float64
-        )
+        """Each line's (weighted) sum of squared residuals over the rows it owns."""
+        return np.bincount(
+            self.unit_labels, weights=self.unit_best, minlength=self.n_components
+        ).astype(np.float64)
 
     def drop_costs(self) -> FloatArray:
-        """What each line's removal adds to the summed squared residuals (its rows go to
-        their second-best line)."""
+        """What each line's removal adds to the summed squared residuals (its rows, or
+        groups, go to their second-best line)."""
         costs = np.bincount(
-            self.labels, weights=self.second - self.best, minlength=self.n_components
+            self.unit_labels, weights=self.unit_second - self.unit_best, minlength=self.n_components
         )
         return costs.astype(np.float64)
 
 
 def _part_least_squares(
-    Z: FloatArray, y: FloatArray, labels: IntArray, n_parts: int
+    Z: FloatArray,
+    y: FloatArray,
+    labels: IntArray,
+    n_parts: int,
+    sample_weight: FloatArray | None = None,
 ) -> tuple[FloatArray, FloatArray]:
-    """Each part's least-squares line and the sum of its squared residuals.
+    """Each part's (weighted) least-squares line and the sum of its squared residuals.
 
     Returns
     -------
     lines : ndarray of shape (n_parts, n_params)
     losses : ndarray of shape (n_parts,)
     """
-    gram, rhs, _ = normal_equations_by_label(Z, y, labels[None, :], n_parts)
+    gram, rhs, _ = normal_equations_by_label(
+        Z, y, labels[None, :], n_parts, sample_weight=sample_weight
+    )
     lines = solve_normal_equations(gram[0], rhs[0])
-    totals = np.bincount(labels, weights=y * y, minlength=n_parts)
+    totals = np.bincount(labels, weights=_weighted_squares(y, sample_weight), minlength=n_parts)
     # ||y_P - Z_P theta||^2 = y_P.y_P - theta.Z_P^T y_P at the least-squares theta.
     losses = np.maximum(totals - np.einsum("kp,kp->k", lines, rhs[0]), 0.0)
     return lines, losses
 
 
+def _weighted_squares(y: FloatArray, sample_weight: FloatArray | None) -> FloatArray:
+    squares: FloatArray = y * y if sample_weight is None else sample_weight * y * y
+    return squares
+
+
 def _merge_costs(
-    Z: FloatArray, y: FloatArray, fit: Fit, line_losses: FloatArray
+    Z: FloatArray,
+    y: FloatArray,
+    fit: Fit,
+    line_losses: FloatArray,
+    sample_weight: FloatArray | None = None,
 ) -> tuple[FloatArray, FloatArray, IntArray]:
     """For every pair of lines, the least-squares line of their rows and the cost of merging.
 
@@ -108,18 +148,27 @@ def _merge_costs(
     pairs : ndarray of shape (n_pairs, 2)
     """
     k = fit.n_components
-    gram, rhs, _ = normal_equations_by_label(Z, y, fit.labels[None, :], k)
+    gram, rhs, _ = normal_equations_by_label(
+        Z, y, fit.labels[None, :], k, sample_weight=sample_weight
+    )
     first, second = np.triu_indices(k, 1)
     pair_gram = gram[0, first] + gram[0, second]
     pair_rhs = rhs[0, first] + rhs[0, second]
     merged = solve_normal_equations(pair_gram, pair_rhs)
-    totals = np.bincount(fit.labels, weights=y * y, minlength=k)
+    totals = np.bincount(fit.labels, weights=_weighted_squares(y, sample_weight), minlength=k)
     union_losses = totals[first] + totals[second] - np.einsum("kp,kp->k", merged, pair_rhs)
     costs = np.maximum(union_losses, 0.0) - line_losses[first] - line_losses[second]
     return merged, costs, np.column_stack([first, second])
 
 
-def split_and_free(Z: FloatArray, y: FloatArray, theta: FloatArray, count: int) -> FloatArray:
+def split_and_free(
+    Z: FloatArray,
+    y: FloatArray,
+    theta: FloatArray,
+    count: int,
+    sample_weight: FloatArray | None = None,
+    grouping: Grouping | None = None,
+) -> FloatArray:
     """Line sets with one line split in two and one slot freed, most promising first.
 
     The line ``s`` is split into the least-squares lines of its rows above it and of its rows
@@ -137,19 +186,29 @@ def split_and_free(Z: FloatArray, y: FloatArray, theta: FloatArray, count: int) 
     theta : ndarray of shape (n_components, n_params)
         At least two lines.
     count : int
+    sample_weight : ndarray of shape (n_samples,), optional
+        Row weights of every sum.
+    grouping : Grouping, optional
+        Lines own whole groups: a group goes to the half its rows lie on (the sign of its
+        weighted residual sum), is dropped to its second-best line as a whole.
 
     Returns
     -------
     ndarray of shape (at most count, n_components, n_params)
     """
-    fit = Fit.of(Z, y, theta)
+    fit = Fit.of(Z, y, theta, sample_weight, grouping)
     k = fit.n_components
     line_losses = fit.line_losses()
-    below = fit.residuals[fit.labels, np.arange(Z.shape[0])] < 0
-    halves, half_losses = _part_least_squares(Z, y, 2 * fit.labels + below, 2 * k)
+    own_residuals = fit.residuals[fit.labels, np.arange(Z.shape[0])]
+    if grouping is None:
+        below = own_residuals < 0
+    else:
+        weighted = own_residuals if sample_weight is None else own_residuals * sample_weight
+        below = (grouping.sum(weighted) < 0)[grouping.codes]
+    halves, half_losses = _part_least_squares(Z, y, 2 * fit.labels + below, 2 * k, sample_weight)
     split_gains = line_losses - half_losses.reshape(k, 2).sum(axis=1)
     drop_costs = fit.drop_costs()
-    merged, merge_costs, pairs = _merge_costs(Z, y, fit, line_losses)
+    merged, merge_costs, pairs = _merge_costs(Z, y, fit, line_losses, sample_weight)
 
     # Every way to free a slot for the extra line, with the line that is split:
     # drop d (s != d), or merge the pair (a, b) into a's slot and free b's (s outside it).
@@ -189,8 +248,14 @@ def reseed_by_residual(
     theta: FloatArray,
     count: int,
     rng: np.random.Generator,
+    sample_weight: FloatArray | None = None,
+    grouping: Grouping | None = None,
 ) -> FloatArray:
     """Line sets with one line replaced by a line where the others fit worst.
+
+    With sample weights a row is drawn with probability proportional to its weight times its
+    squared residual; with groups, residuals are those under each row's group's line and the
+    line replaced is ranked by what dropping it costs its groups.
 
     Each new line is the least-squares line of ``2 * n_params`` rows drawn without
     replacement with probability proportional to their smallest squared residual, as
@@ -210,11 +275,12 @@ def reseed_by_residual(
     -------
     ndarray of shape (count, n_components, n_params)
     """
-    fit = Fit.of(Z, y, theta)
+    fit = Fit.of(Z, y, theta, sample_weight, grouping)
     n_samples, n_params = Z.shape
     k = fit.n_components
     size = min(2 * n_params, n_samples)
-    weights = fit.best + np.finfo(np.float64).tiny
+    weights = fit.best if sample_weight is None else fit.best * sample_weight
+    weights = weights + np.finfo(np.float64).tiny
     # Gumbel-top-k: the ``size`` largest of log w + Gumbel noise are a weighted draw without
     # replacement, for every start in one array operation.
     keys = np.log(weights) + rng.gumbel(size=(count, n_samples))

@@ -68,8 +68,15 @@ def ransac_lines(
     fit_intercept: bool = True,
     max_trials: int = MAX_TRIALS,
     stop_probability: float = STOP_PROBABILITY,
+    sample_weight: FloatArray | None = None,
 ) -> FloatArray:
     """Fit one robust line per part.
+
+    With ``sample_weight``, a row of weight ``w`` counts as ``w`` rows wherever RANSAC counts
+    or sums rows: the threshold is the weighted median absolute deviation, a trial's inliers
+    are counted by weight (and so is the early-stop bound's inlier ratio), its R^2 and the
+    final least-squares fit are weighted. The minimal subsets are still drawn uniformly from
+    the part's rows, so a weighted fit is not the same random draw as one on repeated rows.
 
     Parameters
     ----------
@@ -98,9 +105,13 @@ def ransac_lines(
     if n_parts == 0:
         return theta
     valid = np.arange(max_size)[None, :] < sizes[:, None]
+    row_weights: FloatArray | None = None
+    if sample_weight is not None:
+        row_weights = np.where(valid, sample_weight[parts], 0.0)
     robust = sizes >= min_samples
     if not robust.all():
-        theta[~robust] = lstsq_of_parts(Z, y, parts[~robust], valid[~robust])
+        part_rows = valid if row_weights is None else row_weights
+        theta[~robust] = lstsq_of_parts(Z, y, parts[~robust], part_rows[~robust])
     robust_idx = np.flatnonzero(robust)
     parts_per_block = max(1, _BLOCK_ELEMENTS // (_TRIALS_PER_ROUND * max(1, max_size)))
     for start in range(0, robust_idx.size, parts_per_block):
@@ -113,6 +124,7 @@ def ransac_lines(
             sizes[chosen],
             valid[chosen, :width],
             rng,
+            None if row_weights is None else row_weights[chosen, :width],
             min_samples=min_samples,
             fit_intercept=fit_intercept,
             max_trials=max_trials,
@@ -165,6 +177,7 @@ def _ransac_block(
     sizes: IntArray,
     valid: NDArray[np.bool_],
     rng: np.random.Generator,
+    row_weights: FloatArray | None,
     *,
     min_samples: int,
     fit_intercept: bool,
@@ -174,15 +187,24 @@ def _ransac_block(
     n_parts = parts.shape[0]
     Zp = Z[parts]  # (c, s, p)
     yp = y[parts]  # (c, s)
-    y_masked = np.where(valid, yp, np.nan)
-    median = np.nanmedian(y_masked, axis=1, keepdims=True)
-    threshold = np.nanmedian(np.abs(y_masked - median), axis=1)  # (c,)
+    if row_weights is None:
+        y_masked = np.where(valid, yp, np.nan)
+        median = np.nanmedian(y_masked, axis=1, keepdims=True)
+        threshold = np.nanmedian(np.abs(y_masked - median), axis=1)  # (c,)
+        weighted_sizes: FloatArray | IntArray = sizes
+    else:
+        median = weighted_median(yp, row_weights)[:, None]
+        threshold = weighted_median(np.abs(yp - median), row_weights)
+        weighted_sizes = row_weights.sum(axis=1)
 
     # All trials' subsets are drawn up front (cheap, and the random stream does not depend on
     # when parts stop); the trials run in rounds, and parts whose early-stop bound is reached
     # drop out between rounds, as RANSACRegressor stops its loop.
     picks = _sample_without_replacement(rng, sizes, max_trials, min_samples)  # (c, T, ms)
-    best_count = np.zeros(n_parts, dtype=np.intp)
+    # Inlier counts are integers, or with sample weights the inliers' total weight.
+    best_count: IntArray | FloatArray = (
+        np.zeros(n_parts, dtype=np.intp) if row_weights is None else np.zeros(n_parts)
+    )
     best_score = np.full(n_parts, -np.inf)
     # Where no trial finds an inlier (RANSACRegressor would raise), the whole part is used.
     best_inliers = valid.copy()
@@ -198,13 +220,18 @@ def _ransac_block(
         np.subtract(ya[:, :, None], residuals, out=residuals)
         inliers = np.abs(residuals) <= threshold[active, None, None]
         inliers &= valid[active, :, None]
-        counts = inliers.sum(axis=1)  # (a, R)
-        scores = _r2_on_inliers(residuals, ya, inliers, counts)
+        if row_weights is None:
+            counts = inliers.sum(axis=1)  # (a, R)
+            scores = _r2_on_inliers(residuals, ya, inliers, counts)
+        else:
+            weights = inliers * row_weights[active, :, None]
+            counts = weights.sum(axis=1)
+            scores = _r2_on_inliers(residuals, ya, inliers, counts, weights)
 
         chosen, stopped = _advance(
             counts,
             scores,
-            sizes[active],
+            weighted_sizes[active],
             trials_before=first,
             best_count=best_count[active],
             best_score=best_score[active],
@@ -219,23 +246,60 @@ def _ransac_block(
         best_inliers[active[improved]] = inliers[improved, :, trial]
         active = active[~stopped]
         first = last
-    return lstsq_of_parts(Z, y, parts, best_inliers)
+    if row_weights is None:
+        return lstsq_of_parts(Z, y, parts, best_inliers)
+    return lstsq_of_parts(Z, y, parts, best_inliers * row_weights)
+
+
+def weighted_median(values: FloatArray, weights: FloatArray) -> FloatArray:
+    """Median of each row of ``values`` with each entry counted ``weights`` times.
+
+    With integer weights this is ``np.median`` of the values repeated (the mean of the two
+    middle ones when the total weight is even); entries of weight 0 are left out.
+
+    Parameters
+    ----------
+    values, weights : ndarray of shape (n_parts, n_entries)
+
+    Returns
+    -------
+    ndarray of shape (n_parts,)
+    """
+    order = np.argsort(np.where(weights > 0, values, np.inf), axis=1, kind="stable")
+    ranked = np.take_along_axis(values, order, axis=1)
+    cumulative = np.cumsum(np.take_along_axis(weights, order, axis=1), axis=1)
+    total = cumulative[:, -1:]
+    # 0-based positions of the two middle entries of the repeated values.
+    lower = np.argmax(cumulative > np.ceil(total / 2.0) - 1.0, axis=1)
+    upper = np.argmax(cumulative > np.floor(total / 2.0), axis=1)
+    rows = np.arange(values.shape[0])
+    median: FloatArray = 0.5 * (ranked[rows, lower] + ranked[rows, upper])
+    return median
 
 
 def _r2_on_inliers(
-    residuals: FloatArray, yp: FloatArray, inliers: NDArray[np.bool_], counts: IntArray
+    residuals: FloatArray,
+    yp: FloatArray,
+    inliers: NDArray[np.bool_],
+    counts: IntArray | FloatArray,
+    weights: FloatArray | None = None,
 ) -> FloatArray:
     """R^2 of each trial's model on its own inliers (``r2_score`` with ``force_finite``).
 
     ``residuals`` and ``inliers`` have shape (parts, rows, trials); the result (parts, trials).
+    ``weights`` (same shape) are the inliers' sample weights, ``counts`` their sums.
     """
-    weights = inliers.astype(np.float64)
     # Only inliers' residuals (at most the threshold) are squared: an outlier's residual under
     # a line through a near-degenerate minimal subset may overflow when squared.
-    ss_res = np.square(np.where(inliers, residuals, 0.0)).sum(axis=1)
+    squared = np.square(np.where(inliers, residuals, 0.0))
+    if weights is None:
+        weights = inliers.astype(np.float64)
+    else:
+        squared *= weights
+    ss_res = squared.sum(axis=1)
     sum_y = (yp[:, None, :] @ weights)[:, 0, :]
     sum_y2 = ((yp * yp)[:, None, :] @ weights)[:, 0, :]
-    n = np.maximum(counts, 1)
+    n = np.where(counts > 0, counts, 1)
     ss_tot = np.maximum(sum_y2 - sum_y * sum_y / n, 0.0)
     # Over a tiny total sum of squares the ratio may overflow: R^2 is then -inf, the worst.
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -264,12 +328,12 @@ def _sample_without_replacement(
 
 
 def _advance(
-    counts: IntArray,
+    counts: IntArray | FloatArray,
     scores: FloatArray,
-    sizes: IntArray,
+    sizes: IntArray | FloatArray,
     *,
     trials_before: int,
-    best_count: IntArray,
+    best_count: IntArray | FloatArray,
     best_score: FloatArray,
     min_samples: int,
     max_trials: int,
@@ -280,7 +344,8 @@ def _advance(
     Parameters
     ----------
     counts, scores : ndarray of shape (n_parts, n_round)
-        Inlier count and R^2 of this round's trials, in trial order.
+        Inlier count (total inlier weight, with sample weights) and R^2 of this round's
+        trials, in trial order.
     sizes : ndarray of shape (n_parts,)
     trials_before : int
         Trials every part ran in earlier rounds.
@@ -306,7 +371,7 @@ def _advance(
     rank = np.empty_like(order)
     np.put_along_axis(rank, order, position, axis=1)
     # RANSACRegressor starts from n_inliers_best = 1: a trial with no inlier is never kept.
-    rank = np.where(all_counts >= 1, rank, -1)
+    rank = np.where(all_counts > 0, rank, -1)
     running = np.maximum.accumulate(rank, axis=1)[:, 1:]
     running_best = np.take_along_axis(order, np.maximum(running, 0), axis=1)
     accepted = running >= 0

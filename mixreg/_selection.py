@@ -25,9 +25,9 @@ from ._estimator import (
     _Scaling,
     minimum_rows_per_line,
 )
-from ._loss import predict_lines, single_threaded_blas
+from ._loss import predict_lines, single_threaded_blas, weighted_mean
 from ._lstsq import refit_exactly
-from ._validation import check_X_y
+from ._validation import check_sample_weight, check_X_y
 
 FloatArray = NDArray[np.float64]
 ProgressCallback = Callable[[float, dict[str, Any]], None]
@@ -56,7 +56,13 @@ class MixtureScore:
 
 
 def mixture_score(
-    X: ArrayLike, y: ArrayLike, coef: ArrayLike, intercept: ArrayLike, *, fit_intercept: bool
+    X: ArrayLike,
+    y: ArrayLike,
+    coef: ArrayLike,
+    intercept: ArrayLike,
+    *,
+    fit_intercept: bool,
+    sample_weight: ArrayLike | None = None,
 ) -> MixtureScore:
     """BIC of lines read as a Gaussian mixture of regressions, at its maximized likelihood.
 
@@ -74,22 +80,37 @@ def mixture_score(
     intercept : array-like of shape (n_components,)
     fit_intercept : bool
         Whether the intercepts were fitted (they count as parameters then).
+    sample_weight : array-like of shape (n_samples,), optional
+        Replication weights: the log-likelihood is the weighted sum over rows and the BIC's
+        number of observations is the total weight, so integer weights score as the
+        repeated rows would.
 
     Returns
     -------
     MixtureScore
     """
     X_arr, y_arr = check_X_y(X, y)
+    weights = None
+    if sample_weight is not None:
+        weights = check_sample_weight(sample_weight, len(y_arr))
+        kept = weights > 0
+        X_arr, y_arr, weights = X_arr[kept], y_arr[kept], weights[kept]
     coef_arr = np.asarray(coef, dtype=np.float64)
     intercept_arr = np.asarray(intercept, dtype=np.float64)
     n_samples = X_arr.shape[0]
+    n_observations = float(n_samples if weights is None else weights.sum())
     n_components, n_features = coef_arr.shape
-    scaling, Z, y_scaled = _Scaling.of(X_arr, y_arr, fit_intercept)
+    scaling, Z, y_scaled = _Scaling.of(X_arr, y_arr, fit_intercept, weights)
     lines = np.column_stack([coef_arr, intercept_arr]) if fit_intercept else coef_arr
     with single_threaded_blas():
-        one_line, _ = refit_exactly(Z, y_scaled, np.zeros(n_samples, dtype=np.intp), 1)
+        one_line, _ = refit_exactly(
+            Z, y_scaled, np.zeros(n_samples, dtype=np.intp), 1, sample_weight=weights
+        )
         residual = y_scaled - Z @ one_line[0]
-        floor = VARIANCE_FLOOR_SHARE * float(residual @ residual) / n_samples
+        if weights is None:
+            floor = VARIANCE_FLOOR_SHARE * float(residual @ residual) / n_samples
+        else:
+            floor = VARIANCE_FLOOR_SHARE * float(weighted_mean(residual * residual, weights))
         batch = em_batch(
             Z,
             y_scaled,
@@ -97,21 +118,24 @@ def mixture_score(
             max_iter=_SCORE_EM_STEPS,
             tol=_SCORE_EM_TOL,
             variance_floor=max(floor, np.finfo(np.float64).tiny),
+            sample_weight=weights,
         )
     # The density of y is that of the scaled target divided by the scale.
-    log_likelihood = n_samples * (
+    log_likelihood = n_observations * (
         batch.log_likelihood_histories[0][-1] - float(np.log(scaling.y_scale))
     )
     n_parameters = n_components * (n_features + fit_intercept) + n_components + n_components - 1
-    return _score(log_likelihood, n_parameters, n_samples)
+    return _score(log_likelihood, n_parameters, n_observations)
 
 
-def _score(log_likelihood: float, n_parameters: int, n_samples: int) -> MixtureScore:
+def _score(log_likelihood: float, n_parameters: int, n_samples: float) -> MixtureScore:
     bic = -2.0 * log_likelihood + n_parameters * float(np.log(n_samples))
     return MixtureScore(log_likelihood=log_likelihood, n_parameters=n_parameters, bic=bic)
 
 
-def nested_scores(scores: Sequence[tuple[int, MixtureScore]], n_samples: int) -> list[MixtureScore]:
+def nested_scores(
+    scores: Sequence[tuple[int, MixtureScore]], n_samples: float
+) -> list[MixtureScore]:
     """Scores of a sweep on the same rows, with a likelihood that never falls as k grows.
 
     A mixture of k lines contains every mixture of fewer lines (the extra lines with weight
@@ -123,8 +147,8 @@ def nested_scores(scores: Sequence[tuple[int, MixtureScore]], n_samples: int) ->
     ----------
     scores : sequence of (k, MixtureScore)
         In any order.
-    n_samples : int
-        Training rows.
+    n_samples : float
+        Training rows (their total weight, with sample weights).
 
     Returns
     -------
@@ -214,6 +238,7 @@ def select_n_components(
     y: ArrayLike,
     n_components: Sequence[int] = (1, 2, 3, 4, 5),
     *,
+    sample_weight: ArrayLike | None = None,
     progress: ProgressCallback | None = None,
     **params: Any,
 ) -> NComponentsSelection:
@@ -232,6 +257,9 @@ def select_n_components(
         The numbers of lines to try; each at most once. A k whose lines cannot each own
         :func:`~mixreg.minimum_rows_per_line` rows is skipped with a
         :class:`~mixreg.DegenerateFitWarning` naming it.
+    sample_weight : array-like of shape (n_samples,), optional
+        Row weights of every fit and score (:func:`mixture_score`: the BIC counts the total
+        weight as the number of observations).
     progress : callable, optional
         ``progress(fraction, info)`` over the whole sweep; ``info`` also holds
         ``n_components``, the k being fitted. An exception raised by it stops the sweep.
@@ -245,7 +273,9 @@ def select_n_components(
         non-decreasing in k by :func:`nested_scores`.
     """
     X_arr, y_arr = check_X_y(X, y)
+    weights = None if sample_weight is None else check_sample_weight(sample_weight, len(y_arr))
     n_samples, n_features = X_arr.shape
+    n_observations = float(n_samples if weights is None else weights.sum())
     n_params = n_features + bool(params.get("fit_intercept", True))
     requested = check_n_components_list(n_components, n_samples)
     values = [k for k in requested if not too_many_lines(k, n_samples, n_params)]
@@ -277,7 +307,7 @@ def select_n_components(
 
         init = sweep_warm_start(X_arr, y_arr, k, previous, params)
         estimator = MixtureOfLinearRegressions(n_components=k, **{**params, "init": init})
-        estimator.fit(X_arr, y_arr, progress=sweep_progress)
+        estimator.fit(X_arr, y_arr, weights, progress=sweep_progress)
         estimators.append(estimator)
         previous = estimator
         score = mixture_score(
@@ -286,12 +316,13 @@ def select_n_components(
             estimator.coef_,
             estimator.intercept_,
             fit_intercept=bool(estimator.fit_intercept),
+            sample_weight=weights,
         )
         scores.append((k, score))
     fits = [
         ComponentsFit(k, estimator, estimator.train_loss_, score)
         for k, estimator, score in zip(
-            values, estimators, nested_scores(scores, n_samples), strict=True
+            values, estimators, nested_scores(scores, n_observations), strict=True
         )
     ]
     best = preferred_n_components([(fit.n_components, fit.score.bic) for fit in fits])

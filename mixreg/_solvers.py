@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 
 from ._am import SolverResult, classic_am_batch, gradient_am
 from ._em import EMResult, em
+from ._loss import Grouping
 from ._lstsq import lstsq_by_labels
 from ._subsample import (
     exhaustive_partition_batches,
@@ -46,6 +47,10 @@ class FitContext:
     started: float
     loss_scale: float
     progress: ProgressCallback | None
+    sample_weight: FloatArray | None = None
+    """Positive row weights (None: every row weighs 1)."""
+    grouping: Grouping | None = None
+    """Rows bound to one line together (None: every row on its own)."""
 
     def report(
         self,
@@ -86,9 +91,15 @@ def random_lines(ctx: FitContext) -> FloatArray:
 
 
 def random_partition_lines(ctx: FitContext) -> FloatArray:
-    """Least-squares lines of a random partition of the rows (flexmix's default start)."""
-    labels = np.asarray(ctx.rng.integers(0, ctx.n_components, size=ctx.Z.shape[0]), dtype=np.intp)
-    theta, _ = lstsq_by_labels(ctx.Z, ctx.y, labels[None, :], ctx.n_components)
+    """Least-squares lines of a random partition of the rows (flexmix's default start); with
+    groups, a random partition of the groups."""
+    units = ctx.Z.shape[0] if ctx.grouping is None else ctx.grouping.n_groups
+    labels = np.asarray(ctx.rng.integers(0, ctx.n_components, size=units), dtype=np.intp)
+    if ctx.grouping is not None:
+        labels = labels[ctx.grouping.codes]
+    theta, _ = lstsq_by_labels(
+        ctx.Z, ctx.y, labels[None, :], ctx.n_components, sample_weight=ctx.sample_weight
+    )
     lines: FloatArray = theta[0]
     return lines
 
@@ -130,11 +141,16 @@ def iterative(
     solver: Callable[..., SolverResult],
     random_start: Callable[[FitContext], FloatArray],
     *extra_params: str,
+    grouped: bool = False,
 ) -> Callable[[FitContext], SolverResult]:
-    """An iterative algorithm (AM, classical AM, EM) run from ``n_init`` starts."""
+    """An iterative algorithm (AM, classical AM, EM) run from ``n_init`` starts; ``grouped``
+    says whether the solver takes a ``grouping``."""
 
     def fit(ctx: FitContext) -> SolverResult:
         p = ctx.params
+        data: dict[str, Any] = {"sample_weight": ctx.sample_weight}
+        if grouped:
+            data["grouping"] = ctx.grouping
         solve = partial(
             solver,
             ctx.Z,
@@ -142,6 +158,7 @@ def iterative(
             max_iter=p["max_iter"],
             tol=p["tol"],
             deadline=ctx.deadline,
+            **data,
             **{name: p[name] for name in extra_params},
         )
         return restarts(ctx, solve, random_start)
@@ -150,9 +167,15 @@ def iterative(
 
 
 def _subsample(ctx: FitContext, size: int) -> NDArray[np.intp]:
-    """The sub-sample A: ``size`` rows drawn uniformly with replacement."""
-    rows: NDArray[np.intp] = ctx.rng.integers(0, ctx.Z.shape[0], size=size)
-    return rows
+    """The sub-sample A: ``size`` rows drawn with replacement, uniformly or, with sample
+    weights, with probability proportional to their weight (a weighted row is drawn as
+    often as its copies would be)."""
+    if ctx.sample_weight is None:
+        rows: NDArray[np.intp] = ctx.rng.integers(0, ctx.Z.shape[0], size=size)
+        return rows
+    probability = ctx.sample_weight / ctx.sample_weight.sum()
+    drawn: NDArray[np.intp] = ctx.rng.choice(ctx.Z.shape[0], size=size, p=probability)
+    return drawn
 
 
 def _search(
@@ -177,6 +200,7 @@ def _search(
         fit_intercept=ctx.fit_intercept,
         deadline=deadline if deadline is not None else ctx.deadline,
         callback=lambda tried, loss: ctx.report(phase * tried / total, candidates=tried, loss=loss),
+        sample_weight=ctx.sample_weight,
     )
 
 
@@ -213,6 +237,7 @@ def fit_subsample_am(ctx: FitContext) -> SolverResult:
         max_iter=p["max_iter"],
         tol=p["tol"],
         deadline=ctx.deadline,
+        sample_weight=ctx.sample_weight,
         callback=lambda iteration, loss: ctx.report(
             _SUBSAMPLE_PHASE + (1 - _SUBSAMPLE_PHASE) * iteration / p["max_iter"],
             iteration=iteration,
@@ -248,6 +273,8 @@ def fit_classic_am(ctx: FitContext) -> SolverResult:
         callback=lambda iteration, loss: ctx.report(
             iteration / p["max_iter"], iteration=iteration, loss=loss
         ),
+        sample_weight=ctx.sample_weight,
+        grouping=ctx.grouping,
     )
     best = int(np.argmin(batch.losses))
     return SolverResult(
@@ -264,5 +291,8 @@ SOLVERS: dict[str, Callable[[FitContext], SolverResult]] = {
     "subsample": fit_subsample,
     "subsample-exhaustive": fit_subsample_exhaustive,
     "subsample+am": fit_subsample_am,
-    "em": iterative(em, random_partition_lines),
+    "em": iterative(em, random_partition_lines, grouped=True),
 }
+
+GROUPED_ALGORITHMS = ("auto", "am-classic", "em")
+"""The algorithms that fit grouped rows (every row of a group on one line)."""

@@ -9,7 +9,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._am import SolverResult
-from ._loss import CandidateScorer, assign
+from ._loss import CandidateScorer, assign, weighted_mean
 from ._lstsq import lstsq_by_labels, refit_exactly
 from ._ransac import ransac_lines
 
@@ -190,19 +190,27 @@ def refit(
     rng: np.random.Generator,
     min_samples: int,
     fit_intercept: bool = True,
+    sample_weight: FloatArray | None = None,
 ) -> FloatArray:
-    """Refit each line on the rows it wins, with the same base fit.
+    """Refit each line on the rows it wins, with the same base fit (weighted, with weights).
 
     A line that wins no rows keeps its candidate value.
     """
     n_components = theta.shape[0]
     _, labels = assign(Z, y, theta)
     if base == "ls":
-        fitted, counts = refit_exactly(Z, y, labels, n_components)
+        fitted, counts = refit_exactly(Z, y, labels, n_components, sample_weight=sample_weight)
     else:
         parts, counts = parts_from_labels(labels[None, :], n_components)
         fitted = ransac_lines(
-            Z, y, parts, counts, rng, min_samples=min_samples, fit_intercept=fit_intercept
+            Z,
+            y,
+            parts,
+            counts,
+            rng,
+            min_samples=min_samples,
+            fit_intercept=fit_intercept,
+            sample_weight=sample_weight,
         )
     refitted: FloatArray = np.where((counts > 0)[:, None], fitted, theta)
     return refitted
@@ -221,8 +229,13 @@ def subsample_search(
     fit_intercept: bool = True,
     deadline: float | None = None,
     callback: ChunkCallback | None = None,
+    sample_weight: FloatArray | None = None,
 ) -> SolverResult:
     """Algorithms 2 and 3: fit candidates on partitions of A, keep the best on all rows, refit.
+
+    With ``sample_weight``, candidates are scored by the weighted min-loss and refitted by
+    weighted fits; the sub-sample itself is expected drawn in proportion to the weights (its
+    rows then count once each).
 
     Parameters
     ----------
@@ -245,7 +258,7 @@ def subsample_search(
         search short).
     """
     Z_sub, y_sub = Z[subsample], y[subsample]
-    scorer = CandidateScorer(Z, y)
+    scorer = CandidateScorer(Z, y, sample_weight)
     best_theta: FloatArray | None = None
     best_loss = np.inf
     result = SolverResult(theta=np.zeros((n_components, Z.shape[1])))
@@ -283,10 +296,14 @@ def subsample_search(
         rng=rng,
         min_samples=min_samples,
         fit_intercept=fit_intercept,
+        sample_weight=sample_weight,
     )
     residuals, labels = assign(Z, y, result.theta)
     best = residuals[labels, np.arange(Z.shape[0])]
-    result.loss_history.append(float(best @ best) / Z.shape[0])
+    if sample_weight is None:
+        result.loss_history.append(float(best @ best) / Z.shape[0])
+    else:
+        result.loss_history.append(float(weighted_mean(best * best, sample_weight)))
     result.n_iter = result.n_candidates
     return result
 

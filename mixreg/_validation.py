@@ -224,3 +224,55 @@ def resolve_parameters(
             raise ValueError("init fixes the starting lines: n_init must be 1 when init is given")
         params["init"] = init
     return params
+
+
+def check_sample_weight(sample_weight: ArrayLike, n_samples: int) -> FloatArray:
+    """Return ``sample_weight`` as finite, non-negative float64 weights of ``n_samples`` rows.
+
+    Raises ValueError naming ``sample_weight`` when a weight is negative, NaN or infinite,
+    when the length differs from the rows', or when every weight is zero.
+    """
+    weights = _as_float_array(sample_weight, "sample_weight")
+    if weights.ndim != 1:
+        raise ValueError(
+            f"sample_weight must be 1-dimensional (n_samples,); got shape {weights.shape}"
+        )
+    if weights.shape[0] != n_samples:
+        raise ValueError(f"sample_weight has {weights.shape[0]} values but X has {n_samples} rows")
+    _check_finite(weights, "sample_weight")
+    negative = np.flatnonzero(weights < 0)
+    if negative.size:
+        raise ValueError(
+            f"sample_weight[{int(negative[0])}] is {weights[negative[0]]}; weights must be >= 0"
+        )
+    if not (weights > 0).any():
+        raise ValueError("sample_weight is zero for every row; at least one must be positive")
+    return np.ascontiguousarray(weights)
+
+
+def check_groups(groups: ArrayLike, n_samples: int) -> tuple[NDArray[Any], NDArray[np.intp]]:
+    """The distinct group labels (sorted) and each row's index among them.
+
+    Raises ValueError naming ``groups`` when its length differs from the rows', when it is
+    not one-dimensional, or when a label is missing (None or NaN).
+    """
+    labels = np.asarray(groups)
+    if labels.ndim != 1:
+        raise ValueError(f"groups must be 1-dimensional (n_samples,); got shape {labels.shape}")
+    if labels.shape[0] != n_samples:
+        raise ValueError(f"groups has {labels.shape[0]} labels but X has {n_samples} rows")
+    if labels.dtype.kind == "f":
+        missing = np.flatnonzero(~np.isfinite(labels))
+    elif labels.dtype.kind == "O":
+        missing = np.flatnonzero(
+            [label is None or (isinstance(label, float) and label != label) for label in labels]
+        )
+    else:
+        missing = np.empty(0, dtype=np.intp)
+    if missing.size:
+        raise ValueError(f"groups[{int(missing[0])}] is missing; every row needs a group label")
+    try:
+        unique, codes = np.unique(labels, return_inverse=True)
+    except TypeError as exc:
+        raise ValueError(f"groups must be labels of one comparable type: {exc}") from None
+    return unique, codes.astype(np.intp).ravel()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import httpx
 import numpy as np
@@ -16,6 +16,7 @@ from mixreg_client._errors import MixregError
 from mixreg_client._types import (
     Alias,
     Dataset,
+    GroupPredictions,
     Job,
     Model,
     ModelSummary,
@@ -198,6 +199,8 @@ class AsyncClient:
         name: str | None = None,
         registered_model: str | None = None,
         init_model: str | None = None,
+        weights: str | None = None,
+        groups: str | None = None,
     ) -> AsyncFitJob:
         """Queue a fit of a stored dataset and return its job.
 
@@ -205,6 +208,9 @@ class AsyncClient:
         picks one). ``algorithm`` and ``params`` are those of ``POST /fit``.
         ``registered_model`` makes the fitted model that name's next version; ``init_model``
         (a model id, ``name@alias`` or ``name/versions/N``) starts the fit from its lines.
+        ``weights`` names the dataset's number column of row weights (a weight counts as that
+        many copies of the row); ``groups`` its column of group labels (every row of a group
+        on one line; algorithms auto, am-classic, em).
         """
         job = await self._drive(
             _core.fit(
@@ -219,6 +225,8 @@ class AsyncClient:
                 name=name,
                 registered_model=registered_model,
                 init_model=init_model,
+                weights=weights,
+                groups=groups,
             )
         )
         return AsyncFitJob(self, job)
@@ -257,13 +265,29 @@ class AsyncClient:
         """Delete a model."""
         await self._drive(_core.delete_model(model_id))
 
-    async def predict(self, model: str | Model | ModelSummary, X: Any) -> np.ndarray:
+    @overload
+    async def predict(
+        self, model: str | Model | ModelSummary, X: Any, groups: None = None
+    ) -> np.ndarray: ...
+
+    @overload
+    async def predict(
+        self, model: str | Model | ModelSummary, X: Any, groups: Any
+    ) -> GroupPredictions: ...
+
+    async def predict(
+        self, model: str | Model | ModelSummary, X: Any, groups: Any = None
+    ) -> np.ndarray | GroupPredictions:
         """Predictions of every line for every row: an array of shape ``(n, k)``.
 
         ``X`` is an array of n rows with the model's features in its order, or a DataFrame
         whose columns are matched to the features by name (a missing or unknown column raises
-        ValueError).
+        ValueError). With ``groups`` (one label per row, for a model fitted with groups), a
+        :class:`GroupPredictions`: the predictions and the line of each row's group (-1 for a
+        group the fit never saw).
         """
+        if groups is not None:
+            return await self._drive(_core.predict_groups(model, X, groups))
         return await self._drive(_core.predict(model, X))
 
     async def score(self, model: str | Model | ModelSummary, X: Any, y: Any) -> Scores:

@@ -26,6 +26,7 @@ from mixreg_client._errors import MixregError
 from mixreg_client._types import (
     Alias,
     Dataset,
+    GroupPredictions,
     Job,
     Model,
     ModelSummary,
@@ -240,6 +241,8 @@ def fit(
     name: str | None,
     registered_model: str | None = None,
     init_model: str | None = None,
+    weights: str | None = None,
+    groups: str | None = None,
 ) -> Operation[Job]:
     """Queue a fit of a stored dataset; the job as accepted."""
     body: dict[str, Any] = {
@@ -260,6 +263,10 @@ def fit(
         body["registered_model"] = registered_model
     if init_model is not None:
         body["init_model"] = init_model
+    if weights is not None:
+        body["weights"] = weights
+    if groups is not None:
+        body["groups"] = groups
     accepted = _json(_response((yield Call("POST", "/fit", json=body, headers=_idempotency_key()))))
     return (yield from get_job(accepted["job_id"]))
 
@@ -353,6 +360,19 @@ def predict(model: str | Model | ModelSummary, X: Any) -> Operation[np.ndarray]:
     body = {"X": _data.feature_matrix(rows)}
     answer = _json(_response((yield Call("POST", f"/models/{_id_of(model)}/predict", json=body))))
     return np.asarray(answer["predictions"], dtype=np.float64)
+
+
+def predict_groups(
+    model: str | Model | ModelSummary, X: Any, groups: Any
+) -> Operation[GroupPredictions]:
+    """k values per row and the line of each row's group."""
+    rows = yield from _rows_in_model_order(model, X)
+    body = {"X": _data.feature_matrix(rows), "groups": np.asarray(groups).tolist()}
+    answer = _json(_response((yield Call("POST", f"/models/{_id_of(model)}/predict", json=body))))
+    return GroupPredictions(
+        predictions=np.asarray(answer["predictions"], dtype=np.float64),
+        group_line=np.asarray(answer["group_line"], dtype=np.int64),
+    )
 
 
 def score(model: str | Model | ModelSummary, X: Any, y: Any) -> Operation[Scores]:

@@ -280,6 +280,22 @@ class Model(ModelSummary):
 
 
 @dataclass(frozen=True)
+class GroupPredictions:
+    """Predictions of rows whose groups are known to a model fitted with groups.
+
+    Attributes
+    ----------
+    predictions : ndarray of shape (n, k)
+        One value per row and line.
+    group_line : ndarray of shape (n,)
+        The line of each row's group; -1 for a group the fit never saw.
+    """
+
+    predictions: NDArray[np.float64]
+    group_line: NDArray[np.int64]
+
+
+@dataclass(frozen=True)
 class Scores:
     """Predictions of rows with known targets, and how good they are.
 

@@ -8,6 +8,7 @@ columns (numbers and text) are stored as one Arrow IPC stream
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -126,3 +127,35 @@ def to_json_value(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [to_json_value(item) for item in value]
     return value
+
+
+def encode_group_table(labels: npt.ArrayLike, lines: npt.ArrayLike) -> bytes:
+    """A grouped model's group -> line table as one compressed ``.npz`` (no pickle).
+
+    ``labels`` are the sorted distinct group labels, strings (stored as fixed-width unicode)
+    or numbers (float64); ``lines`` the line of each, stored as int16 (k is far below 2^15).
+    Repetitive labels such as ``user-123`` compress to a few bytes each.
+    """
+    label_array = np.asarray(labels)
+    if label_array.dtype.kind in "OSU":
+        label_array = label_array.astype(str)
+    else:
+        label_array = label_array.astype(np.float64)
+    line_array = np.asarray(lines, dtype=np.int16)
+    if label_array.shape != line_array.shape or label_array.ndim != 1:
+        raise ValueError(
+            f"group labels {label_array.shape} and lines {line_array.shape} must be two "
+            f"vectors of one length"
+        )
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, labels=label_array, lines=line_array)
+    return buffer.getvalue()
+
+
+def decode_group_table(b: bytes) -> tuple[npt.NDArray[Any], npt.NDArray[np.intp]]:
+    """The (labels, lines) written by :func:`encode_group_table`."""
+    with np.load(io.BytesIO(b), allow_pickle=False) as stored:
+        labels, lines = stored["labels"], stored["lines"].astype(np.intp)
+    if labels.shape != lines.shape:
+        raise ValueError("a stored group table's labels and lines differ in length")
+    return labels, lines

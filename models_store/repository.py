@@ -39,9 +39,11 @@ from models_store.codecs import (
     NUMBER,
     STRING,
     decode_columns,
+    decode_group_table,
     decode_matrix,
     decode_vector,
     encode_columns,
+    encode_group_table,
     encode_matrix,
     encode_vector,
     to_json_value,
@@ -679,6 +681,8 @@ def create_job(
     k_values: Sequence[int] | None = None,
     registered_model: str | None = None,
     discard_data: bool = False,
+    weights_column: str | None = None,
+    groups_column: str | None = None,
 ) -> Job:
     """Queue a fit of ``dataset_id``; ``params`` are the validated algorithm parameters.
 
@@ -686,7 +690,8 @@ def create_job(
     largest of them. ``api_key_id`` is the key that submitted it (None without keys); an
     ``idempotency_key`` is unique among that caller's jobs. ``registered_model`` names the
     registered model whose next version the fit becomes.
-    ``discard_data`` deletes the dataset once the job is finished.
+    ``discard_data`` deletes the dataset once the job is finished. ``weights_column`` and
+    ``groups_column`` name the dataset columns of the row weights and group labels.
     """
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -715,6 +720,8 @@ def create_job(
         warnings=[],
         registered_model=registered_model,
         discard_data=discard_data or None,
+        weights_column=weights_column,
+        groups_column=groups_column,
     )
     session.add(job)
     session.flush()
@@ -1184,12 +1191,19 @@ def create_model(
     n_parameters: int | None = None,
     candidates: Sequence[Mapping[str, Any]] | None = None,
     warnings: Sequence[str] = (),
+    weights_column: str | None = None,
+    groups_column: str | None = None,
+    group_labels: npt.ArrayLike | None = None,
+    group_lines: npt.ArrayLike | None = None,
+    group_metrics: Mapping[str, Any] | None = None,
 ) -> Model:
     """Store a fitted model; arrays are kept as JSON lists of exactly the same float64 values.
 
     ``coef`` has shape (n_components, n_features); ``intercept`` and ``shares`` have shape
     (n_components,). ``log_likelihood``, ``bic`` and ``n_parameters`` score the lines as a
     Gaussian mixture on the training rows; ``candidates`` is the search record of ``auto``.
+    A grouped fit gives ``group_labels`` (its training groups) and ``group_lines`` (the line of
+    each), stored compactly (``codecs.encode_group_table``), and its ``group_metrics``.
     """
     coef_array = np.asarray(coef, dtype=np.float64)
     intercept_array = np.asarray(intercept, dtype=np.float64)
@@ -1235,6 +1249,14 @@ def create_model(
             None if candidates is None else to_json_value([dict(item) for item in candidates])
         ),
         warnings=[str(warning) for warning in warnings],
+        weights_column=weights_column,
+        groups_column=groups_column,
+        group_table=(
+            None
+            if group_labels is None or group_lines is None
+            else encode_group_table(group_labels, group_lines)
+        ),
+        group_metrics=None if group_metrics is None else to_json_value(dict(group_metrics)),
     )
     session.add(model)
     session.flush()
@@ -1270,3 +1292,11 @@ def delete_model(session: Session, *, model_id: str) -> bool:
     if cached is not None:
         session.expunge(cached)
     return deleted
+
+
+def load_group_table(
+    session: Session, *, model_id: str
+) -> tuple[npt.NDArray[Any], npt.NDArray[np.intp]] | None:
+    """A grouped model's (group labels, line of each), or None for a model without groups."""
+    stored = session.scalar(select(Model.group_table).where(Model.id == model_id))
+    return None if stored is None else decode_group_table(stored)

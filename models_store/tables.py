@@ -135,6 +135,9 @@ class Job(Base):
     model_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
     # A k sweep's result: the preferred k and, per k, its model and scores.
     sweep: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Added in revision 0009: the dataset columns of the row weights and of the group labels.
+    weights_column: Mapped[str | None] = mapped_column(String)
+    groups_column: Mapped[str | None] = mapped_column(String)
     warnings: Mapped[list[str]] = mapped_column(JSON, default=list)
     # Added in revision 0003: the Procrastinate job that carries this job (None when the
     # embedded worker runs it).
@@ -185,6 +188,12 @@ class Model(Base):
     n_parameters: Mapped[int | None]
     candidates: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
     warnings: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # Added in revision 0009: the dataset columns of the row weights and the group labels, and
+    # for a grouped fit its group -> line table (codecs.encode_group_table) and group metrics.
+    weights_column: Mapped[str | None] = mapped_column(String)
+    groups_column: Mapped[str | None] = mapped_column(String)
+    group_table: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True)
+    group_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class RegisteredModel(Base):

@@ -15,12 +15,15 @@ from pydantic import (
     Discriminator,
     Field,
     PlainValidator,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
     WithJsonSchema,
     model_validator,
 )
 from pydantic_core import PydanticCustomError, PydanticKnownError
 
-from mixreg import ALGORITHMS, check_n_components_list
+from mixreg import ALGORITHMS, GROUPED_ALGORITHMS, check_n_components_list
 from service.config import MAX_K_SWEEP_LIMIT
 from service.data import ingest
 from service.errors import ServiceError
@@ -443,6 +446,26 @@ class _FitBase(_Strict):
         "features, k and fit_intercept whose lines start the fit (auto: as one candidate "
         "among the others; am, am-classic, em: as their start)",
     )
+    weights: Text | None = Field(
+        default=None,
+        description="a number column of the dataset: each row's weight (a replication weight: "
+        "weight 2 counts the row twice; 0 drops it); non-negative, not all zero",
+    )
+    groups: Text | None = Field(
+        default=None,
+        description="a column of the dataset (text or numbers) labelling each row's group: "
+        "every row of a group is fitted to the same line (algorithms auto, am-classic, em); "
+        "the holdout keeps groups whole",
+    )
+
+    @model_validator(mode="after")
+    def _groups_need_a_grouped_algorithm(self) -> _FitBase:
+        if self.groups is not None and self.algorithm not in GROUPED_ALGORITHMS:
+            raise _invalid(
+                f"groups: algorithm '{self.algorithm}' does not fit groups; use one of "
+                f"{', '.join(GROUPED_ALGORITHMS)}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_data_source(self) -> _FitBase:
@@ -729,6 +752,29 @@ class ModelOut(ModelSummary):
     candidates: list[Candidate] | None = Field(
         description="every candidate auto tried, in order; null for other algorithms"
     )
+    weights: str | None = Field(
+        default=None, description="the dataset column of the rows' weights, if the fit used one"
+    )
+    groups: str | None = Field(
+        default=None, description="the dataset column of the rows' groups, if the fit used one"
+    )
+    group_metrics: GroupMetrics | None = Field(
+        default=None, description="a grouped fit's groups and group-level min-losses"
+    )
+
+
+class GroupMetrics(BaseModel):
+    """A grouped fit's groups and min-losses at the group level (weighted, with weights)."""
+
+    n_groups_train: int
+    n_groups_holdout: int
+    train_group_min_loss: float = Field(
+        description="each training group on its fitted line: the grouped min-loss the fit minimized"
+    )
+    holdout_group_min_loss: float | None = Field(
+        description="each holdout group (never seen by the fit) on the line that fits its rows "
+        "best; null without a holdout"
+    )
 
 
 # --- predict ---
@@ -737,11 +783,18 @@ class ModelOut(ModelSummary):
 class _PredictBody(_Strict):
     X: Matrix
     y: Vector | None = Field(default=None, description="if given, also score the predictions")
+    groups: list[StrictStr | StrictInt | StrictFloat] | None = Field(
+        default=None,
+        description="one group label per row, for a model fitted with groups: the answer adds "
+        "group_line, the line of each row's group (-1 for a group the fit never saw)",
+    )
 
     @model_validator(mode="after")
     def _check_lengths(self) -> _PredictBody:
         if self.y is not None and len(self.y) != len(self.X):
             raise _invalid(f"y has {len(self.y)} values but X has {len(self.X)} rows")
+        if self.groups is not None and len(self.groups) != len(self.X):
+            raise _invalid(f"groups has {len(self.groups)} labels but X has {len(self.X)} rows")
         return self
 
 
@@ -766,6 +819,10 @@ class PredictResponse(BaseModel):
     predictions: list[list[float]]
     min_loss: float | None = None
     best_component: list[int] | None = None
+    group_line: list[int] | None = Field(
+        default=None,
+        description="with groups: the line of each row's group, -1 for a group the fit never saw",
+    )
 
 
 # --- shared ---

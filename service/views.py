@@ -13,6 +13,7 @@ from service.schemas import (
     ColumnOut,
     Component,
     DatasetOut,
+    GroupMetrics,
     JobOut,
     ModelOut,
     ModelSummary,
@@ -160,5 +161,12 @@ def model_out(model: Model, version: ModelVersion | None = None) -> ModelOut:
             None
             if model.candidates is None
             else [Candidate.model_validate(item) for item in model.candidates]
+        ),
+        weights=model.weights_column,
+        groups=model.groups_column,
+        group_metrics=(
+            None
+            if model.group_metrics is None
+            else GroupMetrics.model_validate(model.group_metrics)
         ),
     )

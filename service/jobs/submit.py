@@ -16,6 +16,7 @@ from models_store import repository
 from models_store.tables import Dataset, Job
 from service.data import ingest
 from service.errors import ConflictError, InvalidInputError, NotFoundError
+from service.jobs.fit_columns import check_fit_columns, wanted_columns
 from service.jobs.supervisor import fit_process_context
 from service.jobs.training import FitSpec, holdout_size, send_resolved_parameters
 from service.schemas import FitVariant
@@ -50,6 +51,8 @@ def fit_spec(request: FitVariant) -> FitSpec:
         holdout_fraction=request.holdout_fraction,
         seed=request.seed,
         time_budget_s=request.time_budget_s,
+        weights_column=request.weights,
+        groups_column=request.groups,
     )
 
 
@@ -209,7 +212,14 @@ def submit_fit(
         if existing is not None:
             return _replay(existing, digest, idempotency_key)
     parsed: ingest.ParsedDataset | None = None
+    wanted = wanted_columns(request.weights, request.groups)
     if request.data is not None:
+        if wanted:
+            raise InvalidInputError(
+                f"{' and '.join(wanted)} name columns of a stored dataset; inline data carry "
+                f"no extra columns: upload the rows with their columns (POST /datasets, keep="
+                f"{','.join(wanted.values())}) and fit by dataset_id"
+            )
         data = request.data
         try:
             parsed = ingest.parse_arrays(data.X, data.y, data.feature_names)
@@ -222,6 +232,7 @@ def submit_fit(
         dataset = _existing_dataset(session, request.dataset_id)
         n_rows, n_features = dataset.n_rows, dataset.n_features
         feature_names = list(dataset.feature_names)
+        check_fit_columns(dataset, wanted)
     if request.init_model is not None:
         spec = warm_start(session, spec, request.init_model, feature_names=feature_names)
     params = check_fit(spec, n_rows=n_rows, n_features=n_features)
@@ -258,6 +269,8 @@ def submit_fit(
                 max_attempts=max_attempts,
                 registered_model=request.registered_model,
                 discard_data=not request.keep_data,
+                weights_column=spec.weights_column,
+                groups_column=spec.groups_column,
             )
             if enqueue is not None:
                 enqueue(session, job.id)

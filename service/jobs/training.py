@@ -50,6 +50,8 @@ from mixreg import (
 from models_store import registry, repository
 from models_store.session import make_engine, make_sessionmaker, read_scope, session_scope
 from models_store.tables import Job
+from service.data.columns import load_columns
+from service.jobs.fit_columns import GROUPS, WEIGHTS, wanted_columns
 from service.logs import LogFormat, configure_logging, job_context
 
 FloatArray = NDArray[np.float64]
@@ -70,27 +72,50 @@ def holdout_size(n_rows: int, holdout_fraction: float) -> int:
     return round(holdout_fraction * n_rows)
 
 
-def holdout_split(n_rows: int, holdout_fraction: float, seed: int) -> tuple[IndexArray, IndexArray]:
+def holdout_split(
+    n_rows: int, holdout_fraction: float, seed: int, groups: NDArray[Any] | None = None
+) -> tuple[IndexArray, IndexArray]:
     """Training and holdout row indices, each in increasing order.
 
     The holdout is the first ``holdout_size`` entries of
     ``numpy.random.default_rng(seed).permutation(n_rows)``; every other row trains.
+
+    With ``groups`` (a label per row) a group is all training or all holdout: the groups are
+    taken in the order of ``default_rng(seed).permutation(n_groups)`` while their rows do not
+    pass ``holdout_size`` (the first group at least, when the holdout is not empty); one group
+    at least always trains.
     """
-    permutation = np.random.default_rng(seed).permutation(n_rows)
     n_holdout = holdout_size(n_rows, holdout_fraction)
-    holdout = np.sort(permutation[:n_holdout])
-    train = np.sort(permutation[n_holdout:])
-    return train, holdout
+    if groups is None:
+        permutation = np.random.default_rng(seed).permutation(n_rows)
+        return np.sort(permutation[n_holdout:]), np.sort(permutation[:n_holdout])
+    _, codes = np.unique(groups, return_inverse=True)
+    codes = codes.ravel()
+    n_groups = int(codes.max()) + 1 if codes.size else 0
+    order = np.random.default_rng(seed).permutation(n_groups)
+    taken = np.cumsum(np.bincount(codes, minlength=n_groups)[order]) <= n_holdout
+    if n_holdout > 0 and n_groups > 1:
+        taken[0] = True
+    taken[-1] = False
+    held = np.zeros(n_groups, dtype=bool)
+    held[order[taken]] = True
+    in_holdout = held[codes]
+    return np.flatnonzero(~in_holdout), np.flatnonzero(in_holdout)
 
 
 @dataclass(frozen=True)
 class TrainHoldout:
-    """A dataset split into its training rows and its holdout rows, each in row order."""
+    """A dataset split into its training rows and its holdout rows, each in row order, with
+    the rows' weights and group labels when the fit uses them."""
 
     X_train: FloatArray
     y_train: FloatArray
     X_holdout: FloatArray
     y_holdout: FloatArray
+    weights_train: FloatArray | None = None
+    weights_holdout: FloatArray | None = None
+    groups_train: NDArray[Any] | None = None
+    groups_holdout: NDArray[Any] | None = None
 
     @property
     def n_features(self) -> int:
@@ -98,10 +123,38 @@ class TrainHoldout:
         return int(self.X_train.shape[1])
 
     @classmethod
-    def of_arrays(cls, X: FloatArray, y: FloatArray, spec: FitSpec) -> TrainHoldout:
-        """Split ``X`` and ``y`` as ``spec`` says (``holdout_split``)."""
-        train, holdout = holdout_split(X.shape[0], spec.holdout_fraction, spec.seed)
-        return cls(X[train], y[train], X[holdout], y[holdout])
+    def of_arrays(
+        cls,
+        X: FloatArray,
+        y: FloatArray,
+        spec: FitSpec,
+        *,
+        weights: FloatArray | None = None,
+        groups: NDArray[Any] | None = None,
+    ) -> TrainHoldout:
+        """Split ``X`` and ``y`` (and the rows' weights and groups) as ``spec`` says
+        (``holdout_split``, groups kept whole)."""
+        train, holdout = holdout_split(X.shape[0], spec.holdout_fraction, spec.seed, groups)
+        return cls(X[train], y[train], X[holdout], y[holdout]).with_columns(
+            train, holdout, weights=weights, groups=groups
+        )
+
+    def with_columns(
+        self,
+        train: IndexArray,
+        holdout: IndexArray,
+        *,
+        weights: FloatArray | None,
+        groups: NDArray[Any] | None,
+    ) -> TrainHoldout:
+        """This split with the weights and group labels of its rows."""
+        return replace(
+            self,
+            weights_train=None if weights is None else weights[train],
+            weights_holdout=None if weights is None else weights[holdout],
+            groups_train=None if groups is None else groups[train],
+            groups_holdout=None if groups is None else groups[holdout],
+        )
 
     @classmethod
     def of_blocks(
@@ -111,10 +164,12 @@ class TrainHoldout:
         n_rows: int,
         n_features: int,
         spec: FitSpec,
+        weights: FloatArray | None = None,
+        groups: NDArray[Any] | None = None,
     ) -> TrainHoldout:
         """Split a dataset read as consecutive blocks of rows, copying each block's rows
         straight to their side: the whole matrix is never held besides its split."""
-        _, holdout = holdout_split(n_rows, spec.holdout_fraction, spec.seed)
+        train_rows, holdout = holdout_split(n_rows, spec.holdout_fraction, spec.seed, groups)
         in_holdout = np.zeros(n_rows, dtype=bool)
         in_holdout[holdout] = True
         n_holdout = len(holdout)
@@ -140,7 +195,7 @@ class TrainHoldout:
             )
         if start != n_rows:
             raise ValueError(f"the dataset has {n_rows} rows but {start} were read")
-        return split
+        return split.with_columns(train_rows, holdout, weights=weights, groups=groups)
 
 
 @dataclass(frozen=True)
@@ -158,6 +213,10 @@ class FitSpec:
     seed: int
     time_budget_s: float | None
     k_values: tuple[int, ...] | None = None
+    weights_column: str | None = None
+    """The dataset column of the rows' weights."""
+    groups_column: str | None = None
+    """The dataset column of the rows' group labels."""
 
     @property
     def all_n_components(self) -> tuple[int, ...]:
@@ -176,6 +235,8 @@ class FitSpec:
             seed=job.seed if job.seed is not None else 0,
             time_budget_s=job.time_budget_s,
             k_values=None if job.k_values is None else tuple(job.k_values),
+            weights_column=job.weights_column,
+            groups_column=job.groups_column,
         )
 
     def estimator(self, n_components: int | None = None) -> MixtureOfLinearRegressions:
@@ -214,6 +275,11 @@ class FittedMixture:
     candidates: list[dict[str, Any]] | None
     """``auto``'s record of every candidate it tried; None for other algorithms."""
     warnings: list[str] = field(default_factory=list)
+    group_labels: NDArray[Any] | None = None
+    """A grouped fit's training groups (sorted), and the line of each."""
+    group_lines: IndexArray | None = None
+    group_metrics: dict[str, Any] | None = None
+    """A grouped fit's group counts and min-losses with every group on its own best line."""
 
     @property
     def beats_baseline(self) -> bool:
@@ -313,6 +379,8 @@ def _fit_recording_warnings(
     X: FloatArray,
     y: FloatArray,
     progress: ProgressCallback | None,
+    weights: FloatArray | None = None,
+    groups: NDArray[Any] | None = None,
 ) -> list[str]:
     """Fit ``estimator`` and return the messages of the warnings it gave about the fit.
 
@@ -320,7 +388,7 @@ def _fit_recording_warnings(
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        estimator.fit(X, y, progress=progress)
+        estimator.fit(X, y, weights, groups, progress=progress)
     kept: list[str] = []
     for warning in caught:
         if not _is_fit_warning(warning):
@@ -336,8 +404,14 @@ def _fit_recording_warnings(
     return kept
 
 
-def _line_min_loss(X: FloatArray, y: FloatArray, coef: FloatArray, intercept: FloatArray) -> float:
-    return float(min_loss(y, predict_lines(X, coef, intercept)))
+def _line_min_loss(
+    X: FloatArray,
+    y: FloatArray,
+    coef: FloatArray,
+    intercept: FloatArray,
+    weights: FloatArray | None = None,
+) -> float:
+    return float(min_loss(y, predict_lines(X, coef, intercept), weights))
 
 
 def least_squares_baseline(
@@ -347,17 +421,24 @@ def least_squares_baseline(
     y_holdout: FloatArray,
     *,
     fit_intercept: bool,
+    weights_train: FloatArray | None = None,
+    weights_holdout: FloatArray | None = None,
 ) -> dict[str, Any]:
-    """The single least-squares line on the training rows and its min-loss on both splits."""
-    regression = LinearRegression(fit_intercept=fit_intercept).fit(X_train, y_train)
+    """The single (weighted) least-squares line on the training rows and its (weighted)
+    min-loss on both splits."""
+    regression = LinearRegression(fit_intercept=fit_intercept).fit(
+        X_train, y_train, sample_weight=weights_train
+    )
     coef = np.asarray(regression.coef_, dtype=np.float64).reshape(1, -1)
     intercept = np.asarray([regression.intercept_], dtype=np.float64).reshape(1)
     return {
         "coef": coef[0].tolist(),
         "intercept": float(intercept[0]),
-        "train_min_loss": _line_min_loss(X_train, y_train, coef, intercept),
+        "train_min_loss": _line_min_loss(X_train, y_train, coef, intercept, weights_train),
         "holdout_min_loss": (
-            _line_min_loss(X_holdout, y_holdout, coef, intercept) if len(y_holdout) else None
+            _line_min_loss(X_holdout, y_holdout, coef, intercept, weights_holdout)
+            if len(y_holdout)
+            else None
         ),
     }
 
@@ -397,31 +478,41 @@ def fit_split(
     # RuntimeWarnings.
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         baseline = least_squares_baseline(
-            X_train, y_train, X_holdout, y_holdout, fit_intercept=spec.fit_intercept
+            X_train,
+            y_train,
+            X_holdout,
+            y_holdout,
+            fit_intercept=spec.fit_intercept,
+            weights_train=split.weights_train,
+            weights_holdout=split.weights_holdout,
         )
         fits: list[FittedMixture] = []
         previous: MixtureOfLinearRegressions | None = None
         for position, k in enumerate(all_k):
             estimator = spec.estimator(k)
             init = sweep_warm_start(
-                X_train, y_train, k, previous, {**spec.params, "algorithm": spec.algorithm}
+                split.X_train,
+                split.y_train,
+                k,
+                previous,
+                {**spec.params, "algorithm": spec.algorithm},
             )
             fits.append(
                 _fit_one(
                     spec,
                     estimator,
                     init,
-                    X_train,
-                    y_train,
-                    X_holdout,
-                    y_holdout,
+                    split,
                     baseline,
                     _sweep_progress(progress, position, len(all_k), k),
                 )
             )
             previous = estimator
     # k lines contain every mixture of fewer: their likelihood never falls as k grows.
-    scores = nested_scores([(fit.n_components, fit.score) for fit in fits], len(y_train))
+    n_observations = (
+        len(y_train) if split.weights_train is None else float(split.weights_train.sum())
+    )
+    scores = nested_scores([(fit.n_components, fit.score) for fit in fits], n_observations)
     fits = [replace(fit, score=score) for fit, score in zip(fits, scores, strict=True)]
     best = preferred_n_components([(fit.n_components, fit.score.bic) for fit in fits])
     return FittedSweep(fits=fits, best_n_components=best)
@@ -443,14 +534,13 @@ def _fit_one(
     spec: FitSpec,
     estimator: MixtureOfLinearRegressions,
     init: FloatArray | None,
-    X_train: FloatArray,
-    y_train: FloatArray,
-    X_holdout: FloatArray,
-    y_holdout: FloatArray,
+    split: TrainHoldout,
     baseline: dict[str, Any],
     progress: ProgressCallback | None,
 ) -> FittedMixture:
     """Fit ``estimator`` (unfitted, of ``spec``), starting also from ``init`` when given."""
+    X_train, y_train = split.X_train, split.y_train
+    X_holdout, y_holdout = split.X_holdout, split.y_holdout
     n_components = int(estimator.n_components)
     params = estimator.resolved_parameters(*X_train.shape)
     # The time budget is the job's own field, not an algorithm parameter.
@@ -461,15 +551,19 @@ def _fit_one(
         estimator.set_params(init=init)
     started = time.perf_counter()
     try:
-        fit_warnings = _fit_recording_warnings(estimator, X_train, y_train, progress)
+        fit_warnings = _fit_recording_warnings(
+            estimator, X_train, y_train, progress, split.weights_train, split.groups_train
+        )
     except OverflowError:
         raise ValueError(f"the fit overflows a float64; {RESCALE_HINT}") from None
     fit_seconds = time.perf_counter() - started
     coef = np.asarray(estimator.coef_, dtype=np.float64)
     intercept = np.asarray(estimator.intercept_, dtype=np.float64)
-    train_min_loss = _line_min_loss(X_train, y_train, coef, intercept)
+    train_min_loss = _line_min_loss(X_train, y_train, coef, intercept, split.weights_train)
     holdout_min_loss = (
-        _line_min_loss(X_holdout, y_holdout, coef, intercept) if len(y_holdout) else None
+        _line_min_loss(X_holdout, y_holdout, coef, intercept, split.weights_holdout)
+        if len(y_holdout)
+        else None
     )
     poor = _poor_fit_warning(
         spec,
@@ -495,12 +589,45 @@ def _fit_one(
         n_iter=int(estimator.n_iter_),
         fit_seconds=fit_seconds,
         converged=bool(estimator.converged_),
-        score=mixture_score(X_train, y_train, coef, intercept, fit_intercept=spec.fit_intercept),
+        score=mixture_score(
+            X_train,
+            y_train,
+            coef,
+            intercept,
+            fit_intercept=spec.fit_intercept,
+            sample_weight=split.weights_train,
+        ),
         candidates=None if candidates is None else [_candidate(item) for item in candidates],
         warnings=[*fit_warnings, *([poor] if poor else [])],
     )
+    if split.groups_train is not None:
+        fitted = replace(
+            fitted,
+            group_labels=estimator.group_labels_,
+            group_lines=estimator.group_line_,
+            group_metrics=group_metrics(estimator, split),
+        )
     check_finite_result(fitted)
     return fitted
+
+
+def group_metrics(estimator: MixtureOfLinearRegressions, split: TrainHoldout) -> dict[str, Any]:
+    """A grouped fit's groups and its group-level min-losses: on the training rows, each group
+    on its fitted line (the grouped min-loss the fit minimized); on the holdout, whose groups
+    the fit never saw, each group on the line that fits its rows best."""
+    holdout = None
+    if split.groups_holdout is not None and len(split.y_holdout):
+        holdout = estimator.min_loss(
+            split.X_holdout, split.y_holdout, split.weights_holdout, split.groups_holdout
+        )
+    return {
+        "n_groups_train": int(estimator.group_labels_.size),
+        "n_groups_holdout": (
+            0 if split.groups_holdout is None else int(np.unique(split.groups_holdout).size)
+        ),
+        "train_group_min_loss": float(estimator.train_loss_),
+        "holdout_group_min_loss": holdout,
+    }
 
 
 def _candidate(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -809,11 +936,14 @@ def _load_claimed_job(
         if dataset is None:
             raise JobLostError(f"dataset {job.dataset_id} of job {job_id} is gone")
         spec = FitSpec.of_job(job)
+        columns = load_columns(dataset, wanted_columns(spec.weights_column, spec.groups_column))
         data = TrainHoldout.of_blocks(
             repository.iter_dataset_blocks(session, dataset=dataset),
             n_rows=dataset.n_rows,
             n_features=dataset.n_features,
             spec=spec,
+            weights=columns.get(WEIGHTS),
+            groups=columns.get(GROUPS),
         )
         return _ClaimedJob(
             worker_id=owner.worker_id,
@@ -947,6 +1077,11 @@ def _store_models(
                 n_parameters=fit.score.n_parameters,
                 candidates=fit.candidates,
                 warnings=fit.warnings,
+                weights_column=spec.weights_column,
+                groups_column=spec.groups_column,
+                group_labels=fit.group_labels,
+                group_lines=fit.group_lines,
+                group_metrics=fit.group_metrics,
             ).id
         if spec.k_values is None:
             sweep, job_warnings = None, fitted.best.warnings

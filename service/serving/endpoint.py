@@ -58,6 +58,7 @@ class PredictInput:
     model_id: str | None
     X: FloatArray
     y: FloatArray | None
+    groups: list[str | int | float] | None = None
 
 
 # A reference in the body is checked by the schema's ``Text`` rule beyond this length.
@@ -163,17 +164,24 @@ def read_body(body: bytes, *, content_type: str, named_in_body: bool) -> Predict
         model_id=request.model_id if isinstance(request, PredictRequest) else None,
         X=np.asarray(request.X, dtype=np.float64),
         y=None if request.y is None else np.asarray(request.y, dtype=np.float64),
+        groups=request.groups,
     )
 
 
 def answer(lines: StoredLines, data: PredictInput, *, npy: bool) -> Response:
     """Predict ``data`` with ``lines`` and encode the answer (``.npy`` if ``npy``)."""
     predictions = predict_matrix(lines, data.X)
+    group_line = None if data.groups is None else lines.lines_of_groups(data.groups)
     if npy:
         if data.y is not None:
             raise NotAcceptableError(
                 "an application/x-npy answer holds only the predictions; to score them "
                 "against y (min_loss, best_component), accept application/json"
+            )
+        if group_line is not None:
+            raise NotAcceptableError(
+                "an application/x-npy answer holds only the predictions; for the lines of "
+                "the groups (group_line), accept application/json"
             )
         return Response(
             formats.npy_bytes(predictions),
@@ -189,6 +197,8 @@ def answer(lines: StoredLines, data: PredictInput, *, npy: bool) -> Response:
         scores = score_predictions(predictions, data.y)
         payload["min_loss"] = scores.min_loss
         payload["best_component"] = scores.best_component
+    if group_line is not None:
+        payload["group_line"] = group_line
     return Response(
         formats.json_bytes(payload), media_type=formats.JSON_MEDIA_TYPE, headers=answered_by(lines)
     )

@@ -6,6 +6,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -13,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mixreg import min_loss, predict_lines
 from models_store import registry, repository
+from models_store.codecs import decode_group_table
 from models_store.session import read_scope, session_scope
 from models_store.tables import Model, ModelVersion
 from service.errors import ConflictError, InvalidInputError, NotFoundError
@@ -32,20 +34,55 @@ class StoredLines:
     # The registered model and version the model is, if it is one.
     registered_model: str | None = None
     version: int | None = None
+    # A grouped model's training groups (sorted: str or float64 labels) and the line of each.
+    group_labels: NDArray[Any] | None = None
+    group_lines: NDArray[np.intp] | None = None
 
     @classmethod
     def of_model(cls, model: Model, version: ModelVersion | None = None) -> StoredLines:
-        """Decode the JSON numbers of ``model`` (they round-trip bit for bit); ``version`` is
-        the registered version it is, if any."""
+        """Decode the JSON numbers of ``model`` (they round-trip bit for bit) and its group
+        table if it has one; ``version`` is the registered version it is, if any."""
         shape = (model.n_components, model.n_features)
         coef = np.asarray(model.coef, dtype=np.float64).reshape(shape)
+        group_labels = group_lines = None
+        if model.group_table is not None:
+            group_labels, group_lines = decode_group_table(model.group_table)
         return cls(
             model_id=model.id,
             coef=coef,
             intercept=np.asarray(model.intercept, dtype=np.float64).reshape(model.n_components),
             registered_model=None if version is None else version.registered_model,
             version=None if version is None else version.version,
+            group_labels=group_labels,
+            group_lines=group_lines,
         )
+
+    def lines_of_groups(self, groups: Sequence[str | int | float]) -> NDArray[np.intp]:
+        """The line of each of ``groups`` (-1 for a group the fit never saw); 422 if the model
+        was not fitted with groups.
+
+        Labels compare as the stored ones: with a text column as text (a number as its
+        JSON text), with a number column as numbers (a text label is an unknown group).
+        """
+        if self.group_labels is None or self.group_lines is None:
+            raise InvalidInputError(
+                f"groups: model {self.model_id} was not fitted with groups; predict without "
+                f"groups, or fit with groups"
+            )
+        known_labels = self.group_labels
+        numeric = known_labels.dtype.kind == "f"
+        if numeric:
+            asked = np.array(
+                [np.nan if isinstance(label, str) else label for label in groups], dtype=np.float64
+            )
+        else:
+            asked = np.array([str(label) for label in groups], dtype=str)
+        at = np.searchsorted(known_labels, asked)
+        inside = at < known_labels.size
+        known = np.zeros(asked.size, dtype=bool)
+        known[inside] = known_labels[at[inside]] == asked[inside]
+        lines: NDArray[np.intp] = np.where(known, self.group_lines[np.where(known, at, 0)], -1)
+        return lines
 
     @property
     def n_features(self) -> int:

@@ -35,7 +35,7 @@ def test_fit_sums_match_their_definitions():
     squared = (y[:, None] - Z @ theta.T) ** 2
     ordered = np.sort(squared, axis=1)
     np.testing.assert_allclose(fit.best, ordered[:, 0])
-    np.testing.assert_allclose(fit.second, ordered[:, 1])
+    np.testing.assert_allclose(fit.unit_second, ordered[:, 1])
     assert fit.best.mean() == brute_min_loss(Z, y, theta) or np.isclose(
         fit.best.mean(), brute_min_loss(Z, y, theta)
     )

@@ -6,6 +6,7 @@ import json
 from importlib import resources
 from typing import Any
 
+import numpy as np
 import procrastinate
 import psycopg
 from alembic import command
@@ -14,8 +15,8 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, make_url, text
 
-from models_store import Base, migrate
-from models_store.session import make_engine
+from models_store import Base, migrate, repository
+from models_store.session import make_engine, make_sessionmaker, session_scope
 
 APP_TABLES = {
     "datasets",
@@ -442,5 +443,82 @@ def test_revision_0008_gives_old_datasets_no_extra_columns_and_its_downgrade_dro
             assert connection.execute(
                 text("SELECT dataset_id, n_rows, x_data FROM dataset_chunks")
             ).one() == ("d1", 1, b"\x00" * 8)
+    finally:
+        engine.dispose()
+
+
+def _grouped_model(session, dataset_id: str, labels) -> str:
+    return repository.create_model(
+        session,
+        job_id=None,
+        dataset_id=dataset_id,
+        name=None,
+        algorithm="am-classic",
+        n_components=2,
+        n_features=1,
+        feature_names=["x0"],
+        fit_intercept=True,
+        params={},
+        seed=0,
+        coef=[[1.0], [-1.0]],
+        intercept=[0.0, 1.0],
+        shares=[0.5, 0.5],
+        train_min_loss=0.1,
+        holdout_min_loss=None,
+        baseline={"coef": [0.0], "intercept": 0.0, "train_min_loss": 1.0},
+        n_train=4,
+        n_holdout=0,
+        loss_history=[0.1],
+        n_iter=1,
+        fit_seconds=0.1,
+        weights_column="w",
+        groups_column="user",
+        group_labels=labels,
+        group_lines=np.arange(len(labels)) % 2,
+        group_metrics={"n_groups_train": len(labels)},
+    ).id
+
+
+def test_revision_0009_stores_a_group_table_and_its_downgrade_keeps_the_models(database_url):
+    migrate.upgrade(database_url)
+    engine = make_engine(database_url)
+    try:
+        factory = make_sessionmaker(engine)
+        with session_scope(factory) as session:
+            dataset = repository.create_dataset(
+                session,
+                X=np.zeros((4, 1)),
+                y=np.zeros(4),
+                feature_names=None,
+                target_name=None,
+                name=None,
+            )
+            text_labels = np.array([f"user-{i}" for i in range(10**5)])
+            model_id = _grouped_model(session, dataset.id, text_labels)
+            number_id = _grouped_model(session, dataset.id, np.array([-2.5, 3.0, 7.0]))
+        with session_scope(factory) as session:
+            labels, lines = repository.load_group_table(session, model_id=model_id)
+            np.testing.assert_array_equal(labels, text_labels)
+            np.testing.assert_array_equal(lines, np.arange(10**5) % 2)
+            stored = session.scalar(
+                text("SELECT group_table FROM models WHERE id = :id"), {"id": model_id}
+            )
+            # A table of 10^5 groups takes a few bytes per group, not a JSON row each.
+            assert len(stored) < 4 * 10**5
+            numbers, _ = repository.load_group_table(session, model_id=number_id)
+            np.testing.assert_array_equal(numbers, [-2.5, 3.0, 7.0])
+
+        migrate.downgrade(database_url, "0008")
+        model_columns = {column["name"] for column in inspect(engine).get_columns("models")}
+        job_columns = {column["name"] for column in inspect(engine).get_columns("jobs")}
+        assert not {"weights_column", "groups_column", "group_table", "group_metrics"} & (
+            model_columns | job_columns
+        )
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT count(*) FROM models")).scalar_one() == 2
+
+        migrate.upgrade(database_url)
+        with session_scope(factory) as session:
+            assert repository.load_group_table(session, model_id=model_id) is None
     finally:
         engine.dispose()

@@ -13,8 +13,12 @@ from ._estimator import (
     MAX_EXHAUSTIVE_PARTITIONS,
     DegenerateFitWarning,
     MixtureOfLinearRegressions,
+    StandardErrorWarning,
+    component_order,
     minimum_rows_per_line,
 )
+from ._inference import BootstrapResult
+from ._summary import InferenceSummary, SummaryRow
 from ._loss import min_loss, predict_lines
 from ._selection import (
     ComponentsFit,
@@ -31,14 +35,19 @@ from ._validation import ALGORITHM_PARAMETERS, ALGORITHMS
 __all__ = [
     "ALGORITHMS",
     "ALGORITHM_PARAMETERS",
+    "BootstrapResult",
     "MAX_ABS_Y",
     "MAX_EXHAUSTIVE_PARTITIONS",
     "ComponentsFit",
     "DegenerateFitWarning",
+    "InferenceSummary",
     "MixtureOfLinearRegressions",
     "MixtureScore",
     "NComponentsSelection",
+    "StandardErrorWarning",
+    "SummaryRow",
     "check_n_components_list",
+    "component_order",
     "min_loss",
     "minimum_rows_per_line",
     "mixture_score",

@@ -18,7 +18,6 @@ from ._estimator import (
     minimum_rows_per_line,
 )
 from ._inference import BootstrapResult
-from ._summary import InferenceSummary, SummaryRow
 from ._loss import min_loss, predict_lines
 from ._selection import (
     ComponentsFit,
@@ -30,14 +29,15 @@ from ._selection import (
     preferred_n_components,
     select_n_components,
 )
+from ._summary import InferenceSummary, SummaryRow
 from ._validation import ALGORITHM_PARAMETERS, ALGORITHMS
 
 __all__ = [
     "ALGORITHMS",
     "ALGORITHM_PARAMETERS",
-    "BootstrapResult",
     "MAX_ABS_Y",
     "MAX_EXHAUSTIVE_PARTITIONS",
+    "BootstrapResult",
     "ComponentsFit",
     "DegenerateFitWarning",
     "InferenceSummary",

@@ -31,8 +31,8 @@ from ._inference import (
 )
 from ._loss import assign, predict_lines, row_min_losses, single_threaded_blas
 from ._solvers import SOLVERS, FitContext
-from ._summary import InferenceSummary, summary_table
 from ._subsample import capped_stirling2, largest_enumerable_size
+from ._summary import InferenceSummary, summary_table
 from ._validation import (
     PARAMETER_NAMES,
     check_algorithm,

@@ -30,6 +30,7 @@ from scipy.optimize import linear_sum_assignment
 from scipy.special import ndtr, ndtri
 
 from ._em import em
+from ._lstsq import cross_products
 
 FloatArray = NDArray[np.float64]
 
@@ -190,17 +191,20 @@ def observed_information(
                 posteriors[:, 1:] - params.weights[1:],
             ]
         )
-        information += (row_score * w_block[:, None]).T @ row_score
+        # Weights and posteriors are non-negative: each weighted product is a symmetric rank-k
+        # update of rows scaled by square roots.
+        information += cross_products(row_score * np.sqrt(w_block)[:, None])
         mass = posteriors * w_block[:, None]
         masses += mass.sum(axis=0)
+        root_mass = np.sqrt(mass)
         for line in range(k):
             # -H of the line's own density: [z; r] [z; r]^T / s^2, with r^2 / (2 s^2) at eta.
             design = np.column_stack([Z_block, residuals[:, line]])
-            weighted = design * (mass[:, line] / params.variances[line])[:, None]
-            curvature = weighted.T @ design
+            root = root_mass[:, line, None]
+            curvature = cross_products(design * (root / np.sqrt(params.variances[line])))
             curvature[-1, -1] *= 0.5
             scores = line_scores[:, line]
-            line_blocks[line] += curvature - (scores * mass[:, line, None]).T @ scores
+            line_blocks[line] += curvature - cross_products(scores * root)
             line_score_sums[line] += mass[:, line] @ scores
     total = weights.sum()
     offsets = np.eye(k)[:, 1:] - params.weights[1:]  # (e_j - pi) on the logits, per line j

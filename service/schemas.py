@@ -424,6 +424,25 @@ class _FitBase(_Strict):
         "features, k and fit_intercept whose lines start the fit (auto: as one candidate "
         "among the others; am, am-classic, em: as their start)",
     )
+    standard_errors: bool = Field(
+        default=True,
+        description="per line, standard errors, z values, p values and 95 % intervals of the "
+        "coefficients, weight and noise variance, from the observed information of the "
+        "Gaussian mixture at the maximum-likelihood fit EM reaches from the fitted lines "
+        "(as R's flexmix::refit)",
+    )
+    n_bootstrap: Count = Field(
+        default=0,
+        ge=0,
+        description="bootstrap replicates (0: none; at most MIXREG_MAX_N_BOOTSTRAP): each "
+        "refitted by EM from the maximum-likelihood fit and matched to its lines, for "
+        "bootstrap standard errors and percentile intervals",
+    )
+    bootstrap: Literal["parametric", "empirical"] = Field(
+        default="parametric",
+        description="parametric: new targets drawn from the fitted mixture at the same rows; "
+        "empirical: rows drawn with replacement",
+    )
 
     @model_validator(mode="after")
     def _one_data_source(self) -> _FitBase:
@@ -633,12 +652,60 @@ class Readiness(BaseModel):
 # --- models ---
 
 
+class Estimate(BaseModel):
+    """One parameter of the maximum-likelihood fit with its standard error (a column of R's
+    ``summary(refit(m))``); null where a number does not exist (a singular information)."""
+
+    estimate: float
+    std_error: float | None
+    z_value: float | None = Field(description="estimate / std_error; null for weight and variance")
+    p_value: float | None = Field(description="two-sided Pr(>|z|) of the Wald test against 0")
+    lower: float | None = Field(description="lower end of the Wald interval (level of the model)")
+    upper: float | None
+    bootstrap_std_error: float | None = Field(
+        default=None, description="the bootstrap's standard deviation, when a bootstrap ran"
+    )
+    bootstrap_lower: float | None = Field(default=None, description="percentile interval")
+    bootstrap_upper: float | None = None
+
+
+class ComponentEstimates(BaseModel):
+    """A line's parameters as the maximum-likelihood fit EM reaches from it estimates them."""
+
+    coef: list[Estimate] = Field(description="one per feature, in the order of feature_names")
+    intercept: Estimate | None = Field(description="null without an intercept")
+    weight: Estimate = Field(description="the line's mixing weight")
+    noise_variance: Estimate
+
+
+class BootstrapInfo(BaseModel):
+    """The bootstrap behind the ``bootstrap_*`` numbers."""
+
+    kind: Literal["parametric", "empirical"]
+    n_bootstrap: int
+    n_converged: int = Field(description="replicates whose EM met its tolerance")
+
+
+class Uncertainty(BaseModel):
+    """How the standard errors of a model's lines were obtained."""
+
+    method: Literal["observed-information"]
+    level: float = Field(description="confidence level of every interval")
+    log_likelihood: float | None = Field(description="of the maximum-likelihood fit")
+    bootstrap: BootstrapInfo | None
+
+
 class Component(BaseModel):
     """One fitted line: y ≈ ⟨coef, x⟩ + intercept, with its share of the training rows."""
 
     coef: list[float]
     intercept: float
     share: float
+    estimates: ComponentEstimates | None = Field(
+        default=None,
+        description="standard errors, z, p and intervals of the line (standard_errors or "
+        "n_bootstrap in the fit); null otherwise",
+    )
 
 
 class Baseline(BaseModel):
@@ -709,6 +776,10 @@ class ModelOut(ModelSummary):
     fit_seconds: float
     candidates: list[Candidate] | None = Field(
         description="every candidate auto tried, in order; null for other algorithms"
+    )
+    uncertainty: Uncertainty | None = Field(
+        default=None,
+        description="how the lines' standard errors were obtained; null when none were",
     )
 
 

@@ -11,6 +11,7 @@ from service.schemas import (
     Baseline,
     Candidate,
     Component,
+    ComponentEstimates,
     DatasetOut,
     JobOut,
     ModelOut,
@@ -18,6 +19,7 @@ from service.schemas import (
     Progress,
     Sweep,
     SweepModel,
+    Uncertainty,
 )
 
 
@@ -135,9 +137,18 @@ def model_summary(model: Model, version: ModelVersion | None = None) -> ModelSum
 
 def model_out(model: Model, version: ModelVersion | None = None) -> ModelOut:
     """The full public view of a model: its θ list, scores, baseline and provenance."""
+    uncertainty = model.uncertainty
+    estimates = [None] * model.n_components if uncertainty is None else uncertainty["components"]
     components = [
-        Component(coef=list(coef), intercept=intercept, share=share)
-        for coef, intercept, share in zip(model.coef, model.intercept, model.shares, strict=True)
+        Component(
+            coef=list(coef),
+            intercept=intercept,
+            share=share,
+            estimates=None if estimate is None else ComponentEstimates.model_validate(estimate),
+        )
+        for coef, intercept, share, estimate in zip(
+            model.coef, model.intercept, model.shares, estimates, strict=True
+        )
     ]
     return ModelOut(
         **model_summary(model, version).model_dump(),
@@ -157,4 +168,5 @@ def model_out(model: Model, version: ModelVersion | None = None) -> ModelOut:
             if model.candidates is None
             else [Candidate.model_validate(item) for item in model.candidates]
         ),
+        uncertainty=None if uncertainty is None else Uncertainty.model_validate(uncertainty),
     )

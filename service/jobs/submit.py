@@ -50,6 +50,9 @@ def fit_spec(request: FitVariant) -> FitSpec:
         holdout_fraction=request.holdout_fraction,
         seed=request.seed,
         time_budget_s=request.time_budget_s,
+        standard_errors=request.standard_errors,
+        n_bootstrap=request.n_bootstrap,
+        bootstrap=request.bootstrap,
     )
 
 
@@ -258,6 +261,7 @@ def submit_fit(
                 max_attempts=max_attempts,
                 registered_model=request.registered_model,
                 discard_data=not request.keep_data,
+                uncertainty=spec.uncertainty,
             )
             if enqueue is not None:
                 enqueue(session, job.id)

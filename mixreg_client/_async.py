@@ -192,6 +192,9 @@ class AsyncClient:
         name: str | None = None,
         registered_model: str | None = None,
         init_model: str | None = None,
+        standard_errors: bool = True,
+        n_bootstrap: int = 0,
+        bootstrap: str = "parametric",
     ) -> AsyncFitJob:
         """Queue a fit of a stored dataset and return its job.
 
@@ -199,6 +202,8 @@ class AsyncClient:
         picks one). ``algorithm`` and ``params`` are those of ``POST /fit``.
         ``registered_model`` makes the fitted model that name's next version; ``init_model``
         (a model id, ``name@alias`` or ``name/versions/N``) starts the fit from its lines.
+        ``standard_errors`` and ``n_bootstrap`` (``bootstrap``: ``"parametric"`` or
+        ``"empirical"``) ask for the lines' standard errors (``Model.summary()``).
         """
         job = await self._drive(
             _core.fit(
@@ -213,6 +218,9 @@ class AsyncClient:
                 name=name,
                 registered_model=registered_model,
                 init_model=init_model,
+                standard_errors=standard_errors,
+                n_bootstrap=n_bootstrap,
+                bootstrap=bootstrap,
             )
         )
         return AsyncFitJob(self, job)

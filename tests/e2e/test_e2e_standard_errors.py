@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from mixreg import MixtureOfLinearRegressions
+from mixreg_client import Client
 from service.jobs.training import holdout_split
 
 from .conftest import Server, ServerFactory, mixture_data
@@ -120,3 +121,31 @@ def test_cancel_stops_a_running_bootstrap(make_server: ServerFactory):
     job = server.wait_for_job(job_id, timeout=60)
     assert job["status"] == "cancelled"
     assert job["model_id"] is None
+
+
+def test_the_client_prints_the_summary_of_a_model(server: Server):
+    X, y = mixture_data(n_rows=200, seed=4)
+    with Client(server.base_url) as client:
+        dataset = client.upload(X, y, feature_names=["a", "b", "c"])
+        job = client.fit(dataset, k=2, seed=SEED, n_bootstrap=10, **FAST).wait()
+        model = client.get_model(job.model_id or "")
+        table = model.summary()
+        no_errors = client.get_model(
+            client.fit(dataset, k=2, standard_errors=False, **FAST).wait().model_id or ""
+        )
+    stored = server.request("GET", f"/models/{model.id}").json()["components"]
+    assert [row["parameter"] for row in table.rows[:6]] == [
+        "a",
+        "b",
+        "c",
+        "(Intercept)",
+        "weight",
+        "noise_variance",
+    ]
+    assert table.rows[7]["std_error"] == stored[1]["estimates"]["coef"][1]["std_error"]
+    assert table.rows[7]["bootstrap_std_error"] > 0
+    text = str(table)
+    assert "$Comp.0" in text and "$Comp.1" in text and "Pr(>|z|)" in text
+    assert f"{table.rows[0]['std_error']:12.5g}" in text
+    with pytest.raises(ValueError, match="has no standard errors"):
+        no_errors.summary()

@@ -604,14 +604,14 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             assert result.weights is not None and result.variances is not None
             self.weights_ = result.weights[order]
             self.noise_variance_ = _in_caller_units(result.variances[order], ctx.loss_scale)
-        if self.standard_errors:
-            self._set_standard_errors(ctx.Z, ctx.y, result.theta[order], scaling)
         if isinstance(result, AutoResult):
             self.candidates_ = [
                 candidate.to_dict(ctx.loss_scale) for candidate in result.candidates
             ]
         _warn_if_unconverged(self.algorithm, result, params, ctx.deadline)
         _warn_if_degenerate(self.shares_ * n_samples, ctx.Z.shape[1])
+        if self.standard_errors:
+            self._set_standard_errors(ctx.Z, ctx.y, result.theta[order], scaling)
         ctx.report(
             1.0,
             iteration=result.n_iter,
@@ -642,7 +642,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
                 "fit (a line owns almost no rows, or two lines coincide): its standard errors "
                 "do not exist and are NaN; fit fewer lines (n_components)",
                 StandardErrorWarning,
-                stacklevel=3,
+                stacklevel=2,
             )
             self.covariance_ = np.full((jacobian.shape[0],) * 2, np.nan)
         else:

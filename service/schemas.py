@@ -676,6 +676,11 @@ class ComponentEstimates(BaseModel):
     intercept: Estimate | None = Field(description="null without an intercept")
     weight: Estimate = Field(description="the line's mixing weight")
     noise_variance: Estimate
+    covariance: list[list[float]] | None = Field(
+        default=None,
+        description="joint covariance of the line's coefficients then intercept (for "
+        "confidence bands); null where the standard errors do not exist",
+    )
 
 
 class BootstrapInfo(BaseModel):

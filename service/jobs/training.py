@@ -570,6 +570,15 @@ def _bootstrap_of(
     return float(se), float(interval[0]), float(interval[1])
 
 
+def _line_covariance(estimator: MixtureOfLinearRegressions, line: int) -> list[list[float]] | None:
+    """The joint covariance of a line's coefficients then intercept (None where the standard
+    errors do not exist)."""
+    n_params = estimator.n_features_in_ + bool(estimator.fit_intercept)
+    start = line * (n_params + 1)
+    block = estimator.covariance_[start : start + n_params, start : start + n_params]
+    return [[float(value) for value in row] for row in block] if np.isfinite(block).all() else None
+
+
 def uncertainty_record(
     estimator: MixtureOfLinearRegressions, bootstrap: BootstrapResult | None
 ) -> dict[str, Any]:
@@ -596,6 +605,7 @@ def uncertainty_record(
                     else None
                 ),
                 "weight": _estimate(rows[-2], _bootstrap_of(bootstrap, "weights", line, None)),
+                "covariance": _line_covariance(estimator, line),
                 "noise_variance": _estimate(
                     rows[-1], _bootstrap_of(bootstrap, "noise_variance", line, None)
                 ),

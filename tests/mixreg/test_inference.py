@@ -222,6 +222,10 @@ def test_order_depends_only_on_the_set_of_lines():
     assert reference[0] == 2 and reference[-1] == 3
     values = intercept + coef @ x_mean
     assert values[reference[1]] > values[reference[2]]
+    # Moving the features' origin moves every intercept, not the order.
+    shift = np.array([100.0, -50.0, 7.0])
+    shifted = component_order(coef, intercept - coef @ shift, shares, x_mean + shift)
+    np.testing.assert_array_equal(shifted, reference)
     for permutation in itertools.permutations(range(4)):
         perm = np.array(permutation)
         order = component_order(coef[perm], intercept[perm], shares[perm], x_mean)

@@ -13,8 +13,11 @@ from ._estimator import (
     MAX_EXHAUSTIVE_PARTITIONS,
     DegenerateFitWarning,
     MixtureOfLinearRegressions,
+    StandardErrorWarning,
+    component_order,
     minimum_rows_per_line,
 )
+from ._inference import BootstrapResult
 from ._loss import min_loss, predict_lines
 from ._selection import (
     ComponentsFit,
@@ -28,6 +31,7 @@ from ._selection import (
     sweep_warm_start,
 )
 from ._solvers import GROUPED_ALGORITHMS
+from ._summary import InferenceSummary, SummaryRow
 from ._validation import ALGORITHM_PARAMETERS, ALGORITHMS
 
 __all__ = [
@@ -36,12 +40,17 @@ __all__ = [
     "GROUPED_ALGORITHMS",
     "MAX_ABS_Y",
     "MAX_EXHAUSTIVE_PARTITIONS",
+    "BootstrapResult",
     "ComponentsFit",
     "DegenerateFitWarning",
+    "InferenceSummary",
     "MixtureOfLinearRegressions",
     "MixtureScore",
     "NComponentsSelection",
+    "StandardErrorWarning",
+    "SummaryRow",
     "check_n_components_list",
+    "component_order",
     "min_loss",
     "minimum_rows_per_line",
     "mixture_score",

@@ -18,6 +18,17 @@ from ._am import SolverResult, assign_many, refit_exactly_until_stable
 from ._auto import AutoResult, default_n_init, fit_auto
 from ._document import lines_document, read_lines
 from ._em import EMResult, e_step
+from ._inference import (
+    BootstrapResult,
+    bootstrap_replicates,
+    caller_jacobian,
+    check_level,
+    covariance_from_information,
+    log_likelihood,
+    maximum_likelihood_polish,
+    normal_quantile,
+    observed_information,
+)
 from ._loss import (
     Grouping,
     predict_lines,
@@ -28,6 +39,7 @@ from ._loss import (
 )
 from ._solvers import GROUPED_ALGORITHMS, SOLVERS, FitContext
 from ._subsample import capped_stirling2, largest_enumerable_size
+from ._summary import InferenceSummary, summary_table
 from ._validation import (
     PARAMETER_NAMES,
     check_algorithm,
@@ -191,6 +203,32 @@ class _Scaling:
             )
         return coef, intercept
 
+    def line_jacobian(self) -> FloatArray:
+        """Derivative of one line's caller-unit (coef, intercept) in its scaled parameters
+        (:meth:`to_caller` is linear in them)."""
+        n_features = self.x_scale.size
+        factor = self.y_scale / self.x_scale
+        jacobian = np.zeros((n_features + self.fit_intercept, n_features + self.fit_intercept))
+        jacobian[np.arange(n_features), np.arange(n_features)] = factor
+        if self.fit_intercept:
+            jacobian[n_features, :n_features] = -factor * self.x_mean
+            jacobian[n_features, n_features] = self.y_scale
+        return jacobian
+
+
+def component_order(
+    coef: FloatArray, intercept: FloatArray, shares: FloatArray, x_mean: FloatArray
+) -> NDArray[np.intp]:
+    """The documented order of fitted lines: largest share first; equal shares by the line's
+    value at the training rows' mean features (largest first, so the order does not depend
+    on where the features' origin is), then by coefficients.
+
+    The order depends only on the set of lines, never on the order they come in.
+    """
+    centre_value = intercept + coef @ x_mean
+    order: NDArray[np.intp] = np.lexsort((*coef.T[::-1], -centre_value, -shares))
+    return order
+
 
 def _in_caller_units(losses: ArrayLike, loss_scale: float) -> FloatArray:
     """Scaled losses (or variances) in the caller's units. One beyond a float64's range (a
@@ -213,6 +251,10 @@ def _scaled_loss(ctx: FitContext, theta: FloatArray) -> float:
         ctx.Z, ctx.y, theta[None], sample_weight=ctx.sample_weight, grouping=ctx.grouping
     )
     return float(weighted_mean(squared[0], ctx.sample_weight))
+
+
+class StandardErrorWarning(UserWarning):
+    """The standard errors of a fit do not exist (its observed information is singular)."""
 
 
 class DegenerateFitWarning(UserWarning):
@@ -372,6 +414,12 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         returns the best candidate so far, polished where it is. At least one batch, step or
         source runs. A fit with a time budget depends on the machine's speed and load, not only
         on the seed: how many candidates fit in the budget does.
+    standard_errors : bool, default=False
+        Also compute standard errors from the observed information of the Gaussian mixture
+        of regressions at the maximum-likelihood fit EM reaches from the fitted lines
+        (``coef_se_`` and the other ``*_se_`` attributes, :meth:`summary`,
+        :meth:`confidence_intervals`). It costs an EM polish and one pass of products over the
+        rows.
 
     Attributes
     ----------
@@ -380,7 +428,10 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
     shares_ : ndarray of shape (n_components,)
         Fraction of training rows each line predicts best (of their total weight, with
         sample weights; with groups, each row counts for its group's line). Components are
-        ordered by share, largest first (ties by intercept, then coefficients).
+        ordered by share, largest first; equal shares by the line's value at the mean of the
+        training features, largest first, then by coefficients (:func:`component_order`).
+        Every output that lists lines (standard errors, summaries, bootstrap replicates, each
+        k of a sweep) uses this order.
     loss_history_ : ndarray
         Training min-loss per iteration (AM, EM) or best candidate per batch of partitions
         followed by the loss after the refit (sub-sample algorithms); for ``subsample+am`` the
@@ -398,7 +449,24 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
     train_loss_ : float
         Training min-loss of the fitted lines (weighted, and grouped, as the fit was).
     weights_, noise_variance_ : ndarray of shape (n_components,)
-        Only for ``em``: the mixture weights and per-line noise variances (caller's units).
+        For ``em``, and for every algorithm with ``standard_errors=True``: the mixture
+        weights and per-line noise variances (caller's units); with ``standard_errors``,
+        those of the maximum-likelihood fit below.
+    ml_coef_, ml_intercept_ : ndarray of shape (n_components, n_features), (n_components,)
+        Only with ``standard_errors=True``: the maximum-likelihood fit of the Gaussian mixture
+        of regressions that EM reaches from the fitted lines (each keeps its line's index),
+        the estimates the standard errors belong to. For ``em`` they are ``coef_`` and
+        ``intercept_`` run to a tighter tolerance; for the min-loss algorithms they are close
+        to the fitted lines when the lines are well separated (see ADR 0021).
+    coef_se_, intercept_se_, weights_se_, noise_variance_se_ : ndarray
+        Only with ``standard_errors=True``: standard errors of ``ml_coef_``,
+        ``ml_intercept_``, ``weights_`` and ``noise_variance_`` from the observed information
+        (as ``flexmix::refit``); NaN when the information is singular (a warning says so).
+    covariance_ : ndarray of shape (k * (n_features + fit_intercept + 1) + k,) * 2
+        Only with ``standard_errors=True``: their joint covariance, per line its coefficients,
+        intercept and noise variance, then the k weights.
+    log_likelihood_ : float
+        Only with ``standard_errors=True``: the maximum-likelihood fit's log-likelihood.
     n_features_in_ : int
     group_labels_ : ndarray of shape (n_groups,)
         Only after a fit with ``groups``: the distinct training groups, sorted (groups whose
@@ -442,6 +510,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         n_partitions: int | None = None,
         base: str | None = None,
         time_budget: float | None = None,
+        standard_errors: bool = False,
     ) -> None:
         self.n_components = n_components
         self.algorithm = algorithm
@@ -456,6 +525,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         self.n_partitions = n_partitions
         self.base = base
         self.time_budget = time_budget
+        self.standard_errors = standard_errors
 
     def resolved_parameters(self, n_samples: int, n_features: int) -> dict[str, Any]:
         """Check the estimator's settings for data of this size; return the algorithm's params.
@@ -475,6 +545,8 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             )
         if not isinstance(self.fit_intercept, bool | np.bool_):
             raise ValueError(f"fit_intercept must be True or False; got {self.fit_intercept!r}")
+        if not isinstance(self.standard_errors, bool | np.bool_):
+            raise ValueError(f"standard_errors must be True or False; got {self.standard_errors!r}")
         given = {name: getattr(self, name) for name in PARAMETER_NAMES}
         params = resolve_parameters(
             algorithm,
@@ -566,6 +638,11 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
                     f"groups: algorithm={self.algorithm!r} does not fit groups; use one of "
                     f"{', '.join(repr(name) for name in GROUPED_ALGORITHMS)}"
                 )
+            if self.standard_errors:
+                raise ValueError(
+                    "groups: standard errors are computed for ungrouped rows only; fit with "
+                    "standard_errors=False"
+                )
             group_labels, codes = check_groups(groups, len(y_arr))
         if weights is not None:
             kept = weights > 0
@@ -623,7 +700,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             np.float64
         ) / float(row_weight.sum())
         rows_per_line = np.bincount(labels[0], minlength=ctx.n_components)
-        order = np.lexsort((*coef.T[::-1], intercept, -shares))
+        order = component_order(coef, intercept, shares, weighted_mean(X_arr.T, weights))
         self.coef_ = coef[order]
         self.intercept_ = intercept[order]
         self.shares_ = shares[order]
@@ -650,6 +727,8 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             self._set_groups(ctx, result, group_labels, labels[0], order)
         _warn_if_unconverged(self.algorithm, result, params, ctx.deadline)
         _warn_if_degenerate(rows_per_line[order].astype(np.float64), ctx.Z.shape[1])
+        if self.standard_errors:
+            self._set_standard_errors(ctx.Z, ctx.y, result.theta[order], scaling, ctx.sample_weight)
         ctx.report(
             1.0,
             iteration=result.n_iter,
@@ -686,6 +765,188 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
                 grouping=ctx.grouping,
             )
             self.group_posterior_ = expectation.unit_posteriors[0][order].T
+
+    def _set_standard_errors(
+        self,
+        Z: FloatArray,
+        y: FloatArray,
+        theta: FloatArray,
+        scaling: _Scaling,
+        sample_weight: FloatArray | None,
+    ) -> None:
+        """The maximum-likelihood fit EM reaches from ``theta`` (scaled lines, in the output
+        order) and its standard errors, in the caller's units; rows count ``sample_weight``
+        times."""
+        params, _, _ = maximum_likelihood_polish(Z, y, theta, sample_weight=sample_weight)
+        variance_scale = scaling.y_scale**2
+        coef, intercept = scaling.to_caller(params.theta)
+        self.ml_coef_, self.ml_intercept_ = coef, intercept
+        self.weights_ = params.weights
+        self.noise_variance_ = _in_caller_units(params.variances, variance_scale)
+        # The density of y in the caller's units is the scaled one over y_scale, row by row.
+        n_observations = y.size if sample_weight is None else float(sample_weight.sum())
+        self.log_likelihood_ = log_likelihood(
+            Z, y, params, sample_weight=sample_weight
+        ) - n_observations * np.log(scaling.y_scale)
+        scaled_covariance = covariance_from_information(
+            observed_information(Z, y, params, sample_weight=sample_weight)
+        )
+        jacobian = caller_jacobian(params, scaling.line_jacobian(), variance_scale)
+        if scaled_covariance is None:
+            warnings.warn(
+                "the observed information of the mixture is singular at its maximum-likelihood "
+                "fit (a line owns almost no rows, or two lines coincide): its standard errors "
+                "do not exist and are NaN; fit fewer lines (n_components)",
+                StandardErrorWarning,
+                stacklevel=2,
+            )
+            self.covariance_ = np.full((jacobian.shape[0],) * 2, np.nan)
+        else:
+            self.covariance_ = jacobian @ scaled_covariance @ jacobian.T
+        k, n_features = coef.shape
+        n_line = theta.shape[1] + 1
+        se = np.sqrt(np.maximum(np.diag(self.covariance_), 0.0))
+        by_line = se[: k * n_line].reshape(k, n_line)
+        self.coef_se_ = by_line[:, :n_features]
+        self.intercept_se_ = by_line[:, n_features] if self.fit_intercept else np.zeros(k)
+        self.noise_variance_se_ = by_line[:, -1]
+        self.weights_se_ = se[k * n_line :]
+
+    def _check_standard_errors(self) -> None:
+        self._check_fitted()
+        if not hasattr(self, "coef_se_"):
+            raise NotFittedError(
+                "This MixtureOfLinearRegressions has no standard errors; fit it with "
+                "standard_errors=True."
+            )
+
+    def confidence_intervals(self, level: float = 0.95) -> dict[str, FloatArray]:
+        """Wald intervals ``estimate -/+ z_(1+level)/2 * se`` of the maximum-likelihood fit.
+
+        Returns
+        -------
+        intervals : dict
+            ``coef`` of shape (n_components, n_features, 2), ``intercept``, ``weights`` and
+            ``noise_variance`` of shape (n_components, 2): lower and upper bounds (NaN where
+            the standard error does not exist).
+        """
+        self._check_standard_errors()
+        critical = normal_quantile(check_level(level))
+        pairs = {
+            "coef": (self.ml_coef_, self.coef_se_),
+            "intercept": (self.ml_intercept_, self.intercept_se_),
+            "weights": (self.weights_, self.weights_se_),
+            "noise_variance": (self.noise_variance_, self.noise_variance_se_),
+        }
+        return {
+            name: np.stack([estimate - critical * se, estimate + critical * se], axis=-1)
+            for name, (estimate, se) in pairs.items()
+        }
+
+    def summary(
+        self, level: float = 0.95, feature_names: Sequence[str] | None = None
+    ) -> InferenceSummary:
+        """Per line, estimate, std. error, z value, Pr(>|z|) and interval of every coefficient
+        (as R's ``summary(refit(m))``), then of its weight and noise variance; ``str()`` of the
+        result prints it as R does."""
+        self._check_standard_errors()
+        names = (
+            [f"x{column}" for column in range(self.n_features_in_)]
+            if feature_names is None
+            else [str(name) for name in feature_names]
+        )
+        if len(names) != self.n_features_in_:
+            raise ValueError(
+                f"feature_names has {len(names)} names for {self.n_features_in_} features"
+            )
+        return summary_table(
+            feature_names=names,
+            fit_intercept=bool(self.fit_intercept),
+            coef=self.ml_coef_,
+            intercept=self.ml_intercept_,
+            weights=self.weights_,
+            noise_variance=self.noise_variance_,
+            coef_se=self.coef_se_,
+            intercept_se=self.intercept_se_,
+            weights_se=self.weights_se_,
+            noise_variance_se=self.noise_variance_se_,
+            level=check_level(level),
+            log_likelihood=float(self.log_likelihood_),
+        )
+
+    def bootstrap(
+        self,
+        X: ArrayLike,
+        y: ArrayLike,
+        n_bootstrap: int = 200,
+        kind: str = "parametric",
+        random_state: Any = None,
+        level: float = 0.95,
+        progress: ProgressCallback | None = None,
+    ) -> BootstrapResult:
+        """Bootstrap standard errors and percentile intervals of the maximum-likelihood fit.
+
+        The fitted lines are polished to the maximum-likelihood fit (as for
+        ``standard_errors``); each of ``n_bootstrap`` replicates (``kind="parametric"``: new
+        targets drawn from that mixture at the same rows; ``"empirical"``: rows drawn with
+        replacement) is refitted by EM from it, and its lines are matched to the fitted ones by
+        the Hungarian assignment on their parameters, so line j of every replicate is line j.
+
+        Parameters
+        ----------
+        X, y : the training data
+        progress : callable, optional
+            ``progress(fraction, info)`` after every replicate (``info["iteration"]`` is the
+            number of replicates done); an exception raised by it stops the bootstrap.
+
+        Returns
+        -------
+        BootstrapResult
+            Also kept as ``bootstrap_``.
+        """
+        self._check_fitted()
+        if (
+            isinstance(n_bootstrap, bool)
+            or not isinstance(n_bootstrap, numbers.Integral)
+            or n_bootstrap < 2
+        ):
+            raise ValueError(f"n_bootstrap must be an integer >= 2; got {n_bootstrap!r}")
+        level = check_level(level)
+        X_arr, y_arr = check_X_y(X, y)
+        check_X(X_arr, n_features=self.n_features_in_)
+        scaling, Z, y_scaled = _Scaling.of(X_arr, y_arr, bool(self.fit_intercept))
+        lines = np.column_stack([self.coef_, self.intercept_]) if self.fit_intercept else self.coef_
+        with single_threaded_blas():
+            fitted, _, _ = maximum_likelihood_polish(Z, y_scaled, scaling.to_scaled(lines))
+
+            def report(done: int, total: int) -> None:
+                if progress is not None:
+                    progress(
+                        done / total,
+                        {"iteration": done, "candidates_tried": None, "best_loss": None},
+                    )
+
+            replicates = bootstrap_replicates(
+                Z,
+                y_scaled,
+                fitted,
+                n_bootstrap=int(n_bootstrap),
+                kind=kind,
+                rng=as_generator(random_state),
+                progress=report,
+            )
+        k, n_params = fitted.theta.shape
+        coef, intercept = scaling.to_caller(replicates.theta.reshape(-1, n_params))
+        self.bootstrap_ = BootstrapResult.of(
+            kind=kind,
+            level=level,
+            coef=coef.reshape(int(n_bootstrap), k, -1),
+            intercept=intercept.reshape(int(n_bootstrap), k),
+            weights=replicates.weights,
+            noise_variance=_in_caller_units(replicates.variances, scaling.y_scale**2),
+            converged=replicates.converged,
+        )
+        return self.bootstrap_
 
     def to_dict(self, feature_names: Sequence[str] | None = None) -> dict[str, Any]:
         """The fitted lines as a JSON-ready document (plain numbers and names, never pickle)

@@ -192,7 +192,7 @@ class _Moments:
             mean, centred = np.zeros(rows.shape[1]), rows
         if weights is not None:
             centred = centred * np.sqrt(weights)[:, None]
-        scatter = _cross_products(centred)
+        scatter = cross_products(centred)
         total = self.weight[part] + weight
         if centre and self.weight[part] > 0.0:
             delta = mean - self.mean[part]
@@ -215,7 +215,7 @@ class _Moments:
         return theta
 
 
-def _cross_products(rows: FloatArray) -> FloatArray:
+def cross_products(rows: FloatArray) -> FloatArray:
     """``rows^T rows`` by BLAS's symmetric rank-k update (half the work of a general product)."""
     if rows.shape[0] == 0:
         return np.zeros((rows.shape[1], rows.shape[1]))

@@ -201,6 +201,9 @@ class AsyncClient:
         init_model: str | None = None,
         weights: str | None = None,
         groups: str | None = None,
+        standard_errors: bool = True,
+        n_bootstrap: int = 0,
+        bootstrap: str = "parametric",
     ) -> AsyncFitJob:
         """Queue a fit of a stored dataset and return its job.
 
@@ -211,6 +214,8 @@ class AsyncClient:
         ``weights`` names the dataset's number column of row weights (a weight counts as that
         many copies of the row); ``groups`` its column of group labels (every row of a group
         on one line; algorithms auto, am-classic, em).
+        ``standard_errors`` and ``n_bootstrap`` (``bootstrap``: ``"parametric"`` or
+        ``"empirical"``) ask for the lines' standard errors (``Model.summary()``).
         """
         job = await self._drive(
             _core.fit(
@@ -227,6 +232,9 @@ class AsyncClient:
                 init_model=init_model,
                 weights=weights,
                 groups=groups,
+                standard_errors=standard_errors,
+                n_bootstrap=n_bootstrap,
+                bootstrap=bootstrap,
             )
         )
         return AsyncFitJob(self, job)

@@ -243,6 +243,9 @@ def fit(
     init_model: str | None = None,
     weights: str | None = None,
     groups: str | None = None,
+    standard_errors: bool = True,
+    n_bootstrap: int = 0,
+    bootstrap: str = "parametric",
 ) -> Operation[Job]:
     """Queue a fit of a stored dataset; the job as accepted."""
     body: dict[str, Any] = {
@@ -253,6 +256,11 @@ def fit(
         "holdout_fraction": holdout_fraction,
         "seed": seed,
     }
+    # Only what differs from the server's defaults, which a server before them also takes.
+    if not standard_errors:
+        body["standard_errors"] = False
+    if n_bootstrap:
+        body |= {"n_bootstrap": n_bootstrap, "bootstrap": bootstrap}
     if params:
         body["params"] = dict(params)
     if time_budget_s is not None:

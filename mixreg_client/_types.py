@@ -253,6 +253,30 @@ class Model(ModelSummary):
         """The intercepts, shape ``(k,)``."""
         return np.array([component.intercept for component in self.components], dtype=np.float64)
 
+    def summary(self) -> EstimatesTable:
+        """Per line, estimate, std. error, z value, Pr(>|z|) and interval of each coefficient,
+        intercept, weight and noise variance (as R's ``summary(refit(m))``); ``print()`` it.
+
+        Raises ValueError if the model was fitted without standard errors.
+        """
+        uncertainty = self.raw.get("uncertainty")
+        if uncertainty is None:
+            raise ValueError(
+                f"model {self.id} has no standard errors; fit with standard_errors=True"
+            )
+        rows: list[dict[str, Any]] = []
+        for line, component in enumerate(self.raw["components"]):
+            estimates = component["estimates"]
+            named = [*zip(self.feature_names, estimates["coef"], strict=True)]
+            if estimates["intercept"] is not None:
+                named.append(("(Intercept)", estimates["intercept"]))
+            named += [
+                ("weight", estimates["weight"]),
+                ("noise_variance", estimates["noise_variance"]),
+            ]
+            rows += [{"component": line, "parameter": name, **item} for name, item in named]
+        return EstimatesTable(rows=rows, level=float(uncertainty["level"]))
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Model:
         """Read the server's JSON."""
@@ -293,6 +317,39 @@ class GroupPredictions:
 
     predictions: NDArray[np.float64]
     group_line: NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class EstimatesTable:
+    """A model's estimates with standard errors: ``rows`` (dicts with ``component``,
+    ``parameter``, ``estimate``, ``std_error``, ``z_value``, ``p_value``, ``lower``, ``upper``
+    and, after a bootstrap, ``bootstrap_std_error``, ``bootstrap_lower``, ``bootstrap_upper``;
+    None where a number does not exist); ``str()`` prints it per line, as R does."""
+
+    rows: list[dict[str, Any]]
+    level: float
+
+    def __str__(self) -> str:
+        def cell(value: Any, spec: str) -> str:
+            return "NA" if value is None else format(value, spec)
+
+        lines = [f"intervals at {self.level:.0%}"]
+        for component in sorted({row["component"] for row in self.rows}):
+            lines += [
+                "",
+                f"$Comp.{component}",
+                f"{'':>16} {'Estimate':>12} {'Std. Error':>12} {'z value':>9} {'Pr(>|z|)':>10} "
+                f"{'lower':>12} {'upper':>12}",
+            ]
+            lines += [
+                f"{row['parameter'][:16]:>16} {row['estimate']:12.5g} "
+                f"{cell(row['std_error'], '12.5g'):>12} {cell(row['z_value'], '9.3f'):>9} "
+                f"{cell(row['p_value'], '10.3g'):>10} {cell(row['lower'], '12.5g'):>12} "
+                f"{cell(row['upper'], '12.5g'):>12}"
+                for row in self.rows
+                if row["component"] == component
+            ]
+        return "\n".join(lines)
 
 
 @dataclass(frozen=True)

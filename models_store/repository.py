@@ -683,6 +683,7 @@ def create_job(
     discard_data: bool = False,
     weights_column: str | None = None,
     groups_column: str | None = None,
+    uncertainty: Mapping[str, Any] | None = None,
 ) -> Job:
     """Queue a fit of ``dataset_id``; ``params`` are the validated algorithm parameters.
 
@@ -692,6 +693,9 @@ def create_job(
     registered model whose next version the fit becomes.
     ``discard_data`` deletes the dataset once the job is finished. ``weights_column`` and
     ``groups_column`` name the dataset columns of the row weights and group labels.
+    ``uncertainty`` holds the
+    standard errors and bootstrap the fit computes (``standard_errors``, ``n_bootstrap``,
+    ``bootstrap``).
     """
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -722,6 +726,7 @@ def create_job(
         discard_data=discard_data or None,
         weights_column=weights_column,
         groups_column=groups_column,
+        uncertainty=None if uncertainty is None else to_json_value(dict(uncertainty)),
     )
     session.add(job)
     session.flush()
@@ -1196,12 +1201,14 @@ def create_model(
     group_labels: npt.ArrayLike | None = None,
     group_lines: npt.ArrayLike | None = None,
     group_metrics: Mapping[str, Any] | None = None,
+    uncertainty: Mapping[str, Any] | None = None,
 ) -> Model:
     """Store a fitted model; arrays are kept as JSON lists of exactly the same float64 values.
 
     ``coef`` has shape (n_components, n_features); ``intercept`` and ``shares`` have shape
     (n_components,). ``log_likelihood``, ``bic`` and ``n_parameters`` score the lines as a
-    Gaussian mixture on the training rows; ``candidates`` is the search record of ``auto``.
+    Gaussian mixture on the training rows; ``candidates`` is the search record of ``auto``;
+    ``uncertainty`` the table of estimates with their standard errors and intervals.
     A grouped fit gives ``group_labels`` (its training groups) and ``group_lines`` (the line of
     each), stored compactly (``codecs.encode_group_table``), and its ``group_metrics``.
     """
@@ -1257,6 +1264,7 @@ def create_model(
             else encode_group_table(group_labels, group_lines)
         ),
         group_metrics=None if group_metrics is None else to_json_value(dict(group_metrics)),
+        uncertainty=None if uncertainty is None else to_json_value(dict(uncertainty)),
     )
     session.add(model)
     session.flush()

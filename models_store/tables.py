@@ -148,6 +148,9 @@ class Job(Base):
     registered_model: Mapped[str | None] = mapped_column(String(REGISTERED_NAME_LENGTH))
     # Added in revision 0007: delete the job's dataset once it is finished (None: keep it).
     discard_data: Mapped[bool | None]
+    # Added in revision 0011: the standard errors and bootstrap asked for (None: jobs stored
+    # before, which computed none).
+    uncertainty: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class Model(Base):
@@ -194,6 +197,9 @@ class Model(Base):
     groups_column: Mapped[str | None] = mapped_column(String)
     group_table: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True)
     group_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Added in revision 0011: per line, the estimates with standard errors, z, p and
+    # intervals (None: computed for no fit stored before, nor when not asked for).
+    uncertainty: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class RegisteredModel(Base):

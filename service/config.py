@@ -61,6 +61,7 @@ class Settings(BaseSettings):
     max_subsample_size: int = Field(default=100_000, ge=150)
     max_iterations: int = Field(default=10_000, ge=200)
     max_n_init: int = Field(default=1000, ge=1)
+    max_n_bootstrap: int = Field(default=1000, ge=0)
     max_time_budget_s: float = Field(default=3000.0, gt=0)
     max_queued_jobs_per_key: int = Field(default=100, ge=1)
     model_cache_check_interval_s: float = Field(default=1.0, gt=0)

@@ -46,6 +46,7 @@ _FEATURES = _Limit("max_features")
 _K = _Limit("max_k")
 _K_SWEEP = _Limit("max_k_sweep")
 _TIME_BUDGET = _Limit("max_time_budget_s")
+_BOOTSTRAP = _Limit("max_n_bootstrap")
 _QUEUED_JOBS = _Limit("max_queued_jobs_per_key")
 _PREDICT_VALUES = _Limit("max_predict_values")
 
@@ -187,6 +188,8 @@ def check_fit_request(request: FitVariant, *, settings: Settings) -> None:
         value = getattr(request.params, parameter, None)
         if isinstance(value, int) and value > limit.value(settings):
             errors.append(_above(["params", parameter], value, limit, settings))
+    if request.n_bootstrap > settings.max_n_bootstrap:
+        errors.append(_above(["n_bootstrap"], request.n_bootstrap, _BOOTSTRAP, settings))
     budget = request.time_budget_s
     if budget is not None and budget > settings.max_time_budget_s:
         errors.append(_above(["time_budget_s"], budget, _TIME_BUDGET, settings))

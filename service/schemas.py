@@ -465,7 +465,43 @@ class _FitBase(_Strict):
                 f"groups: algorithm '{self.algorithm}' does not fit groups; use one of "
                 f"{', '.join(GROUPED_ALGORITHMS)}"
             )
+        if self.groups is not None and "standard_errors" in self.model_fields_set:
+            if self.standard_errors or self.n_bootstrap:
+                raise _invalid(
+                    "standard_errors: standard errors are computed for ungrouped rows only; "
+                    "leave out standard_errors and n_bootstrap with groups"
+                )
+        elif self.groups is not None and self.n_bootstrap:
+            raise _invalid("n_bootstrap: the bootstrap is for ungrouped rows only")
+        if self.weights is not None and self.n_bootstrap:
+            raise _invalid("n_bootstrap: the bootstrap resamples unweighted rows only")
         return self
+
+    @property
+    def wants_standard_errors(self) -> bool:
+        """Standard errors by default, except for grouped rows (they are for ungrouped ones)."""
+        return self.standard_errors and self.groups is None
+
+    standard_errors: bool = Field(
+        default=True,
+        description="per line (ungrouped fits), standard errors, z values, p values and 95 % "
+        "intervals of the "
+        "coefficients, weight and noise variance, from the observed information of the "
+        "Gaussian mixture at the maximum-likelihood fit EM reaches from the fitted lines "
+        "(as R's flexmix::refit)",
+    )
+    n_bootstrap: Count = Field(
+        default=0,
+        ge=0,
+        description="bootstrap replicates (0: none; at most MIXREG_MAX_N_BOOTSTRAP): each "
+        "refitted by EM from the maximum-likelihood fit and matched to its lines, for "
+        "bootstrap standard errors and percentile intervals",
+    )
+    bootstrap: Literal["parametric", "empirical"] = Field(
+        default="parametric",
+        description="parametric: new targets drawn from the fitted mixture at the same rows; "
+        "empirical: rows drawn with replacement",
+    )
 
     @model_validator(mode="after")
     def _one_data_source(self) -> _FitBase:
@@ -675,12 +711,65 @@ class Readiness(BaseModel):
 # --- models ---
 
 
+class Estimate(BaseModel):
+    """One parameter of the maximum-likelihood fit with its standard error (a column of R's
+    ``summary(refit(m))``); null where a number does not exist (a singular information)."""
+
+    estimate: float
+    std_error: float | None
+    z_value: float | None = Field(description="estimate / std_error; null for weight and variance")
+    p_value: float | None = Field(description="two-sided Pr(>|z|) of the Wald test against 0")
+    lower: float | None = Field(description="lower end of the Wald interval (level of the model)")
+    upper: float | None
+    bootstrap_std_error: float | None = Field(
+        default=None, description="the bootstrap's standard deviation, when a bootstrap ran"
+    )
+    bootstrap_lower: float | None = Field(default=None, description="percentile interval")
+    bootstrap_upper: float | None = None
+
+
+class ComponentEstimates(BaseModel):
+    """A line's parameters as the maximum-likelihood fit EM reaches from it estimates them."""
+
+    coef: list[Estimate] = Field(description="one per feature, in the order of feature_names")
+    intercept: Estimate | None = Field(description="null without an intercept")
+    weight: Estimate = Field(description="the line's mixing weight")
+    noise_variance: Estimate
+    covariance: list[list[float]] | None = Field(
+        default=None,
+        description="joint covariance of the line's coefficients then intercept (for "
+        "confidence bands); null where the standard errors do not exist",
+    )
+
+
+class BootstrapInfo(BaseModel):
+    """The bootstrap behind the ``bootstrap_*`` numbers."""
+
+    kind: Literal["parametric", "empirical"]
+    n_bootstrap: int
+    n_converged: int = Field(description="replicates whose EM met its tolerance")
+
+
+class Uncertainty(BaseModel):
+    """How the standard errors of a model's lines were obtained."""
+
+    method: Literal["observed-information"]
+    level: float = Field(description="confidence level of every interval")
+    log_likelihood: float | None = Field(description="of the maximum-likelihood fit")
+    bootstrap: BootstrapInfo | None
+
+
 class Component(BaseModel):
     """One fitted line: y ≈ ⟨coef, x⟩ + intercept, with its share of the training rows."""
 
     coef: list[float]
     intercept: float
     share: float
+    estimates: ComponentEstimates | None = Field(
+        default=None,
+        description="standard errors, z, p and intervals of the line (standard_errors or "
+        "n_bootstrap in the fit); null otherwise",
+    )
 
 
 class Baseline(BaseModel):
@@ -760,6 +849,10 @@ class ModelOut(ModelSummary):
     )
     group_metrics: GroupMetrics | None = Field(
         default=None, description="a grouped fit's groups and group-level min-losses"
+    )
+    uncertainty: Uncertainty | None = Field(
+        default=None,
+        description="how the lines' standard errors were obtained; null when none were",
     )
 
 

@@ -12,6 +12,7 @@ from service.schemas import (
     Candidate,
     ColumnOut,
     Component,
+    ComponentEstimates,
     DatasetOut,
     GroupMetrics,
     JobOut,
@@ -20,6 +21,7 @@ from service.schemas import (
     Progress,
     Sweep,
     SweepModel,
+    Uncertainty,
 )
 
 
@@ -140,9 +142,18 @@ def model_summary(model: Model, version: ModelVersion | None = None) -> ModelSum
 
 def model_out(model: Model, version: ModelVersion | None = None) -> ModelOut:
     """The full public view of a model: its θ list, scores, baseline and provenance."""
+    uncertainty = model.uncertainty
+    estimates = [None] * model.n_components if uncertainty is None else uncertainty["components"]
     components = [
-        Component(coef=list(coef), intercept=intercept, share=share)
-        for coef, intercept, share in zip(model.coef, model.intercept, model.shares, strict=True)
+        Component(
+            coef=list(coef),
+            intercept=intercept,
+            share=share,
+            estimates=None if estimate is None else ComponentEstimates.model_validate(estimate),
+        )
+        for coef, intercept, share, estimate in zip(
+            model.coef, model.intercept, model.shares, estimates, strict=True
+        )
     ]
     return ModelOut(
         **model_summary(model, version).model_dump(),
@@ -169,4 +180,5 @@ def model_out(model: Model, version: ModelVersion | None = None) -> ModelOut:
             if model.group_metrics is None
             else GroupMetrics.model_validate(model.group_metrics)
         ),
+        uncertainty=None if uncertainty is None else Uncertainty.model_validate(uncertainty),
     )

@@ -53,6 +53,9 @@ def fit_spec(request: FitVariant) -> FitSpec:
         time_budget_s=request.time_budget_s,
         weights_column=request.weights,
         groups_column=request.groups,
+        standard_errors=request.wants_standard_errors,
+        n_bootstrap=request.n_bootstrap,
+        bootstrap=request.bootstrap,
     )
 
 
@@ -271,6 +274,7 @@ def submit_fit(
                 discard_data=not request.keep_data,
                 weights_column=spec.weights_column,
                 groups_column=spec.groups_column,
+                uncertainty=spec.uncertainty,
             )
             if enqueue is not None:
                 enqueue(session, job.id)

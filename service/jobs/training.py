@@ -38,8 +38,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import mixreg
 from mixreg import (
+    BootstrapResult,
     MixtureOfLinearRegressions,
     MixtureScore,
+    SummaryRow,
     min_loss,
     mixture_score,
     nested_scores,
@@ -217,6 +219,18 @@ class FitSpec:
     """The dataset column of the rows' weights."""
     groups_column: str | None = None
     """The dataset column of the rows' group labels."""
+    standard_errors: bool = False
+    n_bootstrap: int = 0
+    bootstrap: str = "parametric"
+
+    @property
+    def uncertainty(self) -> dict[str, Any]:
+        """The standard errors and bootstrap asked for, as a job stores them."""
+        return {
+            "standard_errors": self.standard_errors,
+            "n_bootstrap": self.n_bootstrap,
+            "bootstrap": self.bootstrap,
+        }
 
     @property
     def all_n_components(self) -> tuple[int, ...]:
@@ -225,7 +239,9 @@ class FitSpec:
 
     @classmethod
     def of_job(cls, job: Job) -> FitSpec:
-        """The spec stored on ``job``."""
+        """The spec stored on ``job`` (jobs stored before revision 0011 computed no standard
+        errors)."""
+        uncertainty = job.uncertainty or {}
         return cls(
             algorithm=job.algorithm,
             n_components=job.n_components,
@@ -237,6 +253,9 @@ class FitSpec:
             k_values=None if job.k_values is None else tuple(job.k_values),
             weights_column=job.weights_column,
             groups_column=job.groups_column,
+            standard_errors=bool(uncertainty.get("standard_errors", False)),
+            n_bootstrap=int(uncertainty.get("n_bootstrap", 0)),
+            bootstrap=str(uncertainty.get("bootstrap", "parametric")),
         )
 
     def estimator(self, n_components: int | None = None) -> MixtureOfLinearRegressions:
@@ -247,6 +266,8 @@ class FitSpec:
             fit_intercept=self.fit_intercept,
             random_state=self.seed,
             time_budget=self.time_budget_s,
+            # The bootstrap refits from the maximum-likelihood fit the standard errors find.
+            standard_errors=self.standard_errors or self.n_bootstrap > 0,
             **self.params,
         )
 
@@ -280,6 +301,8 @@ class FittedMixture:
     group_lines: IndexArray | None = None
     group_metrics: dict[str, Any] | None = None
     """A grouped fit's group counts and min-losses with every group on its own best line."""
+    uncertainty: dict[str, Any] | None = None
+    """Per line, estimates with standard errors and intervals (``uncertainty_record``)."""
 
     @property
     def beats_baseline(self) -> bool:
@@ -550,13 +573,29 @@ def _fit_one(
         # start shows among the fit's candidates (source "init").
         estimator.set_params(init=init)
     started = time.perf_counter()
+    fit_share = 0.5 if spec.n_bootstrap else 1.0
     try:
         fit_warnings = _fit_recording_warnings(
-            estimator, X_train, y_train, progress, split.weights_train, split.groups_train
+            estimator,
+            X_train,
+            y_train,
+            _scaled_progress(progress, 0.0, fit_share),
+            split.weights_train,
+            split.groups_train,
         )
     except OverflowError:
         raise ValueError(f"the fit overflows a float64; {RESCALE_HINT}") from None
     fit_seconds = time.perf_counter() - started
+    bootstrap = None
+    if spec.n_bootstrap:
+        bootstrap = estimator.bootstrap(
+            X_train,
+            y_train,
+            n_bootstrap=spec.n_bootstrap,
+            kind=spec.bootstrap,
+            random_state=spec.seed,
+            progress=_scaled_progress(progress, fit_share, 1.0 - fit_share),
+        )
     coef = np.asarray(estimator.coef_, dtype=np.float64)
     intercept = np.asarray(estimator.intercept_, dtype=np.float64)
     train_min_loss = _line_min_loss(X_train, y_train, coef, intercept, split.weights_train)
@@ -599,6 +638,11 @@ def _fit_one(
         ),
         candidates=None if candidates is None else [_candidate(item) for item in candidates],
         warnings=[*fit_warnings, *([poor] if poor else [])],
+        uncertainty=(
+            uncertainty_record(estimator, bootstrap)
+            if spec.standard_errors or bootstrap is not None
+            else None
+        ),
     )
     if split.groups_train is not None:
         fitted = replace(
@@ -627,6 +671,108 @@ def group_metrics(estimator: MixtureOfLinearRegressions, split: TrainHoldout) ->
         ),
         "train_group_min_loss": float(estimator.train_loss_),
         "holdout_group_min_loss": holdout,
+    }
+
+
+def _scaled_progress(
+    progress: ProgressCallback | None, start: float, share: float
+) -> ProgressCallback | None:
+    """``progress`` for one phase of a fit that covers ``[start, start + share]`` of it."""
+    if progress is None or (start == 0.0 and share == 1.0):
+        return progress
+
+    def report(fraction: float, info: dict[str, Any]) -> None:
+        progress(start + share * fraction, info)
+
+    return report
+
+
+UNCERTAINTY_LEVEL = 0.95
+
+
+def _estimate(row: SummaryRow, bootstrap: tuple[float, float, float] | None) -> dict[str, Any]:
+    record = {
+        "estimate": row.estimate,
+        "std_error": row.std_error,
+        "z_value": row.z_value,
+        "p_value": row.p_value,
+        "lower": row.lower,
+        "upper": row.upper,
+    }
+    if bootstrap is not None:
+        se, lower, upper = (_finite_or_none(value) for value in bootstrap)
+        record |= {"bootstrap_std_error": se, "bootstrap_lower": lower, "bootstrap_upper": upper}
+    return record
+
+
+def _bootstrap_of(
+    bootstrap: BootstrapResult | None, name: str, line: int, column: int | None
+) -> tuple[float, float, float] | None:
+    """The bootstrap's standard error and percentile interval of one parameter of a line."""
+    if bootstrap is None:
+        return None
+    se = getattr(bootstrap, f"{name}_se")[line]
+    interval = getattr(bootstrap, f"{name}_interval")[line]
+    if column is not None:
+        se, interval = se[column], interval[column]
+    return float(se), float(interval[0]), float(interval[1])
+
+
+def _line_covariance(estimator: MixtureOfLinearRegressions, line: int) -> list[list[float]] | None:
+    """The joint covariance of a line's coefficients then intercept (None where the standard
+    errors do not exist)."""
+    n_params = estimator.n_features_in_ + bool(estimator.fit_intercept)
+    start = line * (n_params + 1)
+    block = estimator.covariance_[start : start + n_params, start : start + n_params]
+    return [[float(value) for value in row] for row in block] if np.isfinite(block).all() else None
+
+
+def uncertainty_record(
+    estimator: MixtureOfLinearRegressions, bootstrap: BootstrapResult | None
+) -> dict[str, Any]:
+    """What a model stores of its standard errors: per line, each coefficient's, the
+    intercept's (None without one), the weight's and the noise variance's estimate, standard
+    error, z, p and 95 % interval (None where one does not exist), with the bootstrap's
+    standard error and percentile interval when one ran."""
+    table = estimator.summary(level=UNCERTAINTY_LEVEL)
+    n_features = estimator.n_features_in_
+    per_line = n_features + bool(estimator.fit_intercept) + 2
+    components = []
+    for line in range(estimator.n_components):
+        rows = table.rows[line * per_line : (line + 1) * per_line]
+
+        components.append(
+            {
+                "coef": [
+                    _estimate(rows[column], _bootstrap_of(bootstrap, "coef", line, column))
+                    for column in range(n_features)
+                ],
+                "intercept": (
+                    _estimate(rows[n_features], _bootstrap_of(bootstrap, "intercept", line, None))
+                    if estimator.fit_intercept
+                    else None
+                ),
+                "weight": _estimate(rows[-2], _bootstrap_of(bootstrap, "weights", line, None)),
+                "covariance": _line_covariance(estimator, line),
+                "noise_variance": _estimate(
+                    rows[-1], _bootstrap_of(bootstrap, "noise_variance", line, None)
+                ),
+            }
+        )
+    return {
+        "method": "observed-information",
+        "level": UNCERTAINTY_LEVEL,
+        "log_likelihood": _finite_or_none(table.log_likelihood),
+        "bootstrap": (
+            None
+            if bootstrap is None
+            else {
+                "kind": bootstrap.kind,
+                "n_bootstrap": bootstrap.n_bootstrap,
+                "n_converged": bootstrap.n_converged,
+            }
+        ),
+        "components": components,
     }
 
 
@@ -1082,6 +1228,7 @@ def _store_models(
                 group_labels=fit.group_labels,
                 group_lines=fit.group_lines,
                 group_metrics=fit.group_metrics,
+                uncertainty=fit.uncertainty,
             ).id
         if spec.k_values is None:
             sweep, job_warnings = None, fitted.best.warnings

@@ -179,6 +179,60 @@ def test_the_page_in_a_browser_shows_the_job_succeeded_and_its_picture(
     assert count_colour(image, FIRST_LINE, 12) > 300 and count_colour(image, SECOND_LINE, 12) > 300
 
 
+def chromium_dom(url: str, tmp_path: Path) -> str:
+    """The page as a browser builds it (its DOM after rendering)."""
+    if not CHROMIUM.exists():
+        service_unavailable(f"{CHROMIUM} is not installed (make test installs it)")
+    done = subprocess.run(
+        [
+            str(CHROMIUM),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            url,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+        text=True,
+    )
+    return done.stdout
+
+
+def test_the_model_page_in_a_browser_shows_the_table_of_standard_errors(
+    live: Server, fitted, tmp_path: Path
+):
+    model = live.request("GET", fitted["several"]["model_url"]).json()
+    dom = chromium_dom(f"{live.base_url}/ui/models/{model['id']}", tmp_path)
+    table = dom[dom.index('<table id="standard-errors">') :]
+    table = table[: table.index("</table>")]
+    rows = re.findall(r"<tr>(.*?)</tr>", table, flags=re.S)
+    cells = [re.findall(r"<td>(.*?)</td>", row, flags=re.S) for row in rows[1:]]
+    # Per line: three coefficients, the intercept, the weight and the noise variance.
+    assert len(cells) == 2 * 6
+    assert [row[1] for row in cells[:6]] == [
+        "x0",
+        "x1",
+        "x2",
+        "intercept",
+        "weight",
+        "noise variance",
+    ]
+    first = model["components"][0]["estimates"]["coef"][0]
+    assert cells[0][0] == "0"
+    assert float(cells[0][2]) == pytest.approx(first["estimate"], rel=1e-5)
+    assert float(cells[0][3]) == pytest.approx(first["std_error"], rel=1e-3)
+    assert float(cells[0][4]) == pytest.approx(first["z_value"], rel=1e-3)
+    second_weight = model["components"][1]["estimates"]["weight"]
+    assert float(cells[10][2]) == pytest.approx(second_weight["estimate"], rel=1e-5)
+    assert cells[10][4] == "-"  # no Wald test of a weight
+
+
 def test_the_docs_page_renders_offline_in_a_browser(live: Server, tmp_path: Path):
     image = chromium_screenshot(f"{live.base_url}/docs", tmp_path, "1200,900")
     # Swagger UI drew its operations (the green of POST), not a blank page.

@@ -522,3 +522,55 @@ def test_revision_0009_stores_a_group_table_and_its_downgrade_keeps_the_models(d
             assert repository.load_group_table(session, model_id=model_id) is None
     finally:
         engine.dispose()
+
+
+def test_revision_0011_keeps_rows_and_adds_null_standard_errors(database_url):
+    migrate.upgrade(database_url, "0007")
+    engine = make_engine(database_url)
+    at = "2030-01-01T12:00:00+00:00"
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO jobs (id, status, dataset_id, algorithm, n_components, params, "
+                    "fit_intercept, holdout_fraction, attempts, max_attempts, cancel_requested, "
+                    "progress_fraction, created_at, model_id, warnings) VALUES ('j1', "
+                    "'succeeded', 'd1', 'am', 1, '{}', :true, 0.2, 1, 3, :false, 1.0, :at, "
+                    "'m1', '[]')"
+                ),
+                {"true": True, "false": False, "at": at},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO models (id, job_id, dataset_id, algorithm, n_components, "
+                    "n_features, feature_names, fit_intercept, params, coef, intercept, shares, "
+                    "train_min_loss, baseline, n_train, n_holdout, loss_history, n_iter, "
+                    "fit_seconds, created_at, warnings) VALUES ('m1', 'j1', 'd1', 'am', 1, 1, "
+                    "'[\"x0\"]', :true, '{}', '[[2.5]]', '[0.5]', '[1.0]', 0.25, '{}', 1, 0, "
+                    "'[0.25]', 1, 0.01, :at, '[]')"
+                ),
+                {"true": True, "at": at},
+            )
+
+        migrate.upgrade(database_url, "0011")
+        with engine.begin() as connection:
+            assert connection.execute(text("SELECT uncertainty FROM jobs")).one() == (None,)
+            assert connection.execute(text("SELECT uncertainty FROM models")).one() == (None,)
+            connection.execute(
+                text("UPDATE models SET uncertainty = :value"),
+                {"value": json.dumps({"method": "observed-information", "components": []})},
+            )
+
+        migrate.downgrade(database_url, "0007")
+        columns = {
+            table: {column["name"] for column in inspect(engine).get_columns(table)}
+            for table in ("jobs", "models")
+        }
+        assert "uncertainty" not in columns["jobs"] | columns["models"]
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT id, train_min_loss FROM models")).one() == (
+                "m1",
+                0.25,
+            )
+    finally:
+        engine.dispose()

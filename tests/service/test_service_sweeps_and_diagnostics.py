@@ -297,15 +297,18 @@ def test_a_fit_worse_than_the_baseline_says_so(
     assert loss > 1000 * reference
     assert model["beats_baseline"] is False
     # tol=0 asks for exactly max_iter iterations: no convergence warning; the lines far from
-    # the data leave one of them with no rows, which says so too.
-    degenerate, warning = model["warnings"]
+    # the data leave one of them with no rows, which says so too, and so have no standard
+    # errors.
+    degenerate, no_errors, warning = model["warnings"]
     assert degenerate.startswith("1 of the 2 lines own fewer than the 4 training rows")
+    assert no_errors.startswith("the observed information of the mixture is singular")
+    assert model["components"][0]["estimates"]["coef"][0]["std_error"] is None
     assert warning.startswith(
         f"{rows} min-loss {loss:.6g} is above the one-line least-squares baseline's "
         f"{reference:.6g}: the 2 lines "
     )
     assert "try algorithm 'auto'" in warning
-    assert job["warnings"] == [degenerate, warning]
+    assert job["warnings"] == [degenerate, no_errors, warning]
     listed = client.get("/models").json()["items"][0]
     assert listed["beats_baseline"] is False
 

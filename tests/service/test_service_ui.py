@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 
 from service.api.ui import plots, routes
@@ -70,6 +71,33 @@ def test_a_models_picture_tells_its_record(
     steps = loss_axes.lines[0].get_xdata()
     # The start, then one point per iteration: the last point is the record's last iteration.
     assert steps[0] == 0 and steps[-1] == model["n_iter"]
+
+
+def test_a_one_feature_picture_shades_the_confidence_band_of_each_line(
+    client, run_queued_jobs, drawn
+):
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-2, 2, size=200)
+    y = np.where(rng.integers(0, 2, size=200), 2 * x + 3, -x - 3) + 0.5 * rng.standard_normal(200)
+    model = fit(client, run_queued_jobs, x[:, None], y, k=2, algorithm="am-classic")
+    assert client.get(f"/models/{model['id']}/plot.png").status_code == 200
+    data_axes = drawn[-1].axes[0]
+    bands = [item for item in data_axes.collections if isinstance(item, PolyCollection)]
+    assert len(bands) == 2
+    right = float(x.max())
+    for band, component in zip(bands, model["components"], strict=True):
+        estimates = component["estimates"]
+        line = np.array([estimates["coef"][0]["estimate"], estimates["intercept"]["estimate"]])
+        design = np.array([right, 1.0])
+        centre = design @ line
+        half = 1.959964 * np.sqrt(design @ np.array(estimates["covariance"]) @ design)
+        vertices = band.get_paths()[0].vertices
+        at_right = vertices[np.isclose(vertices[:, 0], right), 1]
+        assert min(at_right) == pytest.approx(centre - half, rel=1e-4)
+        assert max(at_right) == pytest.approx(centre + half, rel=1e-4)
+        # The slope's variance sits on the covariance's diagonal, as its standard error says.
+        slope_se = estimates["coef"][0]["std_error"]
+        assert estimates["covariance"][0][0] == pytest.approx(slope_se**2)
 
 
 def test_the_page_shows_jobs_and_models_a_page_at_a_time(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.special import ndtri
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -46,6 +47,16 @@ _render_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
+class ConfidenceBands:
+    """Per line, the maximum-likelihood line (coefficients then intercept, if any) and the
+    covariance of those numbers: a band of ``level`` around each line."""
+
+    lines: FloatArray  # (k, p)
+    covariances: FloatArray  # (k, p, p)
+    level: float
+
+
+@dataclass(frozen=True)
 class ModelPicture:
     """What the picture of a model needs: its lines, its history and its dataset."""
 
@@ -61,6 +72,7 @@ class ModelPicture:
     shares: FloatArray
     n_iter: int
     converged: bool | None
+    bands: ConfidenceBands | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +140,25 @@ def _draw_loss_history(
     axes.grid(alpha=0.3)
 
 
+def _draw_bands(axes: Any, bands: ConfidenceBands, grid: FloatArray) -> None:
+    """Shade, around each maximum-likelihood line, the pointwise ``level`` band of its value
+    ``<[x, 1], line>``: standard deviation ``sqrt(d C d^T)`` with ``d = [x, 1]``."""
+    x = np.linspace(grid[0], grid[-1], 60)
+    design = np.column_stack([x, np.ones_like(x)])[:, : bands.lines.shape[1]]
+    critical = float(ndtri(0.5 + bands.level / 2))
+    centre = design @ bands.lines.T  # (points, k)
+    spread = np.sqrt(np.einsum("np,kpq,nq->nk", design, bands.covariances, design))
+    for line in range(bands.lines.shape[0]):
+        axes.fill_between(
+            x,
+            centre[:, line] - critical * spread[:, line],
+            centre[:, line] + critical * spread[:, line],
+            color=_colour(line),
+            alpha=0.25,
+            linewidth=0,
+        )
+
+
 def render_model(picture: ModelPicture) -> bytes:
     """PNG of a model with its data.
 
@@ -162,6 +193,8 @@ def render_model(picture: ModelPicture) -> bytes:
                     label=f"line {line}: {slope:.3g}·x {offset:+.3g} "
                     f"({picture.shares[line]:.0%} of training rows)",
                 )
+            if picture.bands is not None:
+                _draw_bands(data_axes, picture.bands, grid)
             data_axes.set_xlabel(picture.feature_names[0])
             data_axes.set_ylabel(target)
             data_axes.set_title(

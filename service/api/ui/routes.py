@@ -92,6 +92,27 @@ def _model_picture(session: Session, model: Model) -> plots.ModelPicture:
         shares=np.asarray(model.shares, dtype=np.float64),
         n_iter=model.n_iter,
         converged=model.converged,
+        bands=_confidence_bands(model),
+    )
+
+
+def _confidence_bands(model: Model) -> plots.ConfidenceBands | None:
+    """The maximum-likelihood lines and their covariances, when every line has them."""
+    uncertainty = model.uncertainty
+    if uncertainty is None:
+        return None
+    lines = uncertainty["components"]
+    if any(line["covariance"] is None for line in lines):
+        return None
+    estimates = [
+        [item["estimate"] for item in line["coef"]]
+        + ([line["intercept"]["estimate"]] if model.fit_intercept else [])
+        for line in lines
+    ]
+    return plots.ConfidenceBands(
+        lines=np.asarray(estimates, dtype=np.float64),
+        covariances=np.asarray([line["covariance"] for line in lines], dtype=np.float64),
+        level=float(uncertainty["level"]),
     )
 
 

@@ -1,0 +1,310 @@
+"""Standard errors: beside ``flexmix::refit``, coverage by simulation, and speed.
+
+``python -m bench.standard_errors`` writes the section "Standard errors" of
+``bench/RESULTS.md``:
+
+- flexmix: on flexmix's ``NregFix`` (y ~ x1 + x2 + w, k = 3), mixtools' ``tonedata``
+  (tuned ~ stretchratio, k = 2) and a realizable set (k = 2, d = 2, n = 500), mixreg fits
+  (``auto``) with ``standard_errors=True``; flexmix's EM is started from the posteriors of
+  mixreg's maximum-likelihood fit (so both reach the same one: the log-likelihoods are shown)
+  and ``refit()`` gives its standard errors. Each line's coefficient, intercept and sigma
+  standard errors are compared (flexmix's log(sigma)'s with mixreg's noise variance's,
+  ``se(s^2) / 2s^2``).
+- coverage: the 95 % intervals of the coefficients and intercepts of k = 2 and k = 3
+  separated lines, n = 500 and 5,000, over ``--replications`` (400) simulated data sets.
+- speed: the standard errors of a fit of n = 10^6, d = 20, k = 4 (the fit with
+  ``standard_errors=True`` minus the same fit without), and a 200-replicate bootstrap of
+  n = 5,000, d = 5, k = 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from bench.peers import r_unavailable_reason, r_versions
+from bench.sections import Report, load_average, log, machine_lines, write_section
+from mixreg import MixtureOfLinearRegressions
+from mixreg._inference import match_lines
+
+FloatArray = NDArray[np.float64]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS = REPO_ROOT / "bench" / "RESULTS.md"
+SECTION = "standard-errors"
+R_SCRIPT = REPO_ROOT / "bench" / "peers_r" / "refit_standard_errors.R"
+EXPORT_R_DATA = (
+    'suppressMessages({library(flexmix); library(mixtools)}); data("NregFix"); '
+    "write.csv(data.frame(y = NregFix$y, x1 = NregFix$x1, "
+    "x2 = as.numeric(as.character(NregFix$x2)), w = as.numeric(as.character(NregFix$w))), "
+    'file.path(commandArgs(TRUE)[1], "nregfix.csv"), row.names = FALSE); data("tonedata"); '
+    "write.csv(data.frame(y = tonedata$tuned, x1 = tonedata$stretchratio), "
+    'file.path(commandArgs(TRUE)[1], "tone.csv"), row.names = FALSE)'
+)
+SE_AGREEMENT = 0.05
+COVERAGE_RANGE = (0.93, 0.97)
+SE_SECONDS = 5.0
+BOOTSTRAP_SECONDS = 30.0
+
+
+def realizable(
+    rng: np.random.Generator, n: int, coef: FloatArray, intercept: FloatArray, noise: float
+) -> tuple[FloatArray, FloatArray]:
+    """Rows of k lines with equal weights and Gaussian noise."""
+    X = rng.standard_normal((n, coef.shape[1]))
+    lines = rng.integers(0, coef.shape[0], size=n)
+    y = np.einsum("ij,ij->i", X, coef[lines]) + intercept[lines] + noise * rng.standard_normal(n)
+    return X, y
+
+
+def posteriors(fitted: MixtureOfLinearRegressions, X: FloatArray, y: FloatArray) -> FloatArray:
+    """Each row's posterior of each line of the maximum-likelihood fit."""
+    residuals = y[:, None] - X @ fitted.ml_coef_.T - fitted.ml_intercept_
+    log_joint = (
+        np.log(fitted.weights_)
+        - 0.5 * np.log(2 * np.pi * fitted.noise_variance_)
+        - residuals**2 / (2 * fitted.noise_variance_)
+    )
+    joint = np.exp(log_joint - log_joint.max(axis=1, keepdims=True))
+    result: FloatArray = joint / joint.sum(axis=1, keepdims=True)
+    return result
+
+
+def flexmix_refit(
+    X: FloatArray, y: FloatArray, start: FloatArray, folder: Path
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, float]:
+    """flexmix started from ``start`` posteriors: per line (coef then intercept) estimates and
+    standard errors, log(sigma)'s, and the log-likelihood."""
+    data, out = folder / "refit_in.csv", folder / "refit_out.csv"
+    d, k = X.shape[1], start.shape[1]
+    header = ",".join(
+        ["y", *(f"x{index + 1}" for index in range(d)), *(f"p{j + 1}" for j in range(k))]
+    )
+    np.savetxt(
+        data,
+        np.column_stack([y, X, start]),
+        fmt="%.17g",
+        delimiter=",",
+        header=header,
+        comments="",
+    )
+    subprocess.run(["Rscript", str(R_SCRIPT), str(data), str(out)], check=True)
+    rows = np.genfromtxt(out, delimiter=",", names=True, dtype=None, encoding="utf-8")
+    names = [str(name).strip('"') for name in rows["name"]]
+    values = dict(zip(names, zip(rows["estimate"], rows["std_error"], strict=True), strict=True))
+    lines = np.empty((k, d + 1, 2))
+    sigma = np.empty((k, 2))
+    for j in range(k):
+        prefix = f"model.1_Comp.{j + 1}_"
+        for column in range(d):
+            lines[j, column] = values[f"{prefix}coef.x{column + 1}"]
+        lines[j, d] = values[f"{prefix}coef.(Intercept)"]
+        sigma[j] = values[f"{prefix}log(sigma)"]
+    return lines[..., 0], lines[..., 1], sigma[:, 0], sigma[:, 1], float(values["logLik"][0])
+
+
+def compare_with_flexmix(report: Report, data_folder: Path) -> None:
+    """The table of mixreg's and flexmix's standard errors on the three sets."""
+    rng = np.random.default_rng(20)
+    sets: list[tuple[str, FloatArray, FloatArray, int]] = []
+    nreg = np.genfromtxt(data_folder / "nregfix.csv", delimiter=",", skip_header=1)
+    sets.append(("NregFix (flexmix), y ~ x1 + x2 + w", nreg[:, 1:], nreg[:, 0], 3))
+    tone = np.genfromtxt(data_folder / "tone.csv", delimiter=",", skip_header=1)
+    sets.append(("tonedata (mixtools), tuned ~ stretchratio", tone[:, 1:], tone[:, 0], 2))
+    X, y = realizable(rng, 500, np.array([[2.0, -1.0], [-1.5, 1.0]]), np.array([0.0, 3.0]), 1.0)
+    sets.append(("realizable, k = 2, d = 2, n = 500", X, y, 2))
+    rows, worst = [], 0.0
+    for name, X, y, k in sets:
+        log(f"flexmix beside mixreg on {name}")
+        fitted = MixtureOfLinearRegressions(k, standard_errors=True, random_state=0).fit(X, y)
+        with tempfile.TemporaryDirectory() as folder:
+            est, se, sigma, sigma_se, loglik = flexmix_refit(
+                X, y, posteriors(fitted, X, y), Path(folder)
+            )
+        ours = np.column_stack([fitted.ml_coef_, fitted.ml_intercept_])
+        ours_se = np.column_stack([fitted.coef_se_, fitted.intercept_se_])
+        order = match_lines(ours, est)
+        est, se, sigma, sigma_se = est[order], se[order], sigma[order], sigma_se[order]
+        # flexmix's parameter is log(sigma): se(log sigma) = se(s^2) / (2 s^2).
+        ours_sigma_se = fitted.noise_variance_se_ / (2 * fitted.noise_variance_)
+        ratios = np.concatenate([(ours_se / se).ravel(), ours_sigma_se / sigma_se])
+        deviation = float(np.max(np.abs(ratios - 1)))
+        worst = max(worst, deviation)
+        rows.append(
+            [
+                name,
+                str(k),
+                f"{fitted.log_likelihood_:.6f} / {loglik:.6f}",
+                f"{np.max(np.abs(ours - est)):.1e}",
+                f"{ratios.min():.4f} - {ratios.max():.4f}",
+                f"{100 * deviation:.2f} %",
+            ]
+        )
+        report.add(
+            f"Per line of {name}: mixreg SE / flexmix SE (coefficients, intercept, log(sigma))"
+        )
+        report.table(
+            ["line", *[f"x{c + 1}" for c in range(X.shape[1])], "(Intercept)", "log(sigma)"],
+            [
+                [
+                    str(j),
+                    *[f"{v:.5g} / {w:.5g}" for v, w in zip(ours_se[j], se[j], strict=True)],
+                    f"{ours_sigma_se[j]:.5g} / {sigma_se[j]:.5g}",
+                ]
+                for j in range(k)
+            ],
+        )
+    report.add(
+        "Summary: log-likelihood mixreg / flexmix, largest difference of the estimates, "
+        "range of the SE ratios, largest relative difference"
+    )
+    report.table(
+        ["data", "k", "log-likelihood", "max |estimate diff|", "SE ratio", "max rel. diff"], rows
+    )
+    report.target(
+        "SEs beside flexmix::refit",
+        f"within {SE_AGREEMENT:.0%}",
+        f"largest difference {100 * worst:.2f} %",
+        worst <= SE_AGREEMENT,
+    )
+
+
+COVERAGE_LINES = {
+    2: (np.array([[3.0, -1.0], [-3.0, 1.0]]), np.array([0.0, 5.0])),
+    3: (np.array([[3.0, -1.0], [-3.0, 1.0], [0.0, 4.0]]), np.array([0.0, 5.0, -6.0])),
+}
+
+
+def coverage(k: int, n: int, replications: int, seed: int) -> tuple[float, int]:
+    """Share of 95 % intervals (coefficients and intercepts) that hold the true lines."""
+    coef, intercept = COVERAGE_LINES[k]
+    truth = np.column_stack([coef, intercept])
+    rng = np.random.default_rng(seed)
+    covered = []
+    for _ in range(replications):
+        X, y = realizable(rng, n, coef, intercept, 1.0)
+        fitted = MixtureOfLinearRegressions(
+            k, algorithm="am-classic", n_init=5, standard_errors=True, random_state=rng
+        ).fit(X, y)
+        intervals = fitted.confidence_intervals(0.95)
+        order = match_lines(truth, np.column_stack([fitted.ml_coef_, fitted.ml_intercept_]))
+        low = np.column_stack([intervals["coef"][order, :, 0], intervals["intercept"][order, 0]])
+        high = np.column_stack([intervals["coef"][order, :, 1], intervals["intercept"][order, 1]])
+        covered.append(((low <= truth) & (truth <= high)).ravel())
+    flat = np.concatenate(covered)
+    return float(flat.mean()), flat.size
+
+
+def measure_coverage(report: Report, replications: int) -> None:
+    rows = []
+    for k in (2, 3):
+        for n in (500, 5000):
+            log(f"coverage, k = {k}, n = {n}, {replications} replications")
+            started = time.perf_counter()
+            rate, count = coverage(k, n, replications, seed=100 * k + n)
+            sd = np.sqrt(0.95 * 0.05 / replications)
+            met = COVERAGE_RANGE[0] <= rate <= COVERAGE_RANGE[1]
+            rows.append(
+                [
+                    str(k),
+                    f"{n:,}",
+                    str(replications),
+                    str(count),
+                    f"{100 * rate:.2f} %",
+                    f"{time.perf_counter() - started:.0f} s",
+                ]
+            )
+            report.target(
+                f"coverage k = {k}, n = {n:,}",
+                f"{COVERAGE_RANGE[0]:.0%} - {COVERAGE_RANGE[1]:.0%}",
+                f"{100 * rate:.2f} % (one interval's binomial sd {100 * sd:.1f} %)",
+                met,
+            )
+    report.add(
+        "Coverage of the 95 % Wald intervals of every coefficient and intercept "
+        "(separated lines, noise sd 1, fits by am-classic with 5 starts):"
+    )
+    report.table(["k", "n", "replications", "intervals", "covered", "time"], rows)
+
+
+def measure_speed(report: Report) -> None:
+    rng = np.random.default_rng(7)
+    n, d, k = 10**6, 20, 4
+    coef = 3 * rng.standard_normal((k, d))
+    intercept = 5.0 * np.arange(k)
+    X, y = realizable(rng, n, coef, intercept, 1.0)
+    start = np.column_stack([coef, intercept])
+    log("speed: a fit of 10^6 rows with and without standard errors")
+    timings = {}
+    for errors in (False, True):
+        began = time.perf_counter()
+        MixtureOfLinearRegressions(
+            k, algorithm="am-classic", init=start, standard_errors=errors, random_state=0
+        ).fit(X, y)
+        timings[errors] = time.perf_counter() - began
+    se_seconds = timings[True] - timings[False]
+    report.target(
+        "SEs, n = 10^6, d = 20, k = 4",
+        f"< {SE_SECONDS:.0f} s",
+        f"{se_seconds:.1f} s (fit {timings[False]:.1f} s without, {timings[True]:.1f} s with)",
+        se_seconds < SE_SECONDS,
+    )
+    del X, y
+    n, d, k = 5000, 5, 3
+    coef = 3 * rng.standard_normal((k, d))
+    X, y = realizable(rng, n, coef, 6.0 * np.arange(k), 1.0)
+    fitted = MixtureOfLinearRegressions(k, random_state=0).fit(X, y)
+    log("speed: a 200-replicate bootstrap of 5,000 rows")
+    began = time.perf_counter()
+    fitted.bootstrap(X, y, n_bootstrap=200, kind="parametric", random_state=0)
+    seconds = time.perf_counter() - began
+    report.target(
+        "bootstrap, 200 replicates, n = 5,000, d = 5, k = 3",
+        f"< {BOOTSTRAP_SECONDS:.0f} s",
+        f"{seconds:.1f} s",
+        seconds < BOOTSTRAP_SECONDS,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.standard_errors",
+        description="Standard errors beside flexmix::refit, coverage and speed; writes its "
+        "section of bench/RESULTS.md.",
+    )
+    parser.add_argument("--replications", type=int, default=400)
+    parser.add_argument("--skip", nargs="*", default=[], choices=["flexmix", "coverage", "speed"])
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    report = Report()
+    command = "python -m bench.standard_errors" + "".join(
+        f" {arg}" for arg in (argv if argv is not None else [])
+    )
+    report.add("## Standard errors", "")
+    reason = r_unavailable_reason()
+    report.add(*machine_lines(command, also=None if reason else r_versions()), "")
+    if "flexmix" not in args.skip:
+        if reason:
+            report.add(f"flexmix: not run ({reason}).", "")
+        else:
+            with tempfile.TemporaryDirectory() as folder:
+                subprocess.run(["Rscript", "-e", EXPORT_R_DATA, folder], check=True)
+                compare_with_flexmix(report, Path(folder))
+    if "coverage" not in args.skip:
+        measure_coverage(report, args.replications)
+    if "speed" not in args.skip:
+        measure_speed(report)
+    report.add(f"Load average (1, 5, 15 min) at the end: {load_average()}", "")
+    report.targets_table(report.targets)
+    write_section(args.output, SECTION, "\n".join(report.lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,471 @@
+"""Standard errors of a mixture of regressions: the observed information and the bootstrap.
+
+The model is the Gaussian mixture of regressions ``y | z ~ sum_j pi_j N(<z, theta_j>, s_j^2)``.
+Its parameters are packed into one vector, per line ``theta_j`` then ``eta_j = log s_j^2``,
+then the logits ``alpha_j = log(pi_j / pi_0)`` of lines 1..k-1 (line 0 is the reference):
+an unconstrained parametrization in which the log-likelihood is smooth, so its Hessian is the
+observed information. Every function works on the estimator's scaled design ``Z`` (centred,
+scaled features and a last column of ones when there is an intercept); the estimator maps the
+covariance to the caller's units with the (linear) Jacobian of its scaling.
+
+The observed information is Louis's identity row by row: with ``tau_ij`` the posterior of line
+j for row i, ``s_ij`` the gradient and ``H_ij`` the Hessian of ``log(pi_j f_j(y_i | z_i))``,
+and ``g_i = sum_j tau_ij s_ij`` the row's score,
+
+    -d^2 l / d psi^2 = sum_i [ g_i g_i^T - sum_j tau_ij (s_ij s_ij^T + H_ij) ],
+
+accumulated over row blocks with matrix products (no loop over rows), each row weighted by
+an optional frequency weight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.optimize import linear_sum_assignment
+from scipy.special import ndtr, ndtri
+
+from ._em import em
+from ._lstsq import cross_products
+
+FloatArray = NDArray[np.float64]
+
+# Elements of a row block's per-line score array (rows x lines x parameters): 32 MiB.
+_BLOCK_ELEMENTS = 1 << 22
+# The EM polish that reaches the maximum-likelihood fit: change of the mean log-likelihood
+# per row (scaled units) at which it stops, and its cap on iterations.
+POLISH_TOL = 1e-10
+POLISH_MAX_ITER = 5000
+# Eigenvalues of the information below this fraction of the largest make it singular.
+_SINGULAR_RCOND = 1e-12
+
+
+@dataclass(frozen=True)
+class MixtureParameters:
+    """Lines, mixing weights and noise variances of a Gaussian mixture of regressions.
+
+    Attributes
+    ----------
+    theta : ndarray of shape (n_components, n_params)
+    weights : ndarray of shape (n_components,)
+    variances : ndarray of shape (n_components,)
+    """
+
+    theta: FloatArray
+    weights: FloatArray
+    variances: FloatArray
+
+    @property
+    def n_components(self) -> int:
+        return int(self.theta.shape[0])
+
+    @property
+    def n_params(self) -> int:
+        return int(self.theta.shape[1])
+
+    def to_vector(self) -> FloatArray:
+        """The packed vector ``(theta_0, eta_0, ..., theta_{k-1}, eta_{k-1}, alpha_1.. )``."""
+        per_line = np.column_stack([self.theta, np.log(self.variances)])
+        logits = np.log(self.weights[1:]) - np.log(self.weights[0])
+        return np.concatenate([per_line.ravel(), logits])
+
+    @classmethod
+    def from_vector(cls, vector: FloatArray, n_components: int) -> MixtureParameters:
+        """Unpack :meth:`to_vector`'s layout."""
+        n_line = (vector.size - (n_components - 1)) // n_components
+        per_line = vector[: n_components * n_line].reshape(n_components, n_line)
+        logits = np.concatenate([[0.0], vector[n_components * n_line :]])
+        weights = np.exp(logits - logits.max())
+        return cls(
+            theta=per_line[:, :-1].copy(),
+            weights=weights / weights.sum(),
+            variances=np.exp(per_line[:, -1]),
+        )
+
+
+def _block_rows(n_components: int, n_params: int) -> int:
+    return max(1, _BLOCK_ELEMENTS // (n_components * (n_params + 1)))
+
+
+def _row_weights(sample_weight: FloatArray | None, n_samples: int) -> FloatArray:
+    if sample_weight is None:
+        return np.ones(n_samples)
+    return np.asarray(sample_weight, dtype=np.float64)
+
+
+def _posteriors(
+    Z: FloatArray, y: FloatArray, params: MixtureParameters
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Residuals, posteriors of each line and log-likelihood of each row.
+
+    Returns
+    -------
+    residuals, posteriors : ndarray of shape (n_rows, n_components)
+    row_log_likelihood : ndarray of shape (n_rows,)
+    """
+    residuals = y[:, None] - Z @ params.theta.T
+    log_joint = (
+        np.log(params.weights)
+        - 0.5 * np.log(2.0 * np.pi * params.variances)
+        - residuals * residuals / (2.0 * params.variances)
+    )
+    top = log_joint.max(axis=1, keepdims=True)
+    joint = np.exp(log_joint - top)
+    total = joint.sum(axis=1, keepdims=True)
+    return residuals, joint / total, (top + np.log(total))[:, 0]
+
+
+def _line_scores(Z: FloatArray, residuals: FloatArray, variances: FloatArray) -> FloatArray:
+    """Gradient of ``log f_j(y_i | z_i)`` in ``(theta_j, eta_j)``: shape (rows, k, p + 1)."""
+    n_rows, n_components = residuals.shape
+    scaled = residuals / variances
+    scores = np.empty((n_rows, n_components, Z.shape[1] + 1))
+    np.multiply(scaled[:, :, None], Z[:, None, :], out=scores[:, :, :-1])
+    scores[:, :, -1] = 0.5 * (residuals * scaled - 1.0)
+    return scores
+
+
+def log_likelihood(
+    Z: FloatArray,
+    y: FloatArray,
+    params: MixtureParameters,
+    sample_weight: FloatArray | None = None,
+) -> float:
+    """The (weighted) log-likelihood of the mixture, summed over rows."""
+    _, _, row_log_likelihood = _posteriors(Z, y, params)
+    return float(_row_weights(sample_weight, y.size) @ row_log_likelihood)
+
+
+def row_scores(Z: FloatArray, y: FloatArray, params: MixtureParameters) -> FloatArray:
+    """Each row's gradient of its log-likelihood in the packed parameters.
+
+    Returns
+    -------
+    scores : ndarray of shape (n_rows, n_packed)
+        Laid out as :meth:`MixtureParameters.to_vector`.
+    """
+    residuals, posteriors, _ = _posteriors(Z, y, params)
+    per_line = posteriors[:, :, None] * _line_scores(Z, residuals, params.variances)
+    logits = posteriors[:, 1:] - params.weights[1:]
+    return np.column_stack([per_line.reshape(y.size, -1), logits])
+
+
+def observed_information(
+    Z: FloatArray,
+    y: FloatArray,
+    params: MixtureParameters,
+    sample_weight: FloatArray | None = None,
+) -> FloatArray:
+    """Minus the Hessian of the (weighted) log-likelihood in the packed parameters.
+
+    Accumulated over blocks of rows by Louis's identity (see the module's docstring); each row
+    counts ``sample_weight[i]`` times.
+
+    Returns
+    -------
+    information : ndarray of shape (n_packed, n_packed)
+    """
+    n_samples, n_params = Z.shape
+    k = params.n_components
+    n_line = n_params + 1
+    n_packed = k * n_line + k - 1
+    weights = _row_weights(sample_weight, n_samples)
+    information = np.zeros((n_packed, n_packed))
+    # Per line: sum_i w tau_ij (-H_ij - s_ij s_ij^T) on its (theta_j, eta_j) block, the sum of
+    # w tau_ij s_ij (which meets the logits) and the line's mass sum_i w tau_ij.
+    line_blocks = np.zeros((k, n_line, n_line))
+    line_score_sums = np.zeros((k, n_line))
+    masses = np.zeros(k)
+    block = _block_rows(k, n_params)
+    for start in range(0, n_samples, block):
+        Z_block, w_block = Z[start : start + block], weights[start : start + block]
+        residuals, posteriors, _ = _posteriors(Z_block, y[start : start + block], params)
+        line_scores = _line_scores(Z_block, residuals, params.variances)
+        row_score = np.column_stack(
+            [
+                (posteriors[:, :, None] * line_scores).reshape(Z_block.shape[0], -1),
+                posteriors[:, 1:] - params.weights[1:],
+            ]
+        )
+        # Weights and posteriors are non-negative: each weighted product is a symmetric rank-k
+        # update of rows scaled by square roots.
+        information += cross_products(row_score * np.sqrt(w_block)[:, None])
+        mass = posteriors * w_block[:, None]
+        masses += mass.sum(axis=0)
+        root_mass = np.sqrt(mass)
+        for line in range(k):
+            # -H of the line's own density: [z; r] [z; r]^T / s^2, with r^2 / (2 s^2) at eta.
+            design = np.column_stack([Z_block, residuals[:, line]])
+            root = root_mass[:, line, None]
+            curvature = cross_products(design * (root / np.sqrt(params.variances[line])))
+            curvature[-1, -1] *= 0.5
+            scores = line_scores[:, line]
+            line_blocks[line] += curvature - cross_products(scores * root)
+            line_score_sums[line] += mass[:, line] @ scores
+    total = weights.sum()
+    offsets = np.eye(k)[:, 1:] - params.weights[1:]  # (e_j - pi) on the logits, per line j
+    logit_block = slice(k * n_line, n_packed)
+    for line in range(k):
+        own = slice(line * n_line, (line + 1) * n_line)
+        information[own, own] += line_blocks[line]
+        cross = np.outer(line_score_sums[line], offsets[line])
+        information[own, logit_block] -= cross
+        information[logit_block, own] -= cross.T
+    # The logits' -H is total * (diag(pi) - pi pi^T) whatever the line; minus sum_j tau s s^T.
+    pi = params.weights[1:]
+    information[logit_block, logit_block] += total * (np.diag(pi) - np.outer(pi, pi))
+    information[logit_block, logit_block] -= (offsets.T * masses) @ offsets
+    return information
+
+
+def covariance_from_information(information: FloatArray) -> FloatArray | None:
+    """The inverse of the information, or None when it is singular or not positive definite
+    (a line with no rows, lines that coincide): then no standard error exists."""
+    scale = np.sqrt(np.abs(np.diag(information)))
+    scale[scale == 0.0] = 1.0
+    equilibrated = information / np.outer(scale, scale)
+    eigenvalues, eigenvectors = np.linalg.eigh(equilibrated)
+    if eigenvalues[0] <= _SINGULAR_RCOND * max(eigenvalues[-1], 0.0):
+        return None
+    inverse = (eigenvectors / eigenvalues) @ eigenvectors.T
+    covariance: FloatArray = inverse / np.outer(scale, scale)
+    return covariance
+
+
+def caller_jacobian(
+    params: MixtureParameters, line_jacobian: FloatArray, variance_scale: float
+) -> FloatArray:
+    """Jacobian of the caller's parameters in the packed ones.
+
+    The caller's vector is, per line, its coefficients then intercept (``line_jacobian`` times
+    ``theta_j``) then its noise variance (``variance_scale * exp(eta_j)``), then the k mixing
+    weights (the softmax of the logits).
+
+    Returns
+    -------
+    jacobian : ndarray of shape (k * (n_params + 1) + k, k * (n_params + 1) + k - 1)
+    """
+    k, n_params = params.theta.shape
+    n_line = n_params + 1
+    jacobian = np.zeros((k * n_line + k, k * n_line + k - 1))
+    for line in range(k):
+        rows = slice(line * n_line, line * n_line + n_params)
+        jacobian[rows, rows] = line_jacobian
+        jacobian[line * n_line + n_params, line * n_line + n_params] = (
+            variance_scale * params.variances[line]
+        )
+    pi = params.weights
+    softmax = np.diag(pi) - np.outer(pi, pi)  # d pi_j / d logit_m
+    jacobian[k * n_line :, k * n_line :] = softmax[:, 1:]
+    return jacobian
+
+
+def maximum_likelihood_polish(
+    Z: FloatArray,
+    y: FloatArray,
+    theta: FloatArray,
+    *,
+    max_iter: int = POLISH_MAX_ITER,
+    tol: float = POLISH_TOL,
+    sample_weight: FloatArray | None = None,
+) -> tuple[MixtureParameters, int, bool]:
+    """EM from the given lines (weights and variances from the partition they induce) to the
+    maximum-likelihood fit it reaches; the lines keep their labels; rows count
+    ``sample_weight`` times.
+
+    Returns
+    -------
+    params, n_iter, converged
+    """
+    result = em(Z, y, theta, max_iter=max_iter, tol=tol, sample_weight=sample_weight)
+    assert result.weights is not None and result.variances is not None
+    params = MixtureParameters(
+        theta=result.theta, weights=result.weights, variances=result.variances
+    )
+    return params, result.n_iter, result.converged
+
+
+def match_lines(reference: FloatArray, lines: FloatArray) -> NDArray[np.intp]:
+    """The permutation of ``lines`` closest to ``reference``: the assignment (Hungarian) that
+    minimizes the summed squared distances of matched lines' parameters.
+
+    Returns
+    -------
+    order : ndarray of shape (n_components,)
+        ``lines[order]`` is line by line matched to ``reference``.
+    """
+    cost = ((reference[:, None, :] - lines[None, :, :]) ** 2).sum(axis=2)
+    _, order = linear_sum_assignment(cost)
+    matched: NDArray[np.intp] = order.astype(np.intp)
+    return matched
+
+
+BOOTSTRAP_KINDS = ("parametric", "empirical")
+BootstrapProgress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class BootstrapReplicates:
+    """Every replicate's maximum-likelihood fit, relabelled to the fitted lines (scaled units).
+
+    Attributes
+    ----------
+    theta : ndarray of shape (n_bootstrap, n_components, n_params)
+    weights, variances : ndarray of shape (n_bootstrap, n_components)
+    converged : ndarray of shape (n_bootstrap,)
+    """
+
+    theta: FloatArray
+    weights: FloatArray
+    variances: FloatArray
+    converged: NDArray[np.bool_]
+
+
+def bootstrap_replicates(
+    Z: FloatArray,
+    y: FloatArray,
+    fitted: MixtureParameters,
+    *,
+    n_bootstrap: int,
+    kind: str,
+    rng: np.random.Generator,
+    progress: BootstrapProgress | None = None,
+    max_iter: int = POLISH_MAX_ITER,
+    tol: float = POLISH_TOL,
+) -> BootstrapReplicates:
+    """Refit ``n_bootstrap`` resampled data sets by EM started from the fitted mixture.
+
+    ``kind="parametric"`` draws new targets at the same rows from the fitted mixture (each
+    row's line from the weights, then Gaussian noise of that line's variance);
+    ``kind="empirical"`` draws rows with replacement. Each replicate's lines are matched to the
+    fitted ones (:func:`match_lines`), so line j of every replicate estimates line j.
+    ``progress(done, n_bootstrap)`` is called after every replicate; an exception raised by it
+    stops the bootstrap and propagates (this is how a job is cancelled).
+    """
+    if kind not in BOOTSTRAP_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(BOOTSTRAP_KINDS)}; got {kind!r}")
+    n_samples = y.size
+    k, n_params = fitted.theta.shape
+    theta = np.empty((n_bootstrap, k, n_params))
+    weights = np.empty((n_bootstrap, k))
+    variances = np.empty((n_bootstrap, k))
+    converged = np.empty(n_bootstrap, dtype=bool)
+    means = Z @ fitted.theta.T
+    spreads = np.sqrt(fitted.variances)
+    for replicate in range(n_bootstrap):
+        if kind == "parametric":
+            lines = rng.choice(k, size=n_samples, p=fitted.weights)
+            rows = np.arange(n_samples)
+            Z_star = Z
+            y_star = means[rows, lines] + spreads[lines] * rng.standard_normal(n_samples)
+        else:
+            rows = rng.integers(0, n_samples, size=n_samples)
+            Z_star, y_star = Z[rows], y[rows]
+        result = em(Z_star, y_star, fitted.theta, max_iter=max_iter, tol=tol)
+        assert result.weights is not None and result.variances is not None
+        order = match_lines(fitted.theta, result.theta)
+        theta[replicate] = result.theta[order]
+        weights[replicate] = result.weights[order]
+        variances[replicate] = result.variances[order]
+        converged[replicate] = result.converged
+        if progress is not None:
+            progress(replicate + 1, n_bootstrap)
+    return BootstrapReplicates(
+        theta=theta, weights=weights, variances=variances, converged=converged
+    )
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    """Bootstrap standard errors and percentile intervals, in the caller's units.
+
+    Attributes
+    ----------
+    kind : {"parametric", "empirical"}
+    n_bootstrap : int
+    level : float
+        Of the percentile intervals.
+    coef_se, intercept_se, weights_se, noise_variance_se : ndarray
+        Standard deviations over the replicates; every ``*_interval`` field has a last axis
+        (lower, upper).
+    n_converged : int
+        Replicates whose EM met its tolerance (the others stopped at its iteration cap).
+    coef, intercept, weights, noise_variance : ndarray
+        Every replicate's estimates (first axis), matched to the fitted lines.
+    """
+
+    kind: str
+    n_bootstrap: int
+    level: float
+    coef_se: FloatArray
+    intercept_se: FloatArray
+    weights_se: FloatArray
+    noise_variance_se: FloatArray
+    coef_interval: FloatArray
+    intercept_interval: FloatArray
+    weights_interval: FloatArray
+    noise_variance_interval: FloatArray
+    n_converged: int
+    coef: FloatArray
+    intercept: FloatArray
+    weights: FloatArray
+    noise_variance: FloatArray
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        kind: str,
+        level: float,
+        coef: FloatArray,
+        intercept: FloatArray,
+        weights: FloatArray,
+        noise_variance: FloatArray,
+        converged: NDArray[np.bool_],
+    ) -> BootstrapResult:
+        """Standard deviations and ``(1 -/+ level) / 2`` quantiles over the replicates."""
+        quantiles = [(1.0 - level) / 2.0, (1.0 + level) / 2.0]
+
+        def interval(values: FloatArray) -> FloatArray:
+            return np.moveaxis(np.quantile(values, quantiles, axis=0), 0, -1)
+
+        return cls(
+            kind=kind,
+            n_bootstrap=int(coef.shape[0]),
+            level=level,
+            coef_se=coef.std(axis=0, ddof=1),
+            intercept_se=intercept.std(axis=0, ddof=1),
+            weights_se=weights.std(axis=0, ddof=1),
+            noise_variance_se=noise_variance.std(axis=0, ddof=1),
+            coef_interval=interval(coef),
+            intercept_interval=interval(intercept),
+            weights_interval=interval(weights),
+            noise_variance_interval=interval(noise_variance),
+            n_converged=int(converged.sum()),
+            coef=coef,
+            intercept=intercept,
+            weights=weights,
+            noise_variance=noise_variance,
+        )
+
+
+def two_sided_p_value(z: FloatArray) -> FloatArray:
+    """``Pr(|N(0, 1)| > |z|)``."""
+    p: FloatArray = 2.0 * ndtr(-np.abs(z))
+    return p
+
+
+def normal_quantile(level: float) -> float:
+    """The two-sided critical value of a ``level`` interval, ``Phi^{-1}((1 + level) / 2)``."""
+    return float(ndtri(0.5 + level / 2.0))
+
+
+def check_level(level: Any) -> float:
+    """The confidence level as a float in (0, 1), or ValueError naming it."""
+    if isinstance(level, bool) or not isinstance(level, int | float) or not 0.0 < level < 1.0:
+        raise ValueError(f"level must be a number strictly between 0 and 1; got {level!r}")
+    return float(level)

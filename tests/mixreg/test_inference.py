@@ -1,0 +1,256 @@
+"""Standard errors, intervals, bootstrap and the order of the lines."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from sklearn.exceptions import NotFittedError
+
+from mixreg import MixtureOfLinearRegressions, component_order
+from mixreg._inference import (
+    MixtureParameters,
+    log_likelihood,
+    match_lines,
+    observed_information,
+    row_scores,
+)
+
+
+def _mixture_rows(rng, n, coef, intercept, noise, weights=None):
+    k, d = coef.shape
+    X = rng.standard_normal((n, d))
+    lines = rng.choice(k, size=n, p=weights)
+    y = (X * coef[lines]).sum(axis=1) + intercept[lines] + noise * rng.standard_normal(n)
+    return X, y
+
+
+@pytest.fixture
+def design_and_parameters():
+    rng = np.random.default_rng(3)
+    n, d, k = 200, 2, 3
+    Z = np.column_stack([rng.standard_normal((n, d)), np.ones(n)])
+    theta = rng.standard_normal((k, d + 1))
+    y = (Z @ theta.T)[np.arange(n), rng.integers(0, k, n)] + 0.3 * rng.standard_normal(n)
+    # Away from the maximum, so the score is not zero and every term of Louis's identity counts.
+    params = MixtureParameters(theta + 0.1, np.array([0.2, 0.3, 0.5]), np.array([0.1, 0.2, 0.3]))
+    return Z, y, params, rng.uniform(0.5, 2.0, n)
+
+
+def _central_differences(function, vector, step=1e-5):
+    return np.array(
+        [
+            (function(vector + step * unit) - function(vector - step * unit)) / (2 * step)
+            for unit in np.eye(vector.size)
+        ]
+    )
+
+
+def test_scores_are_the_gradient_of_the_log_likelihood(design_and_parameters):
+    Z, y, params, weights = design_and_parameters
+    k = params.n_components
+
+    def weighted_log_likelihood(vector):
+        return log_likelihood(Z, y, MixtureParameters.from_vector(vector, k), weights)
+
+    numeric = _central_differences(weighted_log_likelihood, params.to_vector())
+    analytic = weights @ row_scores(Z, y, params)
+    assert np.abs(analytic).max() > 1.0
+    np.testing.assert_allclose(analytic, numeric, rtol=1e-6, atol=1e-5)
+
+
+def test_information_is_minus_the_hessian_of_the_log_likelihood(design_and_parameters):
+    Z, y, params, weights = design_and_parameters
+    k = params.n_components
+
+    def weighted_score(vector):
+        return weights @ row_scores(Z, y, MixtureParameters.from_vector(vector, k))
+
+    numeric = -_central_differences(weighted_score, params.to_vector())
+    information = observed_information(Z, y, params, weights)
+    np.testing.assert_allclose(information, information.T, atol=1e-9)
+    np.testing.assert_allclose(information, numeric, rtol=1e-5, atol=1e-4)
+
+
+def test_integer_weights_give_the_information_of_repeated_rows(design_and_parameters):
+    Z, y, params, _ = design_and_parameters
+    counts = np.arange(Z.shape[0]) % 3
+    repeated = np.repeat(np.arange(Z.shape[0]), counts)
+    np.testing.assert_allclose(
+        observed_information(Z, y, params, counts.astype(float)),
+        observed_information(Z[repeated], y[repeated], params),
+        rtol=1e-10,
+        atol=1e-8,
+    )
+
+
+def test_one_line_has_the_least_squares_standard_errors():
+    # With k = 1 the ML fit is least squares with s^2 = RSS / n; the information gives
+    # se(beta) = sqrt(s^2 diag((Z'Z)^-1)) and se(s^2) = s^2 sqrt(2 / n), by hand.
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((300, 2)) * [1.0, 10.0] + [5.0, -3.0]
+    y = X @ [2.0, -0.5] + 1.0 + 0.7 * rng.standard_normal(300)
+    fitted = MixtureOfLinearRegressions(1, standard_errors=True, random_state=0).fit(X, y)
+    Z = np.column_stack([X, np.ones(300)])
+    beta, rss, *_ = np.linalg.lstsq(Z, y, rcond=None)
+    variance = rss[0] / 300
+    se = np.sqrt(variance * np.diag(np.linalg.inv(Z.T @ Z)))
+    np.testing.assert_allclose(fitted.ml_coef_[0], beta[:2], rtol=1e-8)
+    np.testing.assert_allclose(fitted.coef_se_[0], se[:2], rtol=1e-6)
+    np.testing.assert_allclose(fitted.intercept_se_, se[2:], rtol=1e-6)
+    np.testing.assert_allclose(fitted.noise_variance_, [variance], rtol=1e-8)
+    np.testing.assert_allclose(fitted.noise_variance_se_, [variance * np.sqrt(2 / 300)], rtol=1e-6)
+    np.testing.assert_array_equal(fitted.weights_se_, [0.0])
+
+
+def _coverage(k, n, replications, seed):
+    coef = np.array([[3.0, -1.0], [-3.0, 1.0], [0.0, 4.0]])[:k]
+    intercept = np.array([0.0, 5.0, -6.0])[:k]
+    rng = np.random.default_rng(seed)
+    covered = []
+    for _ in range(replications):
+        X, y = _mixture_rows(rng, n, coef, intercept, noise=1.0)
+        fitted = MixtureOfLinearRegressions(
+            k, algorithm="am-classic", n_init=5, standard_errors=True, random_state=rng
+        ).fit(X, y)
+        intervals = fitted.confidence_intervals(0.95)
+        truth = np.column_stack([coef, intercept])
+        order = match_lines(truth, np.column_stack([fitted.ml_coef_, fitted.ml_intercept_]))
+        low = np.column_stack([intervals["coef"][order, :, 0], intervals["intercept"][order, 0]])
+        high = np.column_stack([intervals["coef"][order, :, 1], intervals["intercept"][order, 1]])
+        covered.append(((low <= truth) & (truth <= high)).ravel())
+    return np.concatenate(covered)
+
+
+def test_95_percent_intervals_cover_the_true_lines():
+    # 40 replications of k = 2 and of k = 3 lines (n = 500): 240 + 360 intervals. If they
+    # cover with probability 0.95 the binomial sd of the pooled rate is 0.009 (more with the
+    # correlation of one fit's intervals): 0.915-0.985 is about 4 sd, while intervals 20 %
+    # too narrow would cover 0.90 and 20 % too wide 0.985+.
+    covered = np.concatenate([_coverage(2, 500, 40, seed=11), _coverage(3, 500, 40, seed=12)])
+    assert 0.915 <= covered.mean() <= 0.985
+
+
+def test_standard_errors_and_bootstrap_are_deterministic_under_a_seed():
+    rng = np.random.default_rng(2)
+    X, y = _mixture_rows(rng, 400, np.array([[2.0], [-2.0]]), np.array([0.0, 3.0]), noise=0.5)
+    runs = []
+    for _ in range(2):
+        fitted = MixtureOfLinearRegressions(2, standard_errors=True, random_state=7).fit(X, y)
+        boot = fitted.bootstrap(X, y, n_bootstrap=20, kind="empirical", random_state=3)
+        runs.append((fitted.coef_se_, fitted.covariance_, boot.coef))
+    for first, second in zip(*runs, strict=True):
+        np.testing.assert_array_equal(first, second)
+
+
+@pytest.mark.parametrize("kind", ["parametric", "empirical"])
+def test_bootstrap_agrees_with_the_information(kind):
+    rng = np.random.default_rng(4)
+    X, y = _mixture_rows(
+        rng, 600, np.array([[2.0, 1.0], [-2.0, 0.5]]), np.array([0.0, 4.0]), noise=0.8
+    )
+    fitted = MixtureOfLinearRegressions(2, standard_errors=True, random_state=1).fit(X, y)
+    seen = []
+    boot = fitted.bootstrap(
+        X, y, n_bootstrap=150, kind=kind, random_state=5, progress=lambda f, i: seen.append(f)
+    )
+    assert seen[-1] == 1.0 and len(seen) == 150
+    assert boot.n_converged == 150
+    # 150 replicates estimate a standard deviation to about 6 %: 25 % is 4 of those.
+    np.testing.assert_allclose(boot.coef_se, fitted.coef_se_, rtol=0.25)
+    np.testing.assert_allclose(boot.intercept_se, fitted.intercept_se_, rtol=0.25)
+    # Replicates are matched to the fitted lines: each stays near its own line.
+    assert np.all(np.abs(boot.coef - fitted.ml_coef_).max(axis=0) < 10 * fitted.coef_se_)
+    low, high = boot.coef_interval[..., 0], boot.coef_interval[..., 1]
+    assert np.all(low < fitted.ml_coef_) and np.all(fitted.ml_coef_ < high)
+
+
+def test_bootstrap_stops_when_its_progress_raises():
+    rng = np.random.default_rng(4)
+    X, y = _mixture_rows(rng, 200, np.array([[2.0], [-2.0]]), np.array([0.0, 4.0]), noise=0.5)
+    fitted = MixtureOfLinearRegressions(2, random_state=1).fit(X, y)
+    done = []
+
+    def cancel_after_three(fraction, info):
+        done.append(info["iteration"])
+        if info["iteration"] == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fitted.bootstrap(X, y, n_bootstrap=50, progress=cancel_after_three)
+    assert done == [1, 2, 3]
+
+
+def test_summary_is_the_wald_table_of_the_standard_errors():
+    rng = np.random.default_rng(8)
+    X, y = _mixture_rows(rng, 300, np.array([[1.0], [-1.0]]), np.array([0.0, 3.0]), noise=0.3)
+    fitted = MixtureOfLinearRegressions(2, standard_errors=True, random_state=0).fit(X, y)
+    table = fitted.summary(level=0.9, feature_names=["dose"])
+    assert [row.parameter for row in table.rows[:4]] == [
+        "dose",
+        "(Intercept)",
+        "weight",
+        "noise_variance",
+    ]
+    dose = table.rows[0]
+    assert dose.estimate == fitted.ml_coef_[0, 0]
+    assert dose.std_error == pytest.approx(fitted.coef_se_[0, 0])
+    assert dose.z_value == pytest.approx(dose.estimate / dose.std_error)
+    from scipy.stats import norm
+
+    assert dose.p_value == pytest.approx(2 * norm.sf(abs(dose.z_value)))
+    assert dose.lower == pytest.approx(dose.estimate - norm.ppf(0.95) * dose.std_error)
+    assert fitted.confidence_intervals(0.9)["coef"][0, 0, 1] == pytest.approx(dose.upper)
+    assert table.rows[2].z_value is None
+    text = str(table)
+    assert "$Comp.0" in text and "$Comp.1" in text and "Pr(>|z|)" in text
+    assert len(table.to_records()) == 8
+    with pytest.raises(ValueError, match="level"):
+        fitted.summary(level=1.5)
+    with pytest.raises(NotFittedError, match="standard_errors=True"):
+        MixtureOfLinearRegressions(2).fit(X, y).summary()
+
+
+def test_order_depends_only_on_the_set_of_lines():
+    rng = np.random.default_rng(6)
+    coef = rng.standard_normal((4, 3))
+    intercept = rng.standard_normal(4)
+    shares = np.array([0.25, 0.25, 0.4, 0.1])  # a tie, broken by the value at the mean
+    x_mean = rng.standard_normal(3)
+    reference = component_order(coef, intercept, shares, x_mean)
+    assert reference[0] == 2 and reference[-1] == 3
+    values = intercept + coef @ x_mean
+    assert values[reference[1]] > values[reference[2]]
+    # Moving the features' origin moves every intercept, not the order.
+    shift = np.array([100.0, -50.0, 7.0])
+    shifted = component_order(coef, intercept - coef @ shift, shares, x_mean + shift)
+    np.testing.assert_array_equal(shifted, reference)
+    for permutation in itertools.permutations(range(4)):
+        perm = np.array(permutation)
+        order = component_order(coef[perm], intercept[perm], shares[perm], x_mean)
+        np.testing.assert_array_equal(coef[perm][order], coef[reference])
+
+
+def test_fitted_lines_and_their_errors_come_in_the_documented_order():
+    rng = np.random.default_rng(9)
+    X, y = _mixture_rows(
+        rng,
+        600,
+        np.array([[1.0], [-1.0], [0.0]]),
+        np.array([0.0, 6.0, -6.0]),
+        0.3,
+        weights=[0.5, 0.3, 0.2],
+    )
+    fitted = MixtureOfLinearRegressions(3, standard_errors=True, random_state=0).fit(X, y)
+    assert np.all(np.diff(fitted.shares_) <= 0)
+    np.testing.assert_allclose(fitted.ml_intercept_, [0.0, 6.0, -6.0], atol=0.3)
+    np.testing.assert_allclose(fitted.weights_, [0.5, 0.3, 0.2], atol=0.06)
+
+
+def test_match_lines_undoes_a_permutation():
+    rng = np.random.default_rng(1)
+    lines = rng.standard_normal((5, 3))
+    permutation = rng.permutation(5)
+    shuffled = lines[permutation] + 1e-3 * rng.standard_normal((5, 3))
+    np.testing.assert_allclose(shuffled[match_lines(lines, shuffled)], lines, atol=1e-2)

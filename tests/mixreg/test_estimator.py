@@ -35,6 +35,7 @@ INIT_PARAMETERS = (
     "n_partitions",
     "base",
     "time_budget",
+    "gating",
 )
 
 

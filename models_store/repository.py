@@ -677,6 +677,7 @@ def create_job(
     k_values: Sequence[int] | None = None,
     registered_model: str | None = None,
     discard_data: bool = False,
+    gating: str | Sequence[str] | None = None,
 ) -> Job:
     """Queue a fit of ``dataset_id``; ``params`` are the validated algorithm parameters.
 
@@ -684,7 +685,8 @@ def create_job(
     largest of them. ``api_key_id`` is the key that submitted it (None without keys); an
     ``idempotency_key`` is unique among that caller's jobs. ``registered_model`` names the
     registered model whose next version the fit becomes.
-    ``discard_data`` deletes the dataset once the job is finished.
+    ``discard_data`` deletes the dataset once the job is finished. ``gating`` asks for a
+    gate: ``"features"`` or the names of the dataset's extra columns it reads.
     """
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -713,6 +715,7 @@ def create_job(
         warnings=[],
         registered_model=registered_model,
         discard_data=discard_data or None,
+        gating=gating if gating is None or isinstance(gating, str) else list(gating),
     )
     session.add(job)
     session.flush()
@@ -1182,12 +1185,14 @@ def create_model(
     n_parameters: int | None = None,
     candidates: Sequence[Mapping[str, Any]] | None = None,
     warnings: Sequence[str] = (),
+    gate: Mapping[str, Any] | None = None,
 ) -> Model:
     """Store a fitted model; arrays are kept as JSON lists of exactly the same float64 values.
 
     ``coef`` has shape (n_components, n_features); ``intercept`` and ``shares`` have shape
     (n_components,). ``log_likelihood``, ``bic`` and ``n_parameters`` score the lines as a
-    Gaussian mixture on the training rows; ``candidates`` is the search record of ``auto``.
+    Gaussian mixture on the training rows; ``candidates`` is the search record of ``auto``;
+    ``gate`` the fitted gate of a gated mixture (JSON numbers).
     """
     coef_array = np.asarray(coef, dtype=np.float64)
     intercept_array = np.asarray(intercept, dtype=np.float64)
@@ -1233,6 +1238,7 @@ def create_model(
             None if candidates is None else to_json_value([dict(item) for item in candidates])
         ),
         warnings=[str(warning) for warning in warnings],
+        gate=None if gate is None else to_json_value(dict(gate)),
     )
     session.add(model)
     session.flush()

@@ -145,6 +145,8 @@ class Job(Base):
     registered_model: Mapped[str | None] = mapped_column(String(REGISTERED_NAME_LENGTH))
     # Added in revision 0007: delete the job's dataset once it is finished (None: keep it).
     discard_data: Mapped[bool | None]
+    # Added in revision 0010: None (no gate), "features", or the extra columns the gate reads.
+    gating: Mapped[str | list[str] | None] = mapped_column(JSON)
 
 
 class Model(Base):
@@ -183,6 +185,8 @@ class Model(Base):
     log_likelihood: Mapped[float | None] = mapped_column(Double)
     bic: Mapped[float | None] = mapped_column(Double)
     n_parameters: Mapped[int | None]
+    # Added in revision 0010: the fitted gate of a gated mixture (None without one).
+    gate: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     candidates: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
     warnings: Mapped[list[str]] = mapped_column(JSON, default=list)
 

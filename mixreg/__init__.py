@@ -15,7 +15,7 @@ from ._estimator import (
     MixtureOfLinearRegressions,
     minimum_rows_per_line,
 )
-from ._loss import min_loss, predict_lines
+from ._loss import gate_probabilities, min_loss, predict_lines
 from ._selection import (
     ComponentsFit,
     MixtureScore,
@@ -39,6 +39,7 @@ __all__ = [
     "MixtureScore",
     "NComponentsSelection",
     "check_n_components_list",
+    "gate_probabilities",
     "min_loss",
     "minimum_rows_per_line",
     "mixture_score",

@@ -443,11 +443,27 @@ class _FitBase(_Strict):
         "features, k and fit_intercept whose lines start the fit (auto: as one candidate "
         "among the others; am, am-classic, em: as their start)",
     )
+    gating: Literal["features"] | Annotated[list[Text], Field(min_length=1)] | None = Field(
+        default=None,
+        description="mixing probabilities that depend on each row (a multinomial-logit gate, "
+        'as flexmix\'s FLXPmultinom): null for none, "features" to gate on the features, or '
+        "the names of number columns the dataset kept at upload; the algorithm's lines start EM "
+        "for the gated mixture",
+    )
 
     @model_validator(mode="after")
     def _one_data_source(self) -> _FitBase:
         if (self.dataset_id is None) == (self.data is None):
             raise _invalid("give exactly one of dataset_id or data")
+        if isinstance(self.gating, list):
+            if self.data is not None:
+                raise _invalid(
+                    "gating names columns, but inline data have no extra columns: upload the "
+                    "dataset with its columns (POST /datasets, keep=...) and fit its dataset_id"
+                )
+            repeated = sorted({name for name in self.gating if self.gating.count(name) > 1})
+            if repeated:
+                raise _invalid(f"gating names the column '{repeated[0]}' more than once")
         if not self.keep_data and self.data is None:
             raise _invalid(
                 "keep_data: false applies to inline data; a stored dataset is deleted with "
@@ -681,6 +697,32 @@ class Candidate(BaseModel):
     n_rows: int = Field(description="rows it was polished on")
 
 
+class GateHoldout(BaseModel):
+    """The gated mixture scored on the holdout rows."""
+
+    log_likelihood: float = Field(description="total log-likelihood of the holdout rows")
+    rmse_expected: float = Field(description="RMSE of the gate-weighted expected value")
+    rmse_most_likely: float = Field(description="RMSE of the most likely line's value")
+
+
+class GateOut(BaseModel):
+    """The gate of a gated mixture: ``pi_j(z) = softmax_j(<z, coef_j> + intercept_j)``."""
+
+    concomitant: list[str] | None = Field(
+        description="the dataset columns the gate reads; null: it reads the features"
+    )
+    coef: list[list[float]] = Field(
+        description="one row per component (the first, the reference, is zero)"
+    )
+    intercept: list[float]
+    noise_variance: list[float] = Field(description="each line's noise variance")
+    log_likelihood: float = Field(description="of the gated mixture on the training rows")
+    bic: float = Field(description="of the gated mixture; lower is better")
+    n_iter: int = Field(description="iterations of gated EM")
+    converged: bool
+    holdout: GateHoldout | None = Field(description="null without a holdout")
+
+
 class ModelSummary(BaseModel):
     """A fitted model in a list."""
 
@@ -729,6 +771,9 @@ class ModelOut(ModelSummary):
     candidates: list[Candidate] | None = Field(
         description="every candidate auto tried, in order; null for other algorithms"
     )
+    gate: GateOut | None = Field(
+        default=None, description="the gate of a gated fit; null without one"
+    )
 
 
 # --- predict ---
@@ -737,11 +782,28 @@ class ModelOut(ModelSummary):
 class _PredictBody(_Strict):
     X: Matrix
     y: Vector | None = Field(default=None, description="if given, also score the predictions")
+    concomitant: Matrix | dict[Text, Vector] | None = Field(
+        default=None,
+        description="for a model whose gate reads dataset columns: their values, as rows "
+        "(one value per column, in the order of the model's gate.concomitant) or as named "
+        "columns {name: values}",
+    )
 
     @model_validator(mode="after")
     def _check_lengths(self) -> _PredictBody:
         if self.y is not None and len(self.y) != len(self.X):
             raise _invalid(f"y has {len(self.y)} values but X has {len(self.X)} rows")
+        if isinstance(self.concomitant, list) and len(self.concomitant) != len(self.X):
+            raise _invalid(
+                f"concomitant has {len(self.concomitant)} rows but X has {len(self.X)} rows"
+            )
+        if isinstance(self.concomitant, dict):
+            for name, values in self.concomitant.items():
+                if len(values) != len(self.X):
+                    raise _invalid(
+                        f"concomitant column '{name}' has {len(values)} values but X has "
+                        f"{len(self.X)} rows"
+                    )
         return self
 
 
@@ -766,6 +828,18 @@ class PredictResponse(BaseModel):
     predictions: list[list[float]]
     min_loss: float | None = None
     best_component: list[int] | None = None
+    probabilities: list[list[float]] | None = Field(
+        default=None, description="a gated model's mixing probability of each line, per row"
+    )
+    expected: list[float] | None = Field(
+        default=None, description="a gated model's probability-weighted mean of the k values"
+    )
+    most_likely: list[float] | None = Field(
+        default=None, description="a gated model's value of the most likely line"
+    )
+    most_likely_component: list[int] | None = Field(
+        default=None, description="the index of that line"
+    )
 
 
 # --- shared ---

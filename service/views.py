@@ -13,6 +13,7 @@ from service.schemas import (
     ColumnOut,
     Component,
     DatasetOut,
+    GateOut,
     JobOut,
     ModelOut,
     ModelSummary,
@@ -46,7 +47,9 @@ def dataset_out(dataset: Dataset) -> DatasetOut:
         n_features=dataset.n_features,
         feature_names=list(dataset.feature_names),
         target_name=dataset.target_name,
-        columns=[ColumnOut(name=column["name"], type=column["type"]) for column in dataset.extra_columns],
+        columns=[
+            ColumnOut(name=column["name"], type=column["type"]) for column in dataset.extra_columns
+        ],
         created_at=dataset.created_at,
         url=dataset_url(dataset.id),
     )
@@ -159,4 +162,5 @@ def model_out(model: Model, version: ModelVersion | None = None) -> ModelOut:
             if model.candidates is None
             else [Candidate.model_validate(item) for item in model.candidates]
         ),
+        gate=None if model.gate is None else GateOut.model_validate(model.gate),
     )

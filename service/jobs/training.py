@@ -88,6 +88,15 @@ class TrainHoldout:
     y_train: FloatArray
     X_holdout: FloatArray
     y_holdout: FloatArray
+    Z_train: FloatArray | None = None
+    """The gate's concomitant columns of the training rows, when it reads extra columns."""
+    Z_holdout: FloatArray | None = None
+
+    def with_concomitant(self, Z: FloatArray, spec: FitSpec) -> TrainHoldout:
+        """The same split with the concomitant columns ``Z`` (all rows, in row order) split
+        alike."""
+        train, holdout = holdout_split(Z.shape[0], spec.holdout_fraction, spec.seed)
+        return replace(self, Z_train=Z[train], Z_holdout=Z[holdout])
 
     @property
     def n_features(self) -> int:
@@ -155,6 +164,8 @@ class FitSpec:
     seed: int
     time_budget_s: float | None
     k_values: tuple[int, ...] | None = None
+    gating: str | tuple[str, ...] | None = None
+    """None (no gate), ``"features"``, or the dataset's extra columns the gate reads."""
 
     @property
     def all_n_components(self) -> tuple[int, ...]:
@@ -173,7 +184,16 @@ class FitSpec:
             seed=job.seed if job.seed is not None else 0,
             time_budget_s=job.time_budget_s,
             k_values=None if job.k_values is None else tuple(job.k_values),
+            gating=job.gating
+            if job.gating is None or isinstance(job.gating, str)
+            else (tuple(job.gating)),
         )
+
+    @property
+    def concomitant_names(self) -> list[str] | None:
+        """The extra columns the gate reads (None without a gate or when it reads the
+        features)."""
+        return None if self.gating is None or isinstance(self.gating, str) else list(self.gating)
 
     def estimator(self, n_components: int | None = None) -> MixtureOfLinearRegressions:
         """The unfitted estimator this spec describes (for ``n_components`` lines if given)."""
@@ -183,6 +203,7 @@ class FitSpec:
             fit_intercept=self.fit_intercept,
             random_state=self.seed,
             time_budget=self.time_budget_s,
+            gating=self.gating is not None,
             **self.params,
         )
 
@@ -211,6 +232,8 @@ class FittedMixture:
     candidates: list[dict[str, Any]] | None
     """``auto``'s record of every candidate it tried; None for other algorithms."""
     warnings: list[str] = field(default_factory=list)
+    gate: dict[str, Any] | None = None
+    """The fitted gate (``gate_record``) of a gated fit."""
 
     @property
     def beats_baseline(self) -> bool:
@@ -310,6 +333,7 @@ def _fit_recording_warnings(
     X: FloatArray,
     y: FloatArray,
     progress: ProgressCallback | None,
+    concomitant: FloatArray | None = None,
 ) -> list[str]:
     """Fit ``estimator`` and return the messages of the warnings it gave about the fit.
 
@@ -317,7 +341,7 @@ def _fit_recording_warnings(
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        estimator.fit(X, y, progress=progress)
+        estimator.fit(X, y, progress=progress, concomitant=concomitant)
     kept: list[str] = []
     for warning in caught:
         if not _is_fit_warning(warning):
@@ -387,25 +411,15 @@ def fit_split(
 ) -> FittedSweep:
     """``fit_sweep`` on data already split by ``TrainHoldout``."""
     X_train, y_train = split.X_train, split.y_train
-    X_holdout, y_holdout = split.X_holdout, split.y_holdout
     all_k = spec.all_n_components
     # Overflow is reported by check_finite_result as a precise error instead of as
     # RuntimeWarnings.
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         baseline = least_squares_baseline(
-            X_train, y_train, X_holdout, y_holdout, fit_intercept=spec.fit_intercept
+            X_train, y_train, split.X_holdout, split.y_holdout, fit_intercept=spec.fit_intercept
         )
         fits = [
-            _fit_one(
-                spec,
-                k,
-                X_train,
-                y_train,
-                X_holdout,
-                y_holdout,
-                baseline,
-                _sweep_progress(progress, position, len(all_k), k),
-            )
+            _fit_one(spec, k, split, baseline, _sweep_progress(progress, position, len(all_k), k))
             for position, k in enumerate(all_k)
         ]
     # k lines contain every mixture of fewer: their likelihood never falls as k grows.
@@ -427,23 +441,50 @@ def _sweep_progress(
     return report
 
 
+def gate_record(
+    estimator: MixtureOfLinearRegressions, split: TrainHoldout, spec: FitSpec
+) -> dict[str, Any]:
+    """What a gated model stores of its gate: the model document's gate (coefficients,
+    intercepts, noise variances, log-likelihood, BIC), gated EM's iterations and convergence,
+    and on the holdout the log-likelihood and the RMSE of the expected and of the most likely
+    value (None without a holdout)."""
+    gate = estimator.to_dict(concomitant_names=spec.concomitant_names)["gate"]
+    holdout = None
+    if len(split.y_holdout):
+        X, y, Z = split.X_holdout, split.y_holdout, split.Z_holdout
+        holdout = {
+            "log_likelihood": estimator.gated_log_likelihood(X, y, Z),
+            "rmse_expected": float(np.sqrt(np.mean((y - estimator.predict_expected(X, Z)) ** 2))),
+            "rmse_most_likely": float(
+                np.sqrt(np.mean((y - estimator.predict_most_likely(X, Z)) ** 2))
+            ),
+        }
+    return {
+        **gate,
+        "n_iter": int(estimator.gate_n_iter_),
+        "converged": bool(estimator.gate_converged_),
+        "holdout": holdout,
+    }
+
+
 def _fit_one(
     spec: FitSpec,
     n_components: int,
-    X_train: FloatArray,
-    y_train: FloatArray,
-    X_holdout: FloatArray,
-    y_holdout: FloatArray,
+    split: TrainHoldout,
     baseline: dict[str, Any],
     progress: ProgressCallback | None,
 ) -> FittedMixture:
+    X_train, y_train = split.X_train, split.y_train
+    X_holdout, y_holdout = split.X_holdout, split.y_holdout
     estimator = spec.estimator(n_components)
     params = estimator.resolved_parameters(*X_train.shape)
     # The time budget is the job's own field, not an algorithm parameter.
     params.pop("time_budget", None)
     started = time.perf_counter()
     try:
-        fit_warnings = _fit_recording_warnings(estimator, X_train, y_train, progress)
+        fit_warnings = _fit_recording_warnings(
+            estimator, X_train, y_train, progress, concomitant=split.Z_train
+        )
     except OverflowError:
         raise ValueError(f"the fit overflows a float64; {RESCALE_HINT}") from None
     fit_seconds = time.perf_counter() - started
@@ -480,6 +521,7 @@ def _fit_one(
         score=mixture_score(X_train, y_train, coef, intercept, fit_intercept=spec.fit_intercept),
         candidates=None if candidates is None else [_candidate(item) for item in candidates],
         warnings=[*fit_warnings, *([poor] if poor else [])],
+        gate=None if spec.gating is None else gate_record(estimator, split, spec),
     )
     check_finite_result(fitted)
     return fitted
@@ -513,6 +555,15 @@ def check_finite_result(fitted: FittedMixture) -> None:
         ("log-likelihood", fitted.score.log_likelihood),
         ("BIC", fitted.score.bic),
     ]
+    if fitted.gate is not None:
+        gate = fitted.gate
+        results += [
+            ("gate coefficients", gate["coef"]),
+            ("gate intercepts", gate["intercept"]),
+            ("noise variances", gate["noise_variance"]),
+            ("gated log-likelihood", gate["log_likelihood"]),
+            ("gated holdout metrics", list((gate["holdout"] or {}).values())),
+        ]
     for what, values in results:
         if values is not None and not np.all(np.isfinite(np.asarray(values, dtype=np.float64))):
             raise ValueError(f"the fit produced non-finite numbers ({what}); {RESCALE_HINT}")
@@ -797,6 +848,11 @@ def _load_claimed_job(
             n_features=dataset.n_features,
             spec=spec,
         )
+        if spec.concomitant_names is not None:
+            columns = repository.load_dataset_columns(dataset, spec.concomitant_names)
+            data = data.with_concomitant(
+                np.column_stack([columns[name] for name in spec.concomitant_names]), spec
+            )
         return _ClaimedJob(
             worker_id=owner.worker_id,
             attempt=owner.attempt,
@@ -929,6 +985,7 @@ def _store_models(
                 n_parameters=fit.score.n_parameters,
                 candidates=fit.candidates,
                 warnings=fit.warnings,
+                gate=fit.gate,
             ).id
         if spec.k_values is None:
             sweep, job_warnings = None, fitted.best.warnings

@@ -8,6 +8,7 @@ import io
 from collections.abc import Iterator
 
 import numpy as np
+import orjson
 import pytest
 
 from mixreg import MixtureOfLinearRegressions
@@ -117,6 +118,62 @@ def test_a_gate_on_a_kept_column_is_the_estimators_and_predicts_with_it(
         np.testing.assert_allclose(body["expected"], local.predict_expected(X, Z), rtol=1e-9)
         np.testing.assert_allclose(body["most_likely"], local.predict_most_likely(X, Z), rtol=1e-9)
         assert body["most_likely_component"] == local.most_likely_component(X, Z).tolist()
+
+    # The Open Inference Protocol: a second input, and the gate's outputs selectable by name.
+    metadata = server.request("GET", f"/v2/models/{model['id']}").json()
+    assert [tensor["name"] for tensor in metadata["inputs"]] == ["X", "concomitant"]
+    assert [tensor["name"] for tensor in metadata["outputs"]] == [
+        "predictions",
+        "probabilities",
+        "expected",
+        "most_likely",
+        "most_likely_component",
+    ]
+    inferred = server.request(
+        "POST",
+        f"/v2/models/{model['id']}/infer",
+        json={
+            "inputs": [
+                {"name": "X", "shape": [5, 2], "datatype": "FP64", "data": X.ravel().tolist()},
+                {"name": "concomitant", "shape": [5, 1], "datatype": "FP64", "data": Z.tolist()},
+            ],
+            "outputs": [{"name": "expected"}, {"name": "most_likely_component"}],
+        },
+    )
+    assert inferred.status_code == 200, inferred.text
+    expected, component = inferred.json()["outputs"]
+    assert (expected["name"], expected["datatype"], expected["shape"]) == ("expected", "FP64", [5])
+    np.testing.assert_allclose(expected["data"], local.predict_expected(X, Z), rtol=1e-9)
+    assert component["datatype"] == "INT64"
+    assert component["data"] == local.most_likely_component(X, Z).tolist()
+    header = {
+        "inputs": [
+            {
+                "name": "X",
+                "shape": [5, 2],
+                "datatype": "FP64",
+                "parameters": {"binary_data_size": 80},
+            },
+            {
+                "name": "concomitant",
+                "shape": [5, 1],
+                "datatype": "FP64",
+                "parameters": {"binary_data_size": 40},
+            },
+        ],
+        "outputs": [{"name": "probabilities", "parameters": {"binary_data": True}}],
+    }
+    encoded = orjson.dumps(header)
+    binary = server.request(
+        "POST",
+        f"/v2/models/{model['id']}/infer",
+        content=encoded + X.astype("<f8").tobytes() + Z.astype("<f8").tobytes(),
+        headers={"Inference-Header-Content-Length": str(len(encoded))},
+    )
+    assert binary.status_code == 200, binary.text
+    length = int(binary.headers["Inference-Header-Content-Length"])
+    probabilities = np.frombuffer(binary.content[length:], dtype="<f8").reshape(5, 2)
+    np.testing.assert_allclose(probabilities, local.predict_proba(X, Z), rtol=1e-9)
 
     missing = server.request("POST", f"/models/{model['id']}/predict", json={"X": X.tolist()})
     assert missing.status_code == 422

@@ -16,6 +16,7 @@ from mixreg_client._errors import MixregError
 from mixreg_client._types import (
     Alias,
     Dataset,
+    GatedPredictions,
     Job,
     Model,
     ModelSummary,
@@ -198,6 +199,7 @@ class Client:
         name: str | None = None,
         registered_model: str | None = None,
         init_model: str | None = None,
+        gating: str | Sequence[str] | None = None,
     ) -> FitJob:
         """Queue a fit of a stored dataset and return its job.
 
@@ -205,6 +207,8 @@ class Client:
         picks one). ``algorithm`` and ``params`` are those of ``POST /fit``.
         ``registered_model`` makes the fitted model that name's next version; ``init_model``
         (a model id, ``name@alias`` or ``name/versions/N``) starts the fit from its lines.
+        ``gating`` fits a gate, mixing probabilities that depend on each row: ``"features"``
+        or the names of number columns the dataset kept.
         """
         job = self._drive(
             _core.fit(
@@ -219,6 +223,7 @@ class Client:
                 name=name,
                 registered_model=registered_model,
                 init_model=init_model,
+                gating=gating,
             )
         )
         return FitJob(self, job)
@@ -265,6 +270,17 @@ class Client:
         ValueError).
         """
         return self._drive(_core.predict(model, X))
+
+    def predict_gated(
+        self, model: str | Model | ModelSummary, X: Any, concomitant: Any = None
+    ) -> GatedPredictions:
+        """A gated model's predictions: the k values, the gate's probabilities, their expected
+        value and the most likely line (value and index).
+
+        ``concomitant`` gives the columns the gate reads when they are not the features: rows
+        of values in the gate's order, or a DataFrame or mapping of named columns.
+        """
+        return self._drive(_core.predict_gated(model, X, concomitant))
 
     def score(self, model: str | Model | ModelSummary, X: Any, y: Any) -> Scores:
         """Predictions of rows with known targets, their min-loss and each row's best line."""

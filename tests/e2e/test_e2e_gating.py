@@ -13,6 +13,7 @@ import pytest
 
 from mixreg import MixtureOfLinearRegressions
 from mixreg.datasets import make_gated
+from mixreg_client import Client
 from service.jobs.training import holdout_split
 
 from .conftest import Server
@@ -253,3 +254,23 @@ def test_bad_gating_is_a_422_naming_the_column(server: Server, data, dataset_id:
     )
     assert refused.status_code == 422
     assert "has no gate" in refused.json()["detail"]
+
+
+def test_the_client_fits_a_gate_and_predicts_with_it(server: Server, data, dataset_id: str):
+    with Client(server.base_url) as client:
+        handle = client.fit(dataset_id, k=2, algorithm="am-classic", seed=SEED, gating=["w"])
+        assert handle.wait().status == "succeeded"
+        model = handle.model()
+        assert model.gate is not None and model.gate["concomitant"] == ["w"]
+        X, Z = data.X[:4], data.concomitant[:4]
+        by_rows = client.predict_gated(model, X, Z)
+        by_name = client.predict_gated(model.id, X, {"w": Z[:, 0]})
+        np.testing.assert_array_equal(by_rows.probabilities, by_name.probabilities)
+        np.testing.assert_allclose(by_rows.probabilities.sum(axis=1), 1.0)
+        chosen = by_rows.most_likely_component
+        np.testing.assert_array_equal(
+            by_rows.most_likely, by_rows.predictions[np.arange(4), chosen]
+        )
+        np.testing.assert_allclose(
+            by_rows.expected, (by_rows.predictions * by_rows.probabilities).sum(axis=1)
+        )

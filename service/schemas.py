@@ -718,8 +718,10 @@ class GateOut(BaseModel):
     noise_variance: list[float] = Field(description="each line's noise variance")
     log_likelihood: float = Field(description="of the gated mixture on the training rows")
     bic: float = Field(description="of the gated mixture; lower is better")
-    n_iter: int = Field(description="iterations of gated EM")
-    converged: bool
+    n_iter: int | None = Field(
+        description="iterations of gated EM (null for an imported model that does not say)"
+    )
+    converged: bool | None
     holdout: GateHoldout | None = Field(description="null without a holdout")
 
 

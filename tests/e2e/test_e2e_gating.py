@@ -8,6 +8,7 @@ import io
 from collections.abc import Iterator
 
 import numpy as np
+import onnxruntime
 import orjson
 import pytest
 
@@ -175,6 +176,29 @@ def test_a_gate_on_a_kept_column_is_the_estimators_and_predicts_with_it(
     length = int(binary.headers["Inference-Header-Content-Length"])
     probabilities = np.frombuffer(binary.content[length:], dtype="<f8").reshape(5, 2)
     np.testing.assert_allclose(probabilities, local.predict_proba(X, Z), rtol=1e-9)
+
+    # ONNX: the gate's probabilities as a second output, of a second input.
+    graph = server.request("GET", f"/models/{model['id']}/model.onnx")
+    assert graph.status_code == 200, graph.text
+    session = onnxruntime.InferenceSession(graph.content, providers=["CPUExecutionProvider"])
+    predictions, probabilities = session.run(None, {"X": X, "concomitant": Z})
+    np.testing.assert_allclose(probabilities, local.predict_proba(X, Z), rtol=1e-9)
+    np.testing.assert_allclose(predictions, local.predict(X), rtol=1e-9)
+
+    # Export and import keep the gate: the copy predicts the same, bit for bit.
+    exported = server.request("GET", f"/models/{model['id']}/export").json()
+    assert exported["gate"]["concomitant"] == ["w"]
+    imported = server.request("POST", "/models/import", json=exported)
+    assert imported.status_code == 201, imported.text
+    copy = imported.json()
+    assert copy["gate"]["coef"] == gate["coef"] and copy["gate"]["holdout"] == gate["holdout"]
+    answers = [
+        server.request(
+            "POST", f"/models/{model_id}/predict", json={"X": X.tolist(), "concomitant": Z.tolist()}
+        ).json()
+        for model_id in (model["id"], copy["id"])
+    ]
+    assert answers[0]["probabilities"] == answers[1]["probabilities"]
 
     missing = server.request("POST", f"/models/{model['id']}/predict", json={"X": X.tolist()})
     assert missing.status_code == 422

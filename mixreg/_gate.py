@@ -259,7 +259,8 @@ def gated_em(
 
     The start's noise variances and mixing weights come from the lines' hard partition (the
     gate starts as those constant weights); EM then runs until the mean log-likelihood per row
-    changes by at most ``tol``, for at most ``max_iter`` iterations or until ``deadline``.
+    changes by at most ``tol``, for at most ``max_iter`` iterations or until ``deadline`` (at
+    least one iteration runs).
 
     Parameters
     ----------
@@ -288,7 +289,9 @@ def gated_em(
         if len(history) > 1 and abs(history[-1] - history[-2]) <= tol:
             converged = True
             break
-        if n_iter == max_iter or (deadline is not None and time.monotonic() > deadline):
+        # One iteration runs even past the deadline, so the gate is fitted at least once.
+        out_of_time = n_iter > 0 and deadline is not None and time.monotonic() > deadline
+        if n_iter == max_iter or out_of_time:
             break
         responsibilities = np.exp(log_joint - row_log_likelihood[:, None])
         mass = responsibilities.sum(axis=0)

@@ -604,6 +604,10 @@ class JobOut(BaseModel):
     algorithm: str
     n_components: int = Field(description="k; for a k sweep the largest k of k_values")
     k_values: list[int] | None = Field(description="every k of a k sweep; null for a single k")
+    gating: str | list[str] | None = Field(
+        default=None,
+        description='the gate asked for: null (none), "features" or the dataset\'s columns',
+    )
     params: dict[str, Any] = Field(
         description="the algorithm's parameters; for a single k the data-dependent defaults "
         "are resolved (auto's n_init), for a k sweep they stay null and each model records its "

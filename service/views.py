@@ -72,6 +72,7 @@ def job_out(job: Job, *, caller: ApiKey | None) -> JobOut:
         n_components=job.n_components,
         k_values=None if job.k_values is None else list(job.k_values),
         params=dict(job.params),
+        gating=job.gating,
         fit_intercept=job.fit_intercept,
         holdout_fraction=job.holdout_fraction,
         seed=job.seed,

@@ -89,6 +89,7 @@ def test_a_gate_on_a_kept_column_is_the_estimators_and_predicts_with_it(
     )
     gate = model["gate"]
     assert gate["concomitant"] == ["w"]
+    assert server.job(model["job_id"])["gating"] == ["w"]
     # The same fit on the same training rows, here.
     train, holdout = holdout_split(N_ROWS, 0.2, SEED)
     local = MixtureOfLinearRegressions(

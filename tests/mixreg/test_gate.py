@@ -305,3 +305,12 @@ def test_gated_log_densities_match_a_loop_twin() -> None:
         joint = weights * stats.norm.pdf(y[i], theta @ Z[i], np.sqrt(variances))
         np.testing.assert_allclose(np.exp(log_joint[i]), joint, rtol=1e-12)
         assert row[i] == pytest.approx(np.log(joint.sum()), rel=1e-12)
+
+
+def test_a_spent_time_budget_still_fits_the_gate_once() -> None:
+    data = make_gated(n_samples=400, n_features=2, n_components=2, random_state=9)
+    model = MixtureOfLinearRegressions(
+        n_components=2, algorithm="am-classic", gating=True, time_budget=1e-9, random_state=0
+    ).fit(data.X, data.y)
+    assert model.gate_n_iter_ == 1 and not model.gate_converged_
+    assert np.ptp(model.predict_proba(data.X)[:, 0]) > 0.1

@@ -5,6 +5,10 @@ R packages flexmix and jsonlite; when they are missing it prints why and exits w
 anything. It writes its own section of ``bench/RESULTS.md``, between the lines
 ``<!-- peers-gated:start -->`` and ``<!-- peers-gated:end -->``.
 
+``python -m bench.peers_gated --speed`` (no R) times the issue's speed case alone: a gated fit
+of n = 8,000 rows, k = 5, 10 concomitant columns (the synthetic set's training rows), with the
+default ``auto`` search and with ``am-classic``; its section is ``gated-speed``.
+
 Two data sets, each split once into training and holdout rows (seeded), and for seeds 0..S-1:
 
 - flexmix's ``NregFix`` example (200 rows; lines on ``x1`` and the 0/1 ``x2``, the gate on the
@@ -234,12 +238,64 @@ def _mean(values: list[float]) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
+SPEED_TARGET_SECONDS = 2.0
+
+
+def speed(results: Path, repeats: int) -> None:
+    """Time gated fits of the synthetic training rows; write the ``gated-speed`` section."""
+    case = synthetic()
+    report = Report()
+    report.add(
+        "## Gated fit speed: n = 8,000, k = 5, 10 concomitant columns",
+        "",
+        *machine_lines(f"python -m bench.peers_gated --speed --repeats {repeats}"),
+        "",
+        f"Median of {repeats} fits (seeds 0..{repeats - 1}) of the whole estimator: its min-loss "
+        "search, then gated EM. Wall seconds, CPU seconds in brackets.",
+        "",
+    )
+    rows = []
+    for label, settings in (
+        ("am-classic (n_init = 10)", {"algorithm": "am-classic", "n_init": 10}),
+        ("am-classic (n_init = 1)", {"algorithm": "am-classic"}),
+        ("auto (default)", {}),
+    ):
+        walls, cpus, iterations = [], [], []
+        for seed in range(repeats):
+            model = MixtureOfLinearRegressions(
+                n_components=5, gating=True, random_state=seed, **settings
+            )
+            started, cpu_started = time.perf_counter(), time.process_time()
+            model.fit(case.X_train, case.y_train, concomitant=case.Z_train)
+            walls.append(time.perf_counter() - started)
+            cpus.append(time.process_time() - cpu_started)
+            iterations.append(model.gate_n_iter_)
+        wall, cpu = float(np.median(walls)), float(np.median(cpus))
+        rows.append([label, f"{wall:.2f} ({cpu:.2f})", f"{int(np.median(iterations))}"])
+        if label.startswith("am-classic (n_init = 10)"):
+            report.target(
+                "gated fit, n = 8,000, k = 5, q = 10 (am-classic lines)",
+                f"< {SPEED_TARGET_SECONDS:g} s",
+                f"{wall:.2f} s ({cpu:.2f} s CPU)",
+                wall < SPEED_TARGET_SECONDS,
+            )
+    report.table(["lines from", "seconds (CPU)", "gated EM iterations"], rows)
+    report.targets_table(report.targets)
+    report.add(f"Load average (1, 5, 15 min) at the end: {load_average()}")
+    write_section(results, "gated-speed", "\n".join(report.lines))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..S-1 (default 3)")
     parser.add_argument("--rscript", default="Rscript")
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--speed", action="store_true", help="time mixreg's gated fit only")
+    parser.add_argument("--repeats", type=int, default=5, help="fits timed by --speed")
     arguments = parser.parse_args(argv)
+    if arguments.speed:
+        speed(arguments.results, arguments.repeats)
+        return 0
     reason = r_unavailable_reason(arguments.rscript)
     if reason is not None:
         print(f"bench.peers_gated: skipped: {reason}")

@@ -18,7 +18,7 @@ from models_store.tables import Dataset, Job
 from service.data import columns, ingest
 from service.errors import ConflictError, InvalidInputError, NotFoundError
 from service.jobs.supervisor import fit_process_context
-from service.jobs.training import FitSpec, holdout_size, send_resolved_parameters
+from service.jobs.training import FitSpec, gating_of, holdout_size, send_resolved_parameters
 from service.schemas import FitVariant
 from service.serving import references
 
@@ -51,9 +51,7 @@ def fit_spec(request: FitVariant) -> FitSpec:
         holdout_fraction=request.holdout_fraction,
         seed=request.seed,
         time_budget_s=request.time_budget_s,
-        gating=request.gating
-        if request.gating is None or isinstance(request.gating, str)
-        else (tuple(request.gating)),
+        gating=gating_of(request.gating),
     )
 
 

@@ -20,7 +20,7 @@ import resource
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event as EventType
@@ -149,6 +149,11 @@ class TrainHoldout:
         return split
 
 
+def gating_of(gating: str | Sequence[str] | None) -> str | tuple[str, ...] | None:
+    """A fit's gating as a spec holds it: None, ``"features"`` or a tuple of column names."""
+    return gating if gating is None or isinstance(gating, str) else tuple(gating)
+
+
 @dataclass(frozen=True)
 class FitSpec:
     """Everything a fit needs besides the data; mirrors a job's columns.
@@ -184,9 +189,7 @@ class FitSpec:
             seed=job.seed if job.seed is not None else 0,
             time_budget_s=job.time_budget_s,
             k_values=None if job.k_values is None else tuple(job.k_values),
-            gating=job.gating
-            if job.gating is None or isinstance(job.gating, str)
-            else (tuple(job.gating)),
+            gating=gating_of(job.gating),
         )
 
     @property

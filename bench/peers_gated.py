@@ -36,6 +36,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -49,6 +50,7 @@ FloatArray = NDArray[np.float64]
 HERE = Path(__file__).resolve().parent
 R_SCRIPT = HERE / "peers_r" / "fit_gated.R"
 RESULTS = HERE / "RESULTS.md"
+RUNS = HERE / "peers_gated_runs.json"
 SECTION = "peers-gated"
 
 
@@ -170,8 +172,15 @@ def fit_mixreg(case: Case, seed: int) -> GatedFit:
     )
 
 
-def fit_flexmix(case: Case, seeds: list[int], rscript: str, workdir: Path) -> list[GatedFit | str]:
-    """flexmix's fits for every seed (a message for a seed whose fit failed)."""
+def fit_flexmix(
+    case: Case, seeds: list[int], rscript: str, workdir: Path, runs: dict[str, Any]
+) -> list[GatedFit | str]:
+    """flexmix's fits for every seed (a message for a seed whose fit failed); R's answers are
+    kept in ``runs`` under the case's name, and taken from there when they are already in it
+    for these seeds (``--reuse-r``)."""
+    saved = runs.get(case.name)
+    if saved is not None and [result["seed"] for result in saved] == seeds:
+        return [_flexmix_fit(case, result) for result in saved]
     train = workdir / "train.csv"
     output = workdir / "flexmix.json"
     np.savetxt(
@@ -199,27 +208,26 @@ def fit_flexmix(case: Case, seeds: list[int], rscript: str, workdir: Path) -> li
         check=True,
         capture_output=True,
     )
-    fits: list[GatedFit | str] = []
-    for result in json.loads(output.read_text()):
-        if result["status"] != "ok":
-            fits.append(str(result["message"]))
-            continue
-        n_features = case.X_train.shape[1]
-        fits.append(
-            GatedFit(
-                coef=np.array(result["coef"], dtype=np.float64).reshape(-1, n_features),
-                intercept=np.atleast_1d(np.array(result["intercept"], dtype=np.float64)),
-                sigma=np.atleast_1d(np.array(result["sigma"], dtype=np.float64)),
-                gate_coef=np.array(result["gate_coef"], dtype=np.float64).reshape(
-                    -1, case.Z_train.shape[1]
-                ),
-                gate_intercept=np.atleast_1d(np.array(result["gate_intercept"], dtype=np.float64)),
-                seconds=float(result["seconds"]),
-                cpu_seconds=float(result["cpu_seconds"]),
-                train_log_likelihood=float(result["log_likelihood"]),
-            )
-        )
-    return fits
+    results = json.loads(output.read_text())
+    runs[case.name] = results
+    return [_flexmix_fit(case, result) for result in results]
+
+
+def _flexmix_fit(case: Case, result: dict[str, Any]) -> GatedFit | str:
+    if result["status"] != "ok":
+        return str(result["message"])
+    return GatedFit(
+        coef=np.array(result["coef"], dtype=np.float64).reshape(-1, case.X_train.shape[1]),
+        intercept=np.atleast_1d(np.array(result["intercept"], dtype=np.float64)),
+        sigma=np.atleast_1d(np.array(result["sigma"], dtype=np.float64)),
+        gate_coef=np.array(result["gate_coef"], dtype=np.float64).reshape(
+            -1, case.Z_train.shape[1]
+        ),
+        gate_intercept=np.atleast_1d(np.array(result["gate_intercept"], dtype=np.float64)),
+        seconds=float(result["seconds"]),
+        cpu_seconds=float(result["cpu_seconds"]),
+        train_log_likelihood=float(result["log_likelihood"]),
+    )
 
 
 def r_unavailable_reason(rscript: str) -> str | None:
@@ -292,7 +300,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--speed", action="store_true", help="time mixreg's gated fit only")
     parser.add_argument("--repeats", type=int, default=5, help="fits timed by --speed")
+    parser.add_argument(
+        "--reuse-r",
+        action="store_true",
+        help=f"take flexmix's fits from {RUNS.name} where it has them for these seeds",
+    )
     arguments = parser.parse_args(argv)
+    runs: dict[str, Any] = (
+        json.loads(RUNS.read_text()) if arguments.reuse_r and RUNS.exists() else {}
+    )
     if arguments.speed:
         speed(arguments.results, arguments.repeats)
         return 0
@@ -321,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"{case.name}: mixreg")
             ours = [fit_mixreg(case, seed) for seed in seeds]
             log(f"{case.name}: flexmix")
-            theirs = fit_flexmix(case, seeds, arguments.rscript, workdir)
+            theirs = fit_flexmix(case, seeds, arguments.rscript, workdir, runs)
+            RUNS.write_text(json.dumps(runs, indent=1) + "\n")
             failed = [fit for fit in theirs if isinstance(fit, str)]
             flexmix_fits = [fit for fit in theirs if isinstance(fit, GatedFit)]
             summary: dict[str, dict[str, float]] = {}

@@ -17,7 +17,7 @@ from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from ._am import SolverResult, refit_exactly_until_stable
 from ._auto import AutoResult, default_n_init, fit_auto
 from ._document import gate_document, lines_document, read_lines
-from ._em import EMResult
+from ._em import EMResult, em_batch
 from ._gate import (
     GatedEMResult,
     GateScaling,
@@ -27,7 +27,7 @@ from ._gate import (
     log_softmax,
 )
 from ._loss import assign, predict_lines, row_min_losses, single_threaded_blas
-from ._solvers import SOLVERS, FitContext
+from ._solvers import SOLVERS, FitContext, random_partition_lines
 from ._subsample import capped_stirling2, largest_enumerable_size
 from ._validation import (
     PARAMETER_NAMES,
@@ -196,6 +196,10 @@ def _ends_in_least_squares(algorithm: str) -> bool:
 _GATE_TOL = 1e-8
 _GATE_MAX_ITER = 1000
 _GATE_VARIANCE_FLOOR = 1e-8
+# EM restarts from random partitions of the rows whose best (by likelihood, each stopped when its
+# mean log-likelihood per row changes by at most the tolerance) is gated EM's second start.
+_GATE_EM_RESTARTS = 5
+_GATE_RESTART_TOL = 1e-4
 
 # Fitted attributes of a gated fit, removed when the estimator is refitted without a gate.
 _GATE_ATTRIBUTES = (
@@ -206,6 +210,7 @@ _GATE_ATTRIBUTES = (
     "log_likelihood_history_",
     "gate_n_iter_",
     "gate_converged_",
+    "gate_start_",
     "gate_on_features_",
     "n_concomitant_in_",
     "weights_",
@@ -220,23 +225,48 @@ class _GatedFit:
     em: GatedEMResult
     scaling: GateScaling
     design: FloatArray
+    start: str
+    """``"lines"`` (the algorithm's) or ``"em restart"``: where the kept gated EM started."""
 
 
 def _fit_gate(ctx: FitContext, columns: FloatArray, theta: FloatArray) -> _GatedFit:
-    """Gated EM from the fitted lines, in the fit's scaled units."""
+    """Gated EM from the fitted lines and from the best of a batch of EM restarts, in the
+    fit's scaled units; the start that ends with the higher likelihood is kept."""
     scaling, design = GateScaling.of(columns)
     floor = _GATE_VARIANCE_FLOOR * float(np.var(ctx.y)) + np.finfo(np.float64).tiny
-    result = gated_em(
+    # The lowest min-loss lines need not lie near the likelihood's highest maximum (a line
+    # through the rows two components share fits them well but explains neither): EM
+    # restarts from random partitions, as flexmix starts, give a second start.
+    restarts = em_batch(
         ctx.Z,
         ctx.y,
-        design,
-        theta,
+        np.stack([random_partition_lines(ctx) for _ in range(_GATE_EM_RESTARTS)]),
         max_iter=_GATE_MAX_ITER,
-        tol=_GATE_TOL,
-        variance_floor=floor,
+        tol=_GATE_RESTART_TOL,
         deadline=ctx.deadline,
+        variance_floor=floor,
     )
-    return _GatedFit(em=result, scaling=scaling, design=design)
+    best_restart = int(np.argmax([history[-1] for history in restarts.log_likelihood_histories]))
+    results = [
+        gated_em(
+            ctx.Z,
+            ctx.y,
+            design,
+            start,
+            max_iter=_GATE_MAX_ITER,
+            tol=_GATE_TOL,
+            variance_floor=floor,
+            deadline=ctx.deadline,
+        )
+        for start in (theta, restarts.thetas[best_restart])
+    ]
+    chosen = int(np.argmax([result.log_likelihood_history[-1] for result in results]))
+    return _GatedFit(
+        em=results[chosen],
+        scaling=scaling,
+        design=design,
+        start=("lines", "em restart")[chosen],
+    )
 
 
 def gate_parameter_count(n_components: int, n_params: int, n_concomitant: int) -> int:
@@ -410,8 +440,11 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         regressions, whose M-step fits the lines by weighted least squares, their noise
         variances, and the gate's multinomial logit (first component as reference) by a
         warm-started Newton method; EM stops when the mean log-likelihood per row changes by at
-        most 1e-8, after 1,000 iterations, or at the time budget. The fitted lines are then
-        the gated mixture's. Without a gate nothing of the above runs.
+        most 1e-8, after 1,000 iterations, or at the time budget. Gated EM also starts from the
+        best of 10 (ungated) EM restarts from random partitions of the rows, as flexmix starts,
+        and the start that ends with the higher likelihood is kept: the lowest min-loss lines
+        need not lie near the likelihood's highest maximum. The fitted lines are then the
+        gated mixture's. Without a gate nothing of the above runs.
 
     Attributes
     ----------
@@ -457,6 +490,8 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
     gate_converged_ : bool
         Only for a gated fit: gated EM's iterations, and whether it stopped by its tolerance
         (not by its iteration cap or the time budget).
+    gate_start_ : {"lines", "em restart"}
+        Only for a gated fit: where the kept gated EM started (see ``gating``).
     gate_on_features_ : bool
         Only for a gated fit: whether the gate reads the features (no ``concomitant``).
     n_concomitant_in_ : int
@@ -698,6 +733,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         self.bic_ = -2.0 * self.log_likelihood_ + n_parameters * float(np.log(n_samples))
         self.gate_n_iter_ = gate.em.n_iter
         self.gate_converged_ = gate.em.converged
+        self.gate_start_ = gate.start
         self.gate_on_features_ = on_features
         self.n_concomitant_in_ = n_gate_params - 1
 

@@ -30,7 +30,7 @@ FloatArray = NDArray[np.float64]
 # Newton steps per M-step, warm-started from the previous iteration's gate: the gate moves
 # little between EM iterations, so a few steps reach its optimum (and one is enough for EM to
 # climb).
-_NEWTON_STEPS = 4
+_NEWTON_STEPS = 2
 # The gate's optimum is reached when its gradient (mean per row) is this small.
 _GRADIENT_TOL = 1e-10
 # Added to the Hessian's diagonal, relative to its largest entry, so that a singular Hessian

@@ -198,10 +198,6 @@ def answer(
                 "an application/x-npy answer holds only the predictions; to score them "
                 "against y (min_loss, best_component), accept application/json"
             )
-        if output not in NPY_OUTPUTS:
-            raise InvalidInputError(
-                f"output '{output[:100]}' is unknown; choose one of {', '.join(NPY_OUTPUTS)}"
-            )
         if output != "predictions" and gated is None:
             raise InvalidInputError(
                 f"output '{output}' needs a gated model; model {lines.model_id} has no gate"
@@ -294,6 +290,12 @@ async def serve_predict(
     limits.check_answer_size(data.X.shape[0], lines.n_components, settings=settings)
     npy = formats.prefers_npy(request.headers.get("accept"))
     output = request.query_params.get("output", "predictions")
+    if output not in NPY_OUTPUTS:
+        # Checked for JSON answers too (which hold every output): the parameter is documented
+        # with these values only.
+        raise InvalidInputError(
+            f"output '{output[:100]}' is unknown; choose one of {', '.join(NPY_OUTPUTS)}"
+        )
     if inline and data.X.shape[0] * lines.coef.shape[0] <= INLINE_ANSWER_VALUES:
         return answer(lines, data, npy=npy, output=output)
     return await run_in_threadpool(answer, lines, data, npy=npy, output=output)

@@ -245,6 +245,10 @@ def test_a_gate_on_the_features_answers_in_npy_by_output(server: Server, data, d
     )
     assert unknown.status_code == 422
     assert unknown.json()["detail"].startswith("output 'odds' is unknown")
+    json_unknown = server.request(
+        "POST", f"/models/{model['id']}/predict", params={"output": "odds"}, json={"X": X.tolist()}
+    )
+    assert json_unknown.status_code == 422
 
 
 def test_bad_gating_is_a_422_naming_the_column(server: Server, data, dataset_id: str):

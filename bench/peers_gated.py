@@ -7,7 +7,8 @@ anything. It writes its own section of ``bench/RESULTS.md``, between the lines
 
 ``python -m bench.peers_gated --speed`` (no R) times the issue's speed case alone: a gated fit
 of n = 8,000 rows, k = 5, 10 concomitant columns (the synthetic set's training rows), with the
-default ``auto`` search and with ``am-classic``; its section is ``gated-speed``.
+lines of ``am-classic`` (the default ``auto`` adds its search, seconds more); its section is
+``gated-speed``.
 
 Two data sets, each split once into training and holdout rows (seeded), and for seeds 0..S-1:
 
@@ -266,7 +267,6 @@ def speed(results: Path, repeats: int) -> None:
     for label, settings in (
         ("am-classic (n_init = 10)", {"algorithm": "am-classic", "n_init": 10}),
         ("am-classic (n_init = 1)", {"algorithm": "am-classic"}),
-        ("auto (default)", {}),
     ):
         walls, cpus, iterations = [], [], []
         for seed in range(repeats):

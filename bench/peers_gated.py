@@ -21,7 +21,8 @@ Two data sets, each split once into training and holdout rows (seeded), and for 
 flexmix: ``stepFlexmix(y ~ ., k, nrep = N_STARTS, concomitant = FLXPmultinom(~ z))`` (the best
 of its random starts by log-likelihood). mixreg: ``MixtureOfLinearRegressions(k,
 algorithm="am-classic", n_init=10, gating=True)`` fitted with the concomitant columns: classical
-AM's best min-loss lines start gated EM. Both are scored here by one function on the holdout
+AM's best min-loss lines, and the best of 5 EM restarts, start gated EM (the higher likelihood is
+kept). Both are scored here by one function on the holdout
 rows: the gated mixture's log-likelihood and the RMSE of the most likely line's value (the
 line of largest gate probability). Times are wall-clock seconds of the fit alone (R's from
 ``proc.time`` around ``stepFlexmix``), with the CPU seconds beside them: the machine is shared.

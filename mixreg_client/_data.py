@@ -248,7 +248,9 @@ def path_upload(
                 f"{file.name} holds arrays, not named columns: features=, ignore= and "
                 f"delimiter= apply to CSV files (and features=, ignore= to Parquet files)"
             )
-        return UploadFile(file.name, content, "application/x-npz", {**_form(name), **chosen.fields()})
+        return UploadFile(
+            file.name, content, "application/x-npz", {**_form(name), **chosen.fields()}
+        )
     if target is None:
         raise ValueError(f"name the target column of {file.name} with target=")
     return UploadFile(

@@ -205,7 +205,9 @@ def _check_extra(
         raise ValueError(f"extra columns must be {names}, got {list(columns)}")
     for name, values in columns.items():
         if values.shape != (n_rows,):
-            raise ValueError(f"extra column '{name}' must have shape ({n_rows},), got {values.shape}")
+            raise ValueError(
+                f"extra column '{name}' must have shape ({n_rows},), got {values.shape}"
+            )
 
 
 def _check_block(X: FloatArray, y: FloatArray, n_features: int) -> None:

@@ -56,8 +56,7 @@ def check_columns(
         if types[name] not in allowed:
             needed = " or ".join(_NEEDED[kind] for kind in sorted(allowed))
             raise InvalidInputError(
-                f"{field} names '{name}' which holds {_TYPE_WORDS[types[name]]}; {needed} is "
-                f"needed"
+                f"{field} names '{name}' which holds {_TYPE_WORDS[types[name]]}; {needed} is needed"
             )
         checked[field] = types[name]
     return checked

@@ -15,11 +15,10 @@ from pathlib import PurePath
 from typing import IO, Any
 
 import numpy as np
-from numpy.typing import NDArray
-
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
+from numpy.typing import NDArray
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.datastructures import UploadFile
 
@@ -110,8 +109,7 @@ MEDIA_TYPES = {
 
 ACCEPTED_FILES = "a .csv, .parquet or .npz file, or two .npy files in the form fields X and y"
 NPY_KEEPS_NOTHING = (
-    "keep: extra columns need a CSV, Parquet, NPZ or JSON upload; two .npy files hold only X "
-    "and y"
+    "keep: extra columns need a CSV, Parquet, NPZ or JSON upload; two .npy files hold only X and y"
 )
 
 
@@ -227,6 +225,11 @@ async def read_upload(
     limits = limits_of(settings)
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "application/json":
+        if options.keep:
+            raise InvalidInputError(
+                "keep names columns of a CSV, Parquet or NPZ upload; a JSON body gives its extra "
+                "columns as columns: {name: [values...]}"
+            )
         fields, parsed = await _read_json_dataset(request)
         staged = await run_in_threadpool(stage_parsed, parsed, limits=limits)
         return Upload(staged, fields.name)
@@ -425,7 +428,11 @@ def _cut(pending: list[Chunk], types: Mapping[str, str], budget: int) -> list[Ch
     start = 0
     for stop in repository.chunk_stops(row_bytes, budget):
         chunks.append(
-            (X[start:stop], y[start:stop], {name: values[start:stop] for name, values in extra.items()})
+            (
+                X[start:stop],
+                y[start:stop],
+                {name: values[start:stop] for name, values in extra.items()},
+            )
         )
         start = int(stop)
     return chunks

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -40,7 +41,7 @@ def upload_hash(upload: Upload) -> str:
     """SHA-256 of the staged rows (as little-endian float64), the names and the target."""
     staged = upload.staged
     digest = hashlib.sha256()
-    header = {
+    header: dict[str, Any] = {
         "name": upload.name,
         "feature_names": staged.feature_names,
         "target_name": staged.target_name,

@@ -257,7 +257,10 @@ def extra_column_of_values(
 ) -> NDArray[Any]:
     """The JSON extra column ``name``: float64 (NaN where null) if it holds only numbers and
     nulls, else an object array of ``str`` (``None`` where null); raises naming the column if it
-    mixes numbers and text, has another length than the rows, or repeats a feature's name."""
+    mixes numbers and text, has another length than the rows, or repeats a feature's name.
+
+    Its texts were checked by the request's schema (no NUL character, no unpaired surrogate).
+    """
     where = f"columns['{name[:100]}']"
     if not name:
         raise IngestError("columns has a column without a name")
@@ -270,9 +273,6 @@ def extra_column_of_values(
     if str in kinds:
         if kinds != {str}:
             raise IngestError(f"{where} mixes numbers and text; give all its values as one kind")
-        for value in values:
-            if value is not None:
-                check_text(value, name=where)
         return np.asarray(values, dtype=object)
     return np.asarray([np.nan if value is None else value for value in values], dtype=np.float64)
 
@@ -348,9 +348,7 @@ class StagedDataset:
             {"name": name, "type": NUMBER if self._numeric[name] else STRING} for name in self.kept
         ]
 
-    def append(
-        self, X: FloatArray, y: FloatArray, extra: Mapping[str, Any] | None = None
-    ) -> None:
+    def append(self, X: FloatArray, y: FloatArray, extra: Mapping[str, Any] | None = None) -> None:
         """Check the next block of rows and add it, with the block's values of every kept
         column (``extra``: a 1-D array or pyarrow array per name).
 
@@ -360,7 +358,9 @@ class StagedDataset:
         if X.ndim != 2 or X.shape[1] != self.n_features or y.shape != (X.shape[0],):
             raise ValueError(f"a block of shape {X.shape} and {y.shape} does not fit the dataset")
         batch = self._extra_batch(extra or {}, len(y)) if self.kept else None
-        self.limits.check_rows(self.n_rows + len(y), self.n_features, self._extra_bytes_with(len(y)))
+        self.limits.check_rows(
+            self.n_rows + len(y), self.n_features, self._extra_bytes_with(len(y))
+        )
         check_finite_matrix(X, row_offset=self.n_rows)
         check_finite_vector(y, offset=self.n_rows)
         check_fittable_scale(X, y, row_offset=self.n_rows)
@@ -385,15 +385,19 @@ class StagedDataset:
         import pyarrow.compute as pc
 
         if set(extra) != set(self.kept):
-            raise ValueError(f"a block brings the kept columns {sorted(extra)}, not {list(self.kept)}")
+            raise ValueError(
+                f"a block brings the kept columns {sorted(extra)}, not {list(self.kept)}"
+            )
         arrays = []
         for name, arrival in self.kept.items():
             values = extra[name]
             if arrival == NUMBER:
                 array = pa.array(np.asarray(values, dtype=np.float64), pa.float64())
             else:
-                array = values if isinstance(values, pa.Array) else pa.array(
-                    np.asarray(values, dtype=object), pa.string()
+                array = (
+                    values
+                    if isinstance(values, pa.Array)
+                    else pa.array(np.asarray(values, dtype=object), pa.string())
                 )
                 array = array.cast(pa.string())
                 if arrival == TEXT:
@@ -411,7 +415,9 @@ class StagedDataset:
         import pyarrow as pa
 
         if self._extra_writer is None:
-            self._extra_writer = pa.ipc.new_stream(pa.PythonFile(self._extra_file, mode="w"), batch.schema)
+            self._extra_writer = pa.ipc.new_stream(
+                pa.PythonFile(self._extra_file, mode="w"), batch.schema
+            )
         self._extra_writer.write_batch(batch)
 
     def _finish_extras(self) -> None:
@@ -469,7 +475,9 @@ class StagedDataset:
         X = np.empty((self.n_rows, self.n_features), dtype=np.float64)
         y = np.empty(self.n_rows, dtype=np.float64)
         extra = {
-            column["name"]: np.empty(self.n_rows, np.float64 if column["type"] == NUMBER else object)
+            column["name"]: np.empty(
+                self.n_rows, np.float64 if column["type"] == NUMBER else object
+            )
             for column in self.extra_columns
         }
         start = 0
@@ -1020,7 +1028,9 @@ def _stage_csv_exact(
         raise IngestError(f"CSV line {reader.line_num} cannot be read: {exc}") from None
 
 
-def _stage_csv_rows(staged: StagedDataset, values: list[list[float]], texts: list[list[str]]) -> None:
+def _stage_csv_rows(
+    staged: StagedDataset, values: list[list[float]], texts: list[list[str]]
+) -> None:
     """Stage rows of the used columns, the target last, and their kept cells."""
     table = np.asarray(values, dtype=np.float64)
     X = np.ascontiguousarray(table[:, :-1])
@@ -1514,7 +1524,9 @@ def _stage_npy_pair(
     kept: Mapping[str, NDArray[Any]] | None = None,
 ) -> StagedDataset:
     kept = kept or {}
-    types = {name: NUMBER if values.dtype == np.float64 else STRING for name, values in kept.items()}
+    types = {
+        name: NUMBER if values.dtype == np.float64 else STRING for name, values in kept.items()
+    }
     staged = _staged(feature_names, None, limits, types)
     try:
         y_source.seek(y_header.data_offset)

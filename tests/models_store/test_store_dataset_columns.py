@@ -73,7 +73,12 @@ def test_chunks_with_text_stay_bounded_in_bytes_and_read_back_in_order(
     X, y = rng.standard_normal((n_rows, 2)), rng.standard_normal(n_rows)
     with session_scope(db_sessionmaker) as session:
         dataset = repository.create_dataset(
-            session, X=X, y=y, feature_names=None, target_name=None, name=None,
+            session,
+            X=X,
+            y=y,
+            feature_names=None,
+            target_name=None,
+            name=None,
             extra={"note": texts},
         )
         dataset_id = dataset.id

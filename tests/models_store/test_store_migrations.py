@@ -429,10 +429,7 @@ def test_revision_0008_gives_old_datasets_no_extra_columns_and_its_downgrade_dro
                 None,
             )
             connection.execute(
-                text(
-                    "UPDATE datasets SET extra_columns = '[{\"name\": \"g\", \"type\": "
-                    "\"string\"}]'"
-                )
+                text('UPDATE datasets SET extra_columns = \'[{"name": "g", "type": "string"}]\'')
             )
             connection.execute(text("UPDATE dataset_chunks SET extra_data = :data"), {"data": b"x"})
 

@@ -5,7 +5,6 @@ limits and the chunks."""
 from __future__ import annotations
 
 import io
-import math
 
 import numpy as np
 import pyarrow as pa
@@ -163,12 +162,18 @@ def test_npz_keeps_named_arrays():
 @pytest.mark.parametrize(
     ("arrays", "keep", "message"),
     [
-        ({"g": np.ones(3)}, ["h"], "keep names 'h', but the NPZ's arrays besides X, y and "
-         "feature_names are g"),
-        ({"g": np.ones(2)}, ["g"], "NPZ array 'g' (kept) must be 1-D numbers or strings with one "
-         "value per row (3), got shape (2,) of float64"),
-        ({}, ["X"], "keep names 'X', but the NPZ's arrays besides X, y and feature_names are "
-         "none"),
+        (
+            {"g": np.ones(3)},
+            ["h"],
+            "keep names 'h', but the NPZ's arrays besides X, y and feature_names are g",
+        ),
+        (
+            {"g": np.ones(2)},
+            ["g"],
+            "NPZ array 'g' (kept) must be 1-D numbers or strings with one "
+            "value per row (3), got shape (2,) of float64",
+        ),
+        ({}, ["X"], "keep names 'X', but the NPZ's arrays besides X, y and feature_names are none"),
     ],
 )
 def test_npz_refuses_a_kept_array_that_is_missing_or_of_the_wrong_shape(arrays, keep, message):
@@ -190,8 +195,10 @@ def test_json_columns_are_numbers_or_text_with_null_as_missing():
     [
         ({"w": [1.0, "a"]}, "columns['w'] mixes numbers and text; give all its values as one kind"),
         ({"w": [1.0]}, "columns['w'] has 1 values but X has 2 rows"),
-        ({"x0": [1.0, 2.0]}, "columns['x0'] has the name of a feature; an extra column is not a "
-         "feature"),
+        (
+            {"x0": [1.0, 2.0]},
+            "columns['x0'] has the name of a feature; an extra column is not a feature",
+        ),
     ],
 )
 def test_json_columns_that_cannot_be_kept_are_refused(columns, message):
@@ -237,7 +244,7 @@ def test_stored_chunks_are_bounded_by_the_bytes_of_kept_text(monkeypatch):
         chunks = list(datasets.stored_chunks(staged))
     row_bytes = 8 + 8 + lengths  # the feature, the number column, the text
     start = 0
-    for X, y, extra in chunks:
+    for _, y, extra in chunks:
         stop = start + len(y)
         assert row_bytes[start:stop].sum() <= 1_000
         if stop < 300:

@@ -183,7 +183,10 @@ async def create(
     try:
         staged = upload.staged
         limits.check_upload_names(
-            name=upload.name, feature_names=staged.feature_names, target_name=staged.target_name
+            name=upload.name,
+            feature_names=staged.feature_names,
+            target_name=staged.target_name,
+            kept=list(staged.kept),
         )
         stored = await run_in_threadpool(
             store_upload_once,

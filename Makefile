@@ -120,6 +120,11 @@ bench-peers: install ## mixreg beside R's flexmix and mixtools (installs R if mi
 	sh bench/peers_r/install_r.sh
 	$(BIN)/python -m bench.peers
 
+.PHONY: bench-peers-gated
+bench-peers-gated: install ## gated mixtures beside flexmix's FLXPmultinom (installs R if missing)
+	sh bench/peers_r/install_r.sh
+	$(BIN)/python -m bench.peers_gated
+
 .PHONY: lint
 lint: install ## ruff check and format check
 	$(BIN)/ruff check .

@@ -18,7 +18,7 @@ from ._estimator import (
     minimum_rows_per_line,
 )
 from ._inference import BootstrapResult
-from ._loss import min_loss, predict_lines
+from ._loss import gate_probabilities, min_loss, predict_lines
 from ._selection import (
     ComponentsFit,
     MixtureScore,
@@ -51,6 +51,7 @@ __all__ = [
     "SummaryRow",
     "check_n_components_list",
     "component_order",
+    "gate_probabilities",
     "min_loss",
     "minimum_rows_per_line",
     "mixture_score",

@@ -35,8 +35,10 @@ def lines_document(
     feature_names: Sequence[str] | None,
     algorithm: str,
     params: Mapping[str, Any],
+    gate: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The document of ``k`` fitted lines (``coef`` of shape (k, d)) and how they were fitted."""
+    """The document of ``k`` fitted lines (``coef`` of shape (k, d)) and how they were fitted,
+    with the gate's document (:func:`gate_document`) when the mixing probabilities have one."""
     n_components, n_features = coef.shape
     names = list(feature_names) if feature_names is not None else None
     if names is None:
@@ -53,10 +55,66 @@ def lines_document(
         "coef": _numbers(coef),
         "intercept": _numbers(intercept),
         "shares": _numbers(shares),
-        # A mixture whose shares depend on concomitant columns would describe them here.
-        "gate": None,
+        "gate": None if gate is None else dict(gate),
         "algorithm": algorithm,
         "params": {name: _plain(value) for name, value in params.items()},
+    }
+
+
+def gate_document(
+    *,
+    coef: FloatArray,
+    intercept: FloatArray,
+    noise_variance: FloatArray,
+    log_likelihood: float,
+    bic: float,
+    concomitant_names: Sequence[str] | None,
+) -> dict[str, Any]:
+    """The gate of a gated mixture: ``coef`` (k, q) and ``intercept`` (k,) of the multinomial
+    logit on the concomitant columns (``concomitant_names``; None when it reads the features),
+    each line's noise variance, and the fit's log-likelihood and BIC."""
+    n_columns = coef.shape[1]
+    names = None if concomitant_names is None else list(concomitant_names)
+    if names is not None and len(names) != n_columns:
+        raise ValueError(f"got {len(names)} concomitant names for a gate on {n_columns} columns")
+    return {
+        "concomitant": names,
+        "coef": _numbers(coef),
+        "intercept": _numbers(intercept),
+        "noise_variance": _numbers(noise_variance),
+        "log_likelihood": float(log_likelihood),
+        "bic": float(bic),
+    }
+
+
+def _read_gate(gate: Any, k: int, d: int) -> dict[str, Any]:
+    if not isinstance(gate, Mapping):
+        raise ValueError("the model document's 'gate' must be an object or null")
+    names = gate.get("concomitant")
+    if names is None:
+        n_columns = d
+    elif isinstance(names, list) and names and all(isinstance(name, str) for name in names):
+        n_columns = len(names)
+    else:
+        raise ValueError(
+            "the model document's 'gate.concomitant' must be null (the features) or a list of "
+            "column names"
+        )
+    variances = _finite_array(_member(gate, "noise_variance"), "gate.noise_variance", (k,))
+    if (variances <= 0).any():
+        raise ValueError("the model document's 'gate.noise_variance' must be positive")
+    scores = {}
+    for name in ("log_likelihood", "bic"):
+        value = _member(gate, name)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ValueError(f"the model document's 'gate.{name}' must be a number")
+        scores[name] = float(value)
+    return {
+        "concomitant": names,
+        "coef": _finite_array(_member(gate, "coef"), "gate.coef", (k, n_columns)),
+        "intercept": _finite_array(_member(gate, "intercept"), "gate.intercept", (k,)),
+        "noise_variance": variances,
+        **scores,
     }
 
 
@@ -97,7 +155,9 @@ def _count(document: Mapping[str, Any], name: str) -> int:
 
 def read_lines(document: Mapping[str, Any]) -> dict[str, Any]:
     """The checked contents of a model document: ``coef`` (k, d), ``intercept`` and
-    ``shares`` (k,), ``fit_intercept``, ``feature_names``, ``algorithm`` and ``params``.
+    ``shares`` (k,), ``fit_intercept``, ``feature_names``, ``algorithm``, ``params`` and
+    ``gate`` (None, or the checked gate: ``concomitant``, ``coef`` (k, q), ``intercept`` and
+    ``noise_variance`` (k,), ``log_likelihood``, ``bic``).
 
     Raises ``ValueError`` naming what is missing or wrong.
     """
@@ -113,8 +173,6 @@ def read_lines(document: Mapping[str, Any]) -> dict[str, Any]:
             f"model documents of format_version {version!r} cannot be read; this version reads "
             f"{FORMAT_VERSION}"
         )
-    if document.get("gate") is not None:
-        raise ValueError("gated model documents cannot be read by this version")
     k, d = _count(document, "n_components"), _count(document, "n_features")
     fit_intercept = _member(document, "fit_intercept")
     if not isinstance(fit_intercept, bool):
@@ -143,4 +201,5 @@ def read_lines(document: Mapping[str, Any]) -> dict[str, Any]:
         "feature_names": list(names),
         "algorithm": algorithm,
         "params": dict(params),
+        "gate": None if document.get("gate") is None else _read_gate(document["gate"], k, d),
     }

@@ -16,8 +16,16 @@ from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
 from ._am import SolverResult, assign_many, refit_exactly_until_stable
 from ._auto import AutoResult, default_n_init, fit_auto
-from ._document import lines_document, read_lines
-from ._em import EMResult, e_step
+from ._document import gate_document, lines_document, read_lines
+from ._em import EMResult, e_step, em_batch
+from ._gate import (
+    GatedEMResult,
+    GateScaling,
+    gated_em,
+    gated_log_densities,
+    log_gate,
+    log_softmax,
+)
 from ._inference import (
     BootstrapResult,
     bootstrap_replicates,
@@ -37,12 +45,13 @@ from ._loss import (
     weighted_mean,
     weighted_min_loss,
 )
-from ._solvers import GROUPED_ALGORITHMS, SOLVERS, FitContext
+from ._solvers import GROUPED_ALGORITHMS, SOLVERS, FitContext, random_partition_lines
 from ._subsample import capped_stirling2, largest_enumerable_size
 from ._summary import InferenceSummary, summary_table
 from ._validation import (
     PARAMETER_NAMES,
     check_algorithm,
+    check_concomitant,
     check_groups,
     check_sample_weight,
     check_X,
@@ -257,6 +266,91 @@ class StandardErrorWarning(UserWarning):
     """The standard errors of a fit do not exist (its observed information is singular)."""
 
 
+# Gated EM stops when the mean log-likelihood per row changes by at most this, or after so many
+# iterations; noise variances are floored at a tiny fraction of var(y) so that a line through a
+# handful of rows cannot make the likelihood unbounded.
+_GATE_TOL = 1e-8
+_GATE_MAX_ITER = 1000
+_GATE_VARIANCE_FLOOR = 1e-8
+# EM restarts from random partitions of the rows whose best (by likelihood, each stopped when its
+# mean log-likelihood per row changes by at most the tolerance) is gated EM's second start.
+_GATE_EM_RESTARTS = 5
+_GATE_RESTART_TOL = 1e-4
+
+# Fitted attributes of a gated fit, removed when the estimator is refitted without a gate.
+_GATE_ATTRIBUTES = (
+    "gate_coef_",
+    "gate_intercept_",
+    "log_likelihood_",
+    "bic_",
+    "log_likelihood_history_",
+    "gate_n_iter_",
+    "gate_converged_",
+    "gate_start_",
+    "gate_on_features_",
+    "n_concomitant_in_",
+    "weights_",
+    "noise_variance_",
+)
+
+
+@dataclass(frozen=True)
+class _GatedFit:
+    """Gated EM's result with the gate's design and scaling (standardized units)."""
+
+    em: GatedEMResult
+    scaling: GateScaling
+    design: FloatArray
+    start: str
+    """``"lines"`` (the algorithm's) or ``"em restart"``: where the kept gated EM started."""
+
+
+def _fit_gate(ctx: FitContext, columns: FloatArray, theta: FloatArray) -> _GatedFit:
+    """Gated EM from the fitted lines and from the best of a batch of EM restarts, in the
+    fit's scaled units; the start that ends with the higher likelihood is kept."""
+    scaling, design = GateScaling.of(columns)
+    floor = _GATE_VARIANCE_FLOOR * float(np.var(ctx.y)) + np.finfo(np.float64).tiny
+    # The lowest min-loss lines need not lie near the likelihood's highest maximum (a line
+    # through the rows two components share fits them well but explains neither): EM
+    # restarts from random partitions, as flexmix starts, give a second start.
+    restarts = em_batch(
+        ctx.Z,
+        ctx.y,
+        np.stack([random_partition_lines(ctx) for _ in range(_GATE_EM_RESTARTS)]),
+        max_iter=_GATE_MAX_ITER,
+        tol=_GATE_RESTART_TOL,
+        deadline=ctx.deadline,
+        variance_floor=floor,
+    )
+    best_restart = int(np.argmax([history[-1] for history in restarts.log_likelihood_histories]))
+    results = [
+        gated_em(
+            ctx.Z,
+            ctx.y,
+            design,
+            start,
+            max_iter=_GATE_MAX_ITER,
+            tol=_GATE_TOL,
+            variance_floor=floor,
+            deadline=ctx.deadline,
+        )
+        for start in (theta, restarts.thetas[best_restart])
+    ]
+    chosen = int(np.argmax([result.log_likelihood_history[-1] for result in results]))
+    return _GatedFit(
+        em=results[chosen],
+        scaling=scaling,
+        design=design,
+        start=("lines", "em restart")[chosen],
+    )
+
+
+def gate_parameter_count(n_components: int, n_params: int, n_concomitant: int) -> int:
+    """Free parameters of a gated mixture: each line's coefficients (``n_params``, intercept
+    included) and noise variance, and the gate's ``n_components - 1`` free rows."""
+    return n_components * (n_params + 1) + (n_components - 1) * (n_concomitant + 1)
+
+
 class DegenerateFitWarning(UserWarning):
     """Some fitted lines own too few training rows to be estimated (a degenerate fit)."""
 
@@ -420,6 +514,19 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         (``coef_se_`` and the other ``*_se_`` attributes, :meth:`summary`,
         :meth:`confidence_intervals`). It costs an EM polish and one pass of products over the
         rows.
+    gating : bool, default=False
+        Whether the mixing probabilities depend on each row (flexmix's ``FLXPmultinom``
+        concomitant model): ``pi_j(z) = softmax_j(<z, gate_coef_j> + gate_intercept_j)``, with
+        z the features, or the ``concomitant`` columns given to :meth:`fit`. The lines found by
+        ``algorithm`` (the lowest min-loss) start EM for the gated Gaussian mixture of
+        regressions, whose M-step fits the lines by weighted least squares, their noise
+        variances, and the gate's multinomial logit (first component as reference) by a
+        warm-started Newton method; EM stops when the mean log-likelihood per row changes by at
+        most 1e-8, after 1,000 iterations, or at the time budget. Gated EM also starts from the
+        best of 10 (ungated) EM restarts from random partitions of the rows, as flexmix starts,
+        and the start that ends with the higher likelihood is kept: the lowest min-loss lines
+        need not lie near the likelihood's highest maximum. The fitted lines are then the
+        gated mixture's. Without a gate nothing of the above runs.
 
     Attributes
     ----------
@@ -449,9 +556,10 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
     train_loss_ : float
         Training min-loss of the fitted lines (weighted, and grouped, as the fit was).
     weights_, noise_variance_ : ndarray of shape (n_components,)
-        For ``em``, and for every algorithm with ``standard_errors=True``: the mixture
-        weights and per-line noise variances (caller's units); with ``standard_errors``,
-        those of the maximum-likelihood fit below.
+        For ``em``, a gated fit, and every algorithm with ``standard_errors=True``: the
+        mixture weights (for a gated fit, the mean gate probability of each line over the
+        training rows) and per-line noise variances (caller's units); with
+        ``standard_errors``, those of the maximum-likelihood fit below.
     ml_coef_, ml_intercept_ : ndarray of shape (n_components, n_features), (n_components,)
         Only with ``standard_errors=True``: the maximum-likelihood fit of the Gaussian mixture
         of regressions that EM reaches from the fitted lines (each keeps its line's index),
@@ -465,8 +573,30 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
     covariance_ : ndarray of shape (k * (n_features + fit_intercept + 1) + k,) * 2
         Only with ``standard_errors=True``: their joint covariance, per line its coefficients,
         intercept and noise variance, then the k weights.
+    gate_coef_ : ndarray of shape (n_components, n_concomitant)
+        Only for a gated fit: the gate's slopes on the raw concomitant columns (the features
+        when no ``concomitant`` was given); the first row, the reference, is zero.
+    gate_intercept_ : ndarray of shape (n_components,)
+        Only for a gated fit; the first is zero.
     log_likelihood_ : float
-        Only with ``standard_errors=True``: the maximum-likelihood fit's log-likelihood.
+        Only for a gated fit, or with ``standard_errors=True``: the gated mixture's total
+        log-likelihood of the training rows, or the maximum-likelihood fit's.
+    bic_ : float
+        Only for a gated fit: ``-2 log_likelihood_ + n_parameters log(n_samples)`` with
+        ``n_parameters`` counting every line's coefficients and intercept, its noise variance
+        and the ``(n_components - 1) * (n_concomitant + 1)`` free parameters of the gate.
+    log_likelihood_history_ : ndarray
+        Only for a gated fit: gated EM's mean log-likelihood per row at every iteration.
+    gate_n_iter_ : int
+    gate_converged_ : bool
+        Only for a gated fit: gated EM's iterations, and whether it stopped by its tolerance
+        (not by its iteration cap or the time budget).
+    gate_start_ : {"lines", "em restart"}
+        Only for a gated fit: where the kept gated EM started (see ``gating``).
+    gate_on_features_ : bool
+        Only for a gated fit: whether the gate reads the features (no ``concomitant``).
+    n_concomitant_in_ : int
+        Only for a gated fit: the gate's number of columns.
     n_features_in_ : int
     group_labels_ : ndarray of shape (n_groups,)
         Only after a fit with ``groups``: the distinct training groups, sorted (groups whose
@@ -511,6 +641,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         base: str | None = None,
         time_budget: float | None = None,
         standard_errors: bool = False,
+        gating: bool = False,
     ) -> None:
         self.n_components = n_components
         self.algorithm = algorithm
@@ -526,6 +657,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         self.base = base
         self.time_budget = time_budget
         self.standard_errors = standard_errors
+        self.gating = gating
 
     def resolved_parameters(self, n_samples: int, n_features: int) -> dict[str, Any]:
         """Check the estimator's settings for data of this size; return the algorithm's params.
@@ -547,6 +679,8 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             raise ValueError(f"fit_intercept must be True or False; got {self.fit_intercept!r}")
         if not isinstance(self.standard_errors, bool | np.bool_):
             raise ValueError(f"standard_errors must be True or False; got {self.standard_errors!r}")
+        if not isinstance(self.gating, bool | np.bool_):
+            raise ValueError(f"gating must be True or False; got {self.gating!r}")
         given = {name: getattr(self, name) for name in PARAMETER_NAMES}
         params = resolve_parameters(
             algorithm,
@@ -584,8 +718,9 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         groups: ArrayLike | None = None,
         *,
         progress: ProgressCallback | None = None,
+        concomitant: ArrayLike | None = None,
     ) -> MixtureOfLinearRegressions:
-        """Fit the k lines.
+        """Fit the k lines (and, with ``gating``, the gate).
 
         Parameters
         ----------
@@ -615,6 +750,8 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             ``iteration``, ``candidates_tried`` and ``best_loss`` (training min-loss so far, in
             the caller's units; ``None`` where not applicable). An exception raised by it stops
             the fit and propagates.
+        concomitant : array-like of shape (n_samples, n_concomitant), optional
+            The columns the gate reads instead of the features (``gating=True`` only).
 
         Returns
         -------
@@ -657,6 +794,26 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         grouping = None if codes is None else Grouping.of(codes)
         n_samples, n_features = X_arr.shape
         params = self.resolved_parameters(n_samples, n_features)
+        if self.gating and (weights is not None or grouping is not None or self.standard_errors):
+            given = (
+                "sample_weight"
+                if weights is not None
+                else ("groups" if grouping is not None else "standard_errors")
+            )
+            raise ValueError(
+                f"{given}: a gated fit takes neither sample weights, groups nor standard errors"
+            )
+        if concomitant is not None and not self.gating:
+            raise ValueError(
+                "concomitant columns were given but gating=False: set gating=True to let the "
+                "mixing probabilities depend on them"
+            )
+        gate_columns = (
+            None if concomitant is None else check_concomitant(concomitant, n_samples=n_samples)
+        )
+        for name in _GATE_ATTRIBUTES:
+            if hasattr(self, name):
+                delattr(self, name)
         scaling, Z, y_scaled = _Scaling.of(X_arr, y_arr, bool(self.fit_intercept), weights)
         if params.get("init") is not None:
             params["init"] = scaling.to_scaled(params["init"])
@@ -690,6 +847,10 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
                 after = _scaled_loss(ctx, result.theta)
                 if after < before * (1.0 - 1e-9):
                     result.loss_history = [*result.loss_history, after]
+            gate = None
+            if self.gating:
+                gate = _fit_gate(ctx, X_arr if gate_columns is None else gate_columns, result.theta)
+                result.theta = gate.em.theta
 
         coef, intercept = scaling.to_caller(result.theta)
         _, labels = assign_many(
@@ -725,6 +886,8 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
                 delattr(self, grouped_attribute)
         if grouping is not None and group_labels is not None:
             self._set_groups(ctx, result, group_labels, labels[0], order)
+        if gate is not None:
+            self._set_gate(gate, order, ctx, scaling, on_features=gate_columns is None)
         _warn_if_unconverged(self.algorithm, result, params, ctx.deadline)
         _warn_if_degenerate(rows_per_line[order].astype(np.float64), ctx.Z.shape[1])
         if self.standard_errors:
@@ -948,7 +1111,42 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         )
         return self.bootstrap_
 
-    def to_dict(self, feature_names: Sequence[str] | None = None) -> dict[str, Any]:
+    def _set_gate(
+        self,
+        gate: _GatedFit,
+        order: NDArray[np.intp],
+        ctx: FitContext,
+        scaling: _Scaling,
+        *,
+        on_features: bool,
+    ) -> None:
+        """The gated fit's attributes, components in the estimator's order."""
+        beta = gate.em.beta[order]
+        # The softmax is unchanged by a common shift: the first component becomes the reference.
+        beta -= beta[0]
+        n_samples, n_gate_params = gate.design.shape
+        k = beta.shape[0]
+        self.gate_coef_, self.gate_intercept_ = gate.scaling.to_caller(beta)
+        self.weights_ = np.exp(log_gate(gate.design, beta)).mean(axis=0)
+        self.noise_variance_ = _in_caller_units(gate.em.variances[order], ctx.loss_scale)
+        # The density of y is that of the scaled target divided by the scale.
+        self.log_likelihood_history_ = np.asarray(gate.em.log_likelihood_history) - float(
+            np.log(scaling.y_scale)
+        )
+        self.log_likelihood_ = float(n_samples * self.log_likelihood_history_[-1])
+        n_parameters = gate_parameter_count(k, ctx.Z.shape[1], n_gate_params - 1)
+        self.bic_ = -2.0 * self.log_likelihood_ + n_parameters * float(np.log(n_samples))
+        self.gate_n_iter_ = gate.em.n_iter
+        self.gate_converged_ = gate.em.converged
+        self.gate_start_ = gate.start
+        self.gate_on_features_ = on_features
+        self.n_concomitant_in_ = n_gate_params - 1
+
+    def to_dict(
+        self,
+        feature_names: Sequence[str] | None = None,
+        concomitant_names: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
         """The fitted lines as a JSON-ready document (plain numbers and names, never pickle)
         that :meth:`from_dict` reads back to the same predictions, bit for bit.
 
@@ -956,20 +1154,42 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         ----------
         feature_names : sequence of str, optional
             One name per feature; default ``x0, x1, ...``.
+        concomitant_names : sequence of str, optional
+            One name per concomitant column of a gate fitted on ``concomitant``; default
+            ``z0, z1, ...``.
 
         Returns
         -------
         document : dict
             ``format`` (``"mixreg-model"``), ``format_version``, ``n_components``,
             ``n_features``, ``feature_names``, ``fit_intercept``, ``coef`` (k lists of d
-            numbers), ``intercept`` and ``shares`` (k numbers), ``gate`` (None), ``algorithm``
-            and ``params`` (the estimator's JSON-representable parameters).
+            numbers), ``intercept`` and ``shares`` (k numbers), ``gate`` (None without a gate;
+            else ``concomitant`` — None when the gate reads the features, else the column
+            names —, ``coef`` (k lists of q numbers), ``intercept``, ``noise_variance`` (k
+            numbers), ``log_likelihood``, ``bic``), ``algorithm`` and ``params`` (the
+            estimator's JSON-representable parameters).
         """
         self._check_fitted()
+        gate = None
+        if hasattr(self, "gate_coef_"):
+            gate = gate_document(
+                coef=self.gate_coef_,
+                intercept=self.gate_intercept_,
+                noise_variance=self.noise_variance_,
+                log_likelihood=self.log_likelihood_,
+                bic=self.bic_,
+                concomitant_names=None
+                if self.gate_on_features_
+                else (
+                    concomitant_names
+                    if concomitant_names is not None
+                    else [f"z{j}" for j in range(self.n_concomitant_in_)]
+                ),
+            )
         params = {
             name: value
             for name, value in self.get_params().items()
-            if name not in ("n_components", "algorithm", "fit_intercept")
+            if name not in ("n_components", "algorithm", "fit_intercept", "gating")
             and (value is None or isinstance(value, str | int | float | bool | np.ndarray | list))
         }
         return lines_document(
@@ -980,6 +1200,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             feature_names=feature_names,
             algorithm=str(self.algorithm),
             params=params,
+            gate=gate,
         )
 
     @classmethod
@@ -999,12 +1220,22 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             algorithm=lines["algorithm"],
             fit_intercept=lines["fit_intercept"],
             random_state=lines["params"].get("random_state"),
+            gating=lines["gate"] is not None,
             **params,
         )
         estimator.coef_ = lines["coef"]
         estimator.intercept_ = lines["intercept"]
         estimator.shares_ = lines["shares"]
         estimator.n_features_in_ = int(lines["coef"].shape[1])
+        gate = lines["gate"]
+        if gate is not None:
+            estimator.gate_coef_ = gate["coef"]
+            estimator.gate_intercept_ = gate["intercept"]
+            estimator.noise_variance_ = gate["noise_variance"]
+            estimator.log_likelihood_ = gate["log_likelihood"]
+            estimator.bic_ = gate["bic"]
+            estimator.gate_on_features_ = gate["concomitant"] is None
+            estimator.n_concomitant_in_ = int(gate["coef"].shape[1])
         return estimator
 
     def _check_fitted(self) -> None:
@@ -1012,6 +1243,100 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             raise NotFittedError(
                 "This MixtureOfLinearRegressions is not fitted yet; call fit(X, y) first."
             )
+
+    def _gate_columns(self, X: FloatArray, Z: ArrayLike | None) -> FloatArray:
+        """The columns the gate reads for rows ``X``: the features, or the checked ``Z``."""
+        if not hasattr(self, "gate_coef_"):
+            raise ValueError(
+                "this model has no gate: fit it with gating=True for mixing probabilities "
+                "that depend on each row"
+            )
+        if self.gate_on_features_:
+            if Z is not None:
+                raise ValueError(
+                    "this model's gate reads the features: pass no concomitant columns (Z)"
+                )
+            return X
+        if Z is None:
+            raise ValueError(
+                f"this model's gate reads {self.n_concomitant_in_} concomitant columns: pass "
+                f"them as Z"
+            )
+        return check_concomitant(Z, n_samples=X.shape[0], n_columns=self.n_concomitant_in_)
+
+    def _lines_and_gate(self, X: ArrayLike, Z: ArrayLike | None) -> tuple[FloatArray, FloatArray]:
+        """Every line's value (n, k) and the log mixing probabilities (n, k) of rows X."""
+        self._check_fitted()
+        X_arr = check_X(X, n_features=self.n_features_in_)
+        columns = self._gate_columns(X_arr, Z)
+        log_probabilities = log_softmax(columns @ self.gate_coef_.T + self.gate_intercept_)
+        return predict_lines(X_arr, self.coef_, self.intercept_), log_probabilities
+
+    def predict_proba(self, X: ArrayLike, Z: ArrayLike | None = None) -> FloatArray:
+        """The gate's mixing probabilities of every line for every row (gated models).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        Z : array-like of shape (n_samples, n_concomitant), optional
+            The concomitant columns, when the gate was fitted on them.
+
+        Returns
+        -------
+        probabilities : ndarray of shape (n_samples, n_components)
+            Rows sum to 1.
+        """
+        _, log_probabilities = self._lines_and_gate(X, Z)
+        return np.exp(log_probabilities)
+
+    def predict_expected(self, X: ArrayLike, Z: ArrayLike | None = None) -> FloatArray:
+        """The gate-weighted mean of the k lines' values: ``sum_j pi_j(z) <x, coef_j> + b_j``.
+
+        Returns
+        -------
+        expected : ndarray of shape (n_samples,)
+        """
+        values, log_probabilities = self._lines_and_gate(X, Z)
+        expected: FloatArray = np.einsum("ij,ij->i", values, np.exp(log_probabilities))
+        return expected
+
+    def most_likely_component(self, X: ArrayLike, Z: ArrayLike | None = None) -> NDArray[np.intp]:
+        """Index of the line of largest mixing probability for each row (ties to the lowest)."""
+        _, log_probabilities = self._lines_and_gate(X, Z)
+        most_likely: NDArray[np.intp] = np.argmax(log_probabilities, axis=1)
+        return most_likely
+
+    def predict_most_likely(self, X: ArrayLike, Z: ArrayLike | None = None) -> FloatArray:
+        """The value of each row's most likely line (see :meth:`most_likely_component`).
+
+        Returns
+        -------
+        most_likely : ndarray of shape (n_samples,)
+        """
+        values, log_probabilities = self._lines_and_gate(X, Z)
+        chosen = np.argmax(log_probabilities, axis=1)
+        most_likely: FloatArray = values[np.arange(values.shape[0]), chosen]
+        return most_likely
+
+    def gated_log_likelihood(self, X: ArrayLike, y: ArrayLike, Z: ArrayLike | None = None) -> float:
+        """Total log-likelihood of (X, y) under the gated mixture (held-out rows, for instance).
+
+        ``sum_i log sum_j pi_j(z_i) N(y_i; <x_i, coef_j> + intercept_j, noise_variance_j)``.
+        """
+        self._check_fitted()
+        X_arr, y_arr = check_X_y(X, y)
+        X_arr = check_X(X_arr, n_features=self.n_features_in_)
+        columns = self._gate_columns(X_arr, Z)
+        ones = np.ones((X_arr.shape[0], 1))
+        _, row_log_likelihood = gated_log_densities(
+            np.hstack([X_arr, ones]),
+            y_arr,
+            np.hstack([columns, ones]),
+            np.column_stack([self.coef_, self.intercept_]),
+            self.noise_variance_,
+            np.column_stack([self.gate_coef_, self.gate_intercept_]),
+        )
+        return float(row_log_likelihood.sum())
 
     def predict(self, X: ArrayLike) -> FloatArray:
         """List-decoded predictions: one column per line.

@@ -127,6 +127,27 @@ def predict_lines(X: FloatArray, coef: FloatArray, intercept: FloatArray) -> Flo
     return predictions
 
 
+def gate_probabilities(Z: FloatArray, coef: FloatArray, intercept: FloatArray) -> FloatArray:
+    """A gate's mixing probabilities: ``softmax_j(<z, coef_j> + intercept_j)`` per row.
+
+    Parameters
+    ----------
+    Z : ndarray of shape (n_samples, n_concomitant)
+    coef : ndarray of shape (n_components, n_concomitant)
+    intercept : ndarray of shape (n_components,)
+
+    Returns
+    -------
+    probabilities : ndarray of shape (n_samples, n_components)
+    """
+    logits: FloatArray = Z @ coef.T
+    logits += intercept
+    logits -= logits.max(axis=1, keepdims=True)
+    np.exp(logits, out=logits)
+    logits /= logits.sum(axis=1, keepdims=True)
+    return logits
+
+
 def min_loss(
     y: FloatArray, predictions: FloatArray, sample_weight: FloatArray | None = None
 ) -> float:

@@ -125,6 +125,31 @@ def check_X_y(X: ArrayLike, y: ArrayLike) -> tuple[FloatArray, FloatArray]:
     return X_arr, np.ascontiguousarray(y_arr)
 
 
+def check_concomitant(
+    concomitant: ArrayLike, *, n_samples: int, n_columns: int | None = None
+) -> FloatArray:
+    """Return the gate's concomitant variables as a finite float64 matrix (n_samples, q)."""
+    array = _as_float_array(concomitant, "concomitant")
+    if array.ndim == 1:
+        array = array[:, None]
+    if array.ndim != 2:
+        raise ValueError(
+            f"concomitant must be 2-dimensional (n_samples, n_columns); got an array of shape "
+            f"{array.shape}"
+        )
+    if array.shape[0] != n_samples:
+        raise ValueError(f"concomitant has {array.shape[0]} rows but X has {n_samples}")
+    if array.shape[1] == 0:
+        raise ValueError("concomitant has no columns")
+    if n_columns is not None and array.shape[1] != n_columns:
+        raise ValueError(
+            f"concomitant has {array.shape[1]} columns, but the gate was fitted on "
+            f"{n_columns} columns"
+        )
+    _check_finite(array, "concomitant")
+    return np.ascontiguousarray(array)
+
+
 def _check_int(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")

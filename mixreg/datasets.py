@@ -7,11 +7,19 @@ scikit-learn's generators are drawn from it, so one seed fixes the whole data se
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from numpy.typing import NDArray
 from sklearn.datasets import make_friedman1, make_friedman2, make_friedman3, make_regression
 
-__all__ = ["make_friedman", "make_realizable", "make_two_regressions"]
+__all__ = [
+    "GatedMixture",
+    "make_friedman",
+    "make_gated",
+    "make_realizable",
+    "make_two_regressions",
+]
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -240,6 +248,98 @@ def make_realizable(
     line_values = X @ coef.T + intercept
     y = line_values[np.arange(n_samples), labels] + noise * rng.standard_normal(n_samples)
     return X, y, coef, intercept, labels
+
+
+@dataclass(frozen=True)
+class GatedMixture:
+    """Rows drawn from a gated mixture of lines, with the truth they were drawn from."""
+
+    X: FloatArray
+    """Features, shape (n_samples, n_features)."""
+    y: FloatArray
+    """Targets, shape (n_samples,)."""
+    concomitant: FloatArray
+    """The columns the gate reads, shape (n_samples, q): X itself when the gate reads the
+    features."""
+    coef: FloatArray
+    """The lines' coefficients, shape (n_components, n_features)."""
+    intercept: FloatArray
+    """The lines' intercepts, shape (n_components,)."""
+    gate_coef: FloatArray
+    """The gate's slopes, shape (n_components, q); the first row (the reference) is zero."""
+    gate_intercept: FloatArray
+    """The gate's intercepts, shape (n_components,); the first is zero."""
+    labels: IntArray
+    """The line each row was drawn from, shape (n_samples,)."""
+
+    def probabilities(self) -> FloatArray:
+        """The true mixing probabilities of every row, shape (n_samples, n_components)."""
+        logits = self.concomitant @ self.gate_coef.T + self.gate_intercept
+        logits -= logits.max(axis=1, keepdims=True)
+        weights = np.exp(logits)
+        probabilities: FloatArray = weights / weights.sum(axis=1, keepdims=True)
+        return probabilities
+
+
+def make_gated(
+    n_samples: int = 1000,
+    n_features: int = 2,
+    n_components: int = 2,
+    n_concomitant: int | None = None,
+    gate_scale: float = 1.5,
+    noise: float = 0.1,
+    random_state: RandomState = None,
+) -> GatedMixture:
+    """Rows drawn from a gated mixture: the line of a row depends on its concomitant columns.
+
+    Lines are drawn as in :func:`make_realizable`; the gate's slopes are normal with standard
+    deviation ``gate_scale`` and its intercepts normal with standard deviation 0.5, the first
+    component's both zero (the reference). Each row's line is drawn from the softmax of its
+    logits (by the Gumbel-max trick, all rows at once), and its target is that line's value
+    plus Gaussian noise. Features and concomitant columns are standard normal.
+
+    Parameters
+    ----------
+    n_samples, n_features, n_components : int
+    n_concomitant : int, optional
+        Columns of the gate, drawn apart from the features; by default the gate reads the
+        features.
+    gate_scale : float, default=1.5
+    noise : float, default=0.1
+    random_state : None, int or numpy.random.Generator, default=None
+
+    Returns
+    -------
+    GatedMixture
+    """
+    _check_positive_int(n_samples, "n_samples")
+    _check_positive_int(n_features, "n_features")
+    _check_positive_int(n_components, "n_components")
+    if n_concomitant is not None:
+        _check_positive_int(n_concomitant, "n_concomitant")
+    _check_non_negative(gate_scale, "gate_scale")
+    _check_non_negative(noise, "noise")
+    rng = np.random.default_rng(random_state)
+    coef, intercept = _draw_separated_lines(rng, n_features, n_components, True)
+    X = rng.standard_normal((n_samples, n_features))
+    concomitant = X if n_concomitant is None else rng.standard_normal((n_samples, n_concomitant))
+    gate_coef = gate_scale * rng.standard_normal((n_components, concomitant.shape[1]))
+    gate_intercept = 0.5 * rng.standard_normal(n_components)
+    gate_coef[0], gate_intercept[0] = 0.0, 0.0
+    logits = concomitant @ gate_coef.T + gate_intercept
+    labels = np.argmax(logits + rng.gumbel(size=logits.shape), axis=1).astype(np.int64)
+    line_values = X @ coef.T + intercept
+    y = line_values[np.arange(n_samples), labels] + noise * rng.standard_normal(n_samples)
+    return GatedMixture(
+        X=X,
+        y=y,
+        concomitant=concomitant,
+        coef=coef,
+        intercept=intercept,
+        gate_coef=gate_coef,
+        gate_intercept=gate_intercept,
+        labels=labels,
+    )
 
 
 def _draw_separated_lines(

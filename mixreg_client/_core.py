@@ -26,6 +26,7 @@ from mixreg_client._errors import MixregError
 from mixreg_client._types import (
     Alias,
     Dataset,
+    GatedPredictions,
     GroupPredictions,
     Job,
     Model,
@@ -246,6 +247,7 @@ def fit(
     standard_errors: bool = True,
     n_bootstrap: int = 0,
     bootstrap: str = "parametric",
+    gating: str | Sequence[str] | None = None,
 ) -> Operation[Job]:
     """Queue a fit of a stored dataset; the job as accepted."""
     body: dict[str, Any] = {
@@ -275,6 +277,8 @@ def fit(
         body["weights"] = weights
     if groups is not None:
         body["groups"] = groups
+    if gating is not None:
+        body["gating"] = gating if isinstance(gating, str) else list(gating)
     accepted = _json(_response((yield Call("POST", "/fit", json=body, headers=_idempotency_key()))))
     return (yield from get_job(accepted["job_id"]))
 
@@ -380,6 +384,26 @@ def predict_groups(
     return GroupPredictions(
         predictions=np.asarray(answer["predictions"], dtype=np.float64),
         group_line=np.asarray(answer["group_line"], dtype=np.int64),
+    )
+
+
+def predict_gated(
+    model: str | Model | ModelSummary, X: Any, concomitant: Any
+) -> Operation[GatedPredictions]:
+    """A gated model's k values per row with its probabilities and what they choose."""
+    rows = yield from _rows_in_model_order(model, X)
+    body: dict[str, Any] = {"X": _data.feature_matrix(rows)}
+    if concomitant is not None:
+        body["concomitant"] = _data.concomitant_values(concomitant)
+    answer = _json(_response((yield Call("POST", f"/models/{_id_of(model)}/predict", json=body))))
+    if "probabilities" not in answer:
+        raise ValueError(f"model {_id_of(model)} has no gate; use predict")
+    return GatedPredictions(
+        predictions=np.asarray(answer["predictions"], dtype=np.float64),
+        probabilities=np.asarray(answer["probabilities"], dtype=np.float64),
+        expected=np.asarray(answer["expected"], dtype=np.float64),
+        most_likely=np.asarray(answer["most_likely"], dtype=np.float64),
+        most_likely_component=np.asarray(answer["most_likely_component"], dtype=np.int64),
     )
 
 

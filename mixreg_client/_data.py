@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -319,6 +319,24 @@ def feature_matrix(X: Any) -> list[list[float]]:
             "X must be 2-dimensional (rows x features); to predict one row, wrap it: [row]"
         )
     rows: list[list[float]] = matrix.tolist()
+    return rows
+
+
+def concomitant_values(values: Any) -> list[list[float]] | dict[str, list[float]]:
+    """A gate's columns as JSON: named columns from a DataFrame or a mapping of name to
+    values, else rows of values."""
+    if is_dataframe(values):
+        return {
+            str(name): _numbers(values[name].to_numpy(), f"concomitant column {name!r}").tolist()
+            for name in values.columns
+        }
+    if isinstance(values, Mapping):
+        return {
+            str(name): _numbers(column, f"concomitant column {name!r}").ravel().tolist()
+            for name, column in values.items()
+        }
+    matrix = _numbers(values, "concomitant")
+    rows: list[list[float]] = (matrix[:, None] if matrix.ndim == 1 else matrix).tolist()
     return rows
 
 

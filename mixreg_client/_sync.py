@@ -16,6 +16,7 @@ from mixreg_client._errors import MixregError
 from mixreg_client._types import (
     Alias,
     Dataset,
+    GatedPredictions,
     GroupPredictions,
     Job,
     Model,
@@ -204,6 +205,7 @@ class Client:
         standard_errors: bool = True,
         n_bootstrap: int = 0,
         bootstrap: str = "parametric",
+        gating: str | Sequence[str] | None = None,
     ) -> FitJob:
         """Queue a fit of a stored dataset and return its job.
 
@@ -216,6 +218,8 @@ class Client:
         on one line; algorithms auto, am-classic, em).
         ``standard_errors`` and ``n_bootstrap`` (``bootstrap``: ``"parametric"`` or
         ``"empirical"``) ask for the lines' standard errors (``Model.summary()``).
+        ``gating`` fits a gate, mixing probabilities that depend on each row: ``"features"``
+        or the names of number columns the dataset kept.
         """
         job = self._drive(
             _core.fit(
@@ -235,6 +239,7 @@ class Client:
                 standard_errors=standard_errors,
                 n_bootstrap=n_bootstrap,
                 bootstrap=bootstrap,
+                gating=gating,
             )
         )
         return FitJob(self, job)
@@ -297,6 +302,17 @@ class Client:
         if groups is not None:
             return self._drive(_core.predict_groups(model, X, groups))
         return self._drive(_core.predict(model, X))
+
+    def predict_gated(
+        self, model: str | Model | ModelSummary, X: Any, concomitant: Any = None
+    ) -> GatedPredictions:
+        """A gated model's predictions: the k values, the gate's probabilities, their expected
+        value and the most likely line (value and index).
+
+        ``concomitant`` gives the columns the gate reads when they are not the features: rows
+        of values in the gate's order, or a DataFrame or mapping of named columns.
+        """
+        return self._drive(_core.predict_gated(model, X, concomitant))
 
     def score(self, model: str | Model | ModelSummary, X: Any, y: Any) -> Scores:
         """Predictions of rows with known targets, their min-loss and each row's best line."""

@@ -242,6 +242,9 @@ class Model(ModelSummary):
     seed: int | None
     n_train: int
     n_holdout: int
+    gate: dict[str, Any] | None = None
+    """A gated model's gate: ``concomitant``, ``coef``, ``intercept``, ``noise_variance``,
+    ``log_likelihood``, ``bic`` and the ``holdout`` metrics (None without a gate)."""
 
     @property
     def coef(self) -> NDArray[np.float64]:
@@ -299,6 +302,7 @@ class Model(ModelSummary):
             seed=_optional_int(data.get("seed")),
             n_train=int(data["n_train"]),
             n_holdout=int(data["n_holdout"]),
+            gate=data.get("gate"),
             raw=data,
         )
 
@@ -350,6 +354,30 @@ class EstimatesTable:
                 if row["component"] == component
             ]
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class GatedPredictions:
+    """A gated model's predictions: the k values and the gate's view of them.
+
+    Attributes
+    ----------
+    predictions : ndarray of shape (n, k)
+    probabilities : ndarray of shape (n, k)
+        The gate's probability of each line, per row.
+    expected : ndarray of shape (n,)
+        The probability-weighted mean of the k values.
+    most_likely : ndarray of shape (n,)
+        The value of the most likely line.
+    most_likely_component : ndarray of shape (n,)
+        Its index.
+    """
+
+    predictions: NDArray[np.float64]
+    probabilities: NDArray[np.float64]
+    expected: NDArray[np.float64]
+    most_likely: NDArray[np.float64]
+    most_likely_component: NDArray[np.int64]
 
 
 @dataclass(frozen=True)

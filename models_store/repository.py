@@ -684,6 +684,7 @@ def create_job(
     weights_column: str | None = None,
     groups_column: str | None = None,
     uncertainty: Mapping[str, Any] | None = None,
+    gating: str | Sequence[str] | None = None,
 ) -> Job:
     """Queue a fit of ``dataset_id``; ``params`` are the validated algorithm parameters.
 
@@ -696,6 +697,8 @@ def create_job(
     ``uncertainty`` holds the
     standard errors and bootstrap the fit computes (``standard_errors``, ``n_bootstrap``,
     ``bootstrap``).
+    ``gating`` asks for a gate: ``"features"`` or the names of the dataset's extra columns it
+    reads.
     """
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -727,6 +730,7 @@ def create_job(
         weights_column=weights_column,
         groups_column=groups_column,
         uncertainty=None if uncertainty is None else to_json_value(dict(uncertainty)),
+        gating=gating if gating is None or isinstance(gating, str) else list(gating),
     )
     session.add(job)
     session.flush()
@@ -1202,6 +1206,7 @@ def create_model(
     group_lines: npt.ArrayLike | None = None,
     group_metrics: Mapping[str, Any] | None = None,
     uncertainty: Mapping[str, Any] | None = None,
+    gate: Mapping[str, Any] | None = None,
 ) -> Model:
     """Store a fitted model; arrays are kept as JSON lists of exactly the same float64 values.
 
@@ -1211,6 +1216,7 @@ def create_model(
     ``uncertainty`` the table of estimates with their standard errors and intervals.
     A grouped fit gives ``group_labels`` (its training groups) and ``group_lines`` (the line of
     each), stored compactly (``codecs.encode_group_table``), and its ``group_metrics``.
+    ``gate`` the fitted gate of a gated mixture (JSON numbers).
     """
     coef_array = np.asarray(coef, dtype=np.float64)
     intercept_array = np.asarray(intercept, dtype=np.float64)
@@ -1265,6 +1271,7 @@ def create_model(
         ),
         group_metrics=None if group_metrics is None else to_json_value(dict(group_metrics)),
         uncertainty=None if uncertainty is None else to_json_value(dict(uncertainty)),
+        gate=None if gate is None else to_json_value(dict(gate)),
     )
     session.add(model)
     session.flush()

@@ -151,6 +151,8 @@ class Job(Base):
     # Added in revision 0011: the standard errors and bootstrap asked for (None: jobs stored
     # before, which computed none).
     uncertainty: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Added in revision 0010: None (no gate), "features", or the extra columns the gate reads.
+    gating: Mapped[str | list[str] | None] = mapped_column(JSON)
 
 
 class Model(Base):
@@ -189,6 +191,8 @@ class Model(Base):
     log_likelihood: Mapped[float | None] = mapped_column(Double)
     bic: Mapped[float | None] = mapped_column(Double)
     n_parameters: Mapped[int | None]
+    # Added in revision 0010: the fitted gate of a gated mixture (None without one).
+    gate: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     candidates: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
     warnings: Mapped[list[str]] = mapped_column(JSON, default=list)
     # Added in revision 0009: the dataset columns of the row weights and the group labels, and

@@ -475,12 +475,24 @@ class _FitBase(_Strict):
             raise _invalid("n_bootstrap: the bootstrap is for ungrouped rows only")
         if self.weights is not None and self.n_bootstrap:
             raise _invalid("n_bootstrap: the bootstrap resamples unweighted rows only")
+        if self.gating is not None:
+            for field in ("groups", "weights"):
+                if getattr(self, field) is not None:
+                    raise _invalid(f"{field}: a gated fit takes neither groups nor weights")
+            if self.n_bootstrap or (
+                "standard_errors" in self.model_fields_set and self.standard_errors
+            ):
+                raise _invalid(
+                    "standard_errors: standard errors and the bootstrap are for fits without a "
+                    "gate; leave out standard_errors and n_bootstrap with gating"
+                )
         return self
 
     @property
     def wants_standard_errors(self) -> bool:
-        """Standard errors by default, except for grouped rows (they are for ungrouped ones)."""
-        return self.standard_errors and self.groups is None
+        """Standard errors by default, except for grouped rows and gated fits (they are for
+        ungrouped, ungated ones)."""
+        return self.standard_errors and self.groups is None and self.gating is None
 
     standard_errors: bool = Field(
         default=True,
@@ -502,11 +514,27 @@ class _FitBase(_Strict):
         description="parametric: new targets drawn from the fitted mixture at the same rows; "
         "empirical: rows drawn with replacement",
     )
+    gating: Literal["features"] | Annotated[list[Text], Field(min_length=1)] | None = Field(
+        default=None,
+        description="mixing probabilities that depend on each row (a multinomial-logit gate, "
+        'as flexmix\'s FLXPmultinom): null for none, "features" to gate on the features, or '
+        "the names of number columns the dataset kept at upload; the algorithm's lines start EM "
+        "for the gated mixture",
+    )
 
     @model_validator(mode="after")
     def _one_data_source(self) -> _FitBase:
         if (self.dataset_id is None) == (self.data is None):
             raise _invalid("give exactly one of dataset_id or data")
+        if isinstance(self.gating, list):
+            if self.data is not None:
+                raise _invalid(
+                    "gating names columns, but inline data have no extra columns: upload the "
+                    "dataset with its columns (POST /datasets, keep=...) and fit its dataset_id"
+                )
+            repeated = sorted({name for name in self.gating if self.gating.count(name) > 1})
+            if repeated:
+                raise _invalid(f"gating names the column '{repeated[0]}' more than once")
         if not self.keep_data and self.data is None:
             raise _invalid(
                 "keep_data: false applies to inline data; a stored dataset is deleted with "
@@ -647,6 +675,10 @@ class JobOut(BaseModel):
     algorithm: str
     n_components: int = Field(description="k; for a k sweep the largest k of k_values")
     k_values: list[int] | None = Field(description="every k of a k sweep; null for a single k")
+    gating: str | list[str] | None = Field(
+        default=None,
+        description='the gate asked for: null (none), "features" or the dataset\'s columns',
+    )
     params: dict[str, Any] = Field(
         description="the algorithm's parameters; for a single k the data-dependent defaults "
         "are resolved (auto's n_init), for a k sweep they stay null and each model records its "
@@ -793,6 +825,34 @@ class Candidate(BaseModel):
     n_rows: int = Field(description="rows it was polished on")
 
 
+class GateHoldout(BaseModel):
+    """The gated mixture scored on the holdout rows."""
+
+    log_likelihood: float = Field(description="total log-likelihood of the holdout rows")
+    rmse_expected: float = Field(description="RMSE of the gate-weighted expected value")
+    rmse_most_likely: float = Field(description="RMSE of the most likely line's value")
+
+
+class GateOut(BaseModel):
+    """The gate of a gated mixture: ``pi_j(z) = softmax_j(<z, coef_j> + intercept_j)``."""
+
+    concomitant: list[str] | None = Field(
+        description="the dataset columns the gate reads; null: it reads the features"
+    )
+    coef: list[list[float]] = Field(
+        description="one row per component (the first, the reference, is zero)"
+    )
+    intercept: list[float]
+    noise_variance: list[float] = Field(description="each line's noise variance")
+    log_likelihood: float = Field(description="of the gated mixture on the training rows")
+    bic: float = Field(description="of the gated mixture; lower is better")
+    n_iter: int | None = Field(
+        description="iterations of gated EM (null for an imported model that does not say)"
+    )
+    converged: bool | None
+    holdout: GateHoldout | None = Field(description="null without a holdout")
+
+
 class ModelSummary(BaseModel):
     """A fitted model in a list."""
 
@@ -855,6 +915,10 @@ class ModelOut(ModelSummary):
         description="how the lines' standard errors were obtained; null when none were",
     )
 
+    gate: GateOut | None = Field(
+        default=None, description="the gate of a gated fit; null without one"
+    )
+
 
 class GroupMetrics(BaseModel):
     """A grouped fit's groups and min-losses at the group level (weighted, with weights)."""
@@ -881,6 +945,12 @@ class _PredictBody(_Strict):
         description="one group label per row, for a model fitted with groups: the answer adds "
         "group_line, the line of each row's group (-1 for a group the fit never saw)",
     )
+    concomitant: Matrix | dict[Text, Vector] | None = Field(
+        default=None,
+        description="for a model whose gate reads dataset columns: their values, as rows "
+        "(one value per column, in the order of the model's gate.concomitant) or as named "
+        "columns {name: values}",
+    )
 
     @model_validator(mode="after")
     def _check_lengths(self) -> _PredictBody:
@@ -888,6 +958,17 @@ class _PredictBody(_Strict):
             raise _invalid(f"y has {len(self.y)} values but X has {len(self.X)} rows")
         if self.groups is not None and len(self.groups) != len(self.X):
             raise _invalid(f"groups has {len(self.groups)} labels but X has {len(self.X)} rows")
+        if isinstance(self.concomitant, list) and len(self.concomitant) != len(self.X):
+            raise _invalid(
+                f"concomitant has {len(self.concomitant)} rows but X has {len(self.X)} rows"
+            )
+        if isinstance(self.concomitant, dict):
+            for name, values in self.concomitant.items():
+                if len(values) != len(self.X):
+                    raise _invalid(
+                        f"concomitant column '{name}' has {len(values)} values but X has "
+                        f"{len(self.X)} rows"
+                    )
         return self
 
 
@@ -915,6 +996,18 @@ class PredictResponse(BaseModel):
     group_line: list[int] | None = Field(
         default=None,
         description="with groups: the line of each row's group, -1 for a group the fit never saw",
+    )
+    probabilities: list[list[float]] | None = Field(
+        default=None, description="a gated model's mixing probability of each line, per row"
+    )
+    expected: list[float] | None = Field(
+        default=None, description="a gated model's probability-weighted mean of the k values"
+    )
+    most_likely: list[float] | None = Field(
+        default=None, description="a gated model's value of the most likely line"
+    )
+    most_likely_component: list[int] | None = Field(
+        default=None, description="the index of that line"
     )
 
 

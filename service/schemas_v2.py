@@ -107,7 +107,7 @@ class ResponseOutput(BaseModel):
     shape: list[int]
     datatype: str
     parameters: dict[str, Any] | None = None
-    data: list[float] | None = None
+    data: list[int] | list[float] | None = None
 
 
 class InferenceResponse(BaseModel):

@@ -14,6 +14,7 @@ from service.schemas import (
     Component,
     ComponentEstimates,
     DatasetOut,
+    GateOut,
     GroupMetrics,
     JobOut,
     ModelOut,
@@ -74,6 +75,7 @@ def job_out(job: Job, *, caller: ApiKey | None) -> JobOut:
         n_components=job.n_components,
         k_values=None if job.k_values is None else list(job.k_values),
         params=dict(job.params),
+        gating=job.gating,
         fit_intercept=job.fit_intercept,
         holdout_fraction=job.holdout_fraction,
         seed=job.seed,
@@ -181,4 +183,5 @@ def model_out(model: Model, version: ModelVersion | None = None) -> ModelOut:
             else GroupMetrics.model_validate(model.group_metrics)
         ),
         uncertainty=None if uncertainty is None else Uncertainty.model_validate(uncertainty),
+        gate=None if model.gate is None else GateOut.model_validate(model.gate),
     )

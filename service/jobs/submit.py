@@ -8,17 +8,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from mixreg import check_n_components_list
 from models_store import repository
 from models_store.tables import Dataset, Job
-from service.data import ingest
+from service.data import columns, ingest
 from service.errors import ConflictError, InvalidInputError, NotFoundError
 from service.jobs.fit_columns import check_fit_columns, wanted_columns
 from service.jobs.supervisor import fit_process_context
-from service.jobs.training import FitSpec, holdout_size, send_resolved_parameters
+from service.jobs.training import FitSpec, gating_of, holdout_size, send_resolved_parameters
 from service.schemas import FitVariant
 from service.serving import references
 
@@ -56,6 +57,7 @@ def fit_spec(request: FitVariant) -> FitSpec:
         standard_errors=request.wants_standard_errors,
         n_bootstrap=request.n_bootstrap,
         bootstrap=request.bootstrap,
+        gating=gating_of(request.gating),
     )
 
 
@@ -236,6 +238,8 @@ def submit_fit(
         n_rows, n_features = dataset.n_rows, dataset.n_features
         feature_names = list(dataset.feature_names)
         check_fit_columns(dataset, wanted)
+        if spec.concomitant_names is not None:
+            check_concomitant_columns(dataset, spec.concomitant_names)
     if request.init_model is not None:
         spec = warm_start(session, spec, request.init_model, feature_names=feature_names)
     params = check_fit(spec, n_rows=n_rows, n_features=n_features)
@@ -275,6 +279,7 @@ def submit_fit(
                 weights_column=spec.weights_column,
                 groups_column=spec.groups_column,
                 uncertainty=spec.uncertainty,
+                gating=spec.gating,
             )
             if enqueue is not None:
                 enqueue(session, job.id)
@@ -336,6 +341,20 @@ def warm_start(
         for coef, intercept in zip(model.coef, model.intercept, strict=True)
     ]
     return replace(spec, params={**spec.params, "init": lines})
+
+
+def check_concomitant_columns(dataset: Dataset, names: Sequence[str]) -> None:
+    """Raise ``InvalidInputError`` (422) naming the first of the gate's columns that the dataset
+    does not keep, that holds text, or that misses a value in some row."""
+    fields = {f"gating[{position}]": name for position, name in enumerate(names)}
+    columns.check_columns(dataset, fields, {field: {columns.NUMBER} for field in fields})
+    for field, values in columns.load_columns(dataset, fields).items():
+        missing = np.flatnonzero(~np.isfinite(values))
+        if missing.size:
+            raise InvalidInputError(
+                f"{field} names '{fields[field]}' which has no number in row {int(missing[0])}; "
+                f"a gate's column needs a number in every row"
+            )
 
 
 def _listed(names: Sequence[str]) -> str:

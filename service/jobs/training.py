@@ -22,7 +22,7 @@ import resource
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event as EventType
@@ -118,6 +118,15 @@ class TrainHoldout:
     weights_holdout: FloatArray | None = None
     groups_train: NDArray[Any] | None = None
     groups_holdout: NDArray[Any] | None = None
+    Z_train: FloatArray | None = None
+    """The gate's concomitant columns of the training rows, when it reads extra columns."""
+    Z_holdout: FloatArray | None = None
+
+    def with_concomitant(self, Z: FloatArray, spec: FitSpec) -> TrainHoldout:
+        """The same split with the concomitant columns ``Z`` (all rows, in row order) split
+        alike."""
+        train, holdout = holdout_split(Z.shape[0], spec.holdout_fraction, spec.seed)
+        return replace(self, Z_train=Z[train], Z_holdout=Z[holdout])
 
     @property
     def n_features(self) -> int:
@@ -200,6 +209,11 @@ class TrainHoldout:
         return split.with_columns(train_rows, holdout, weights=weights, groups=groups)
 
 
+def gating_of(gating: str | Sequence[str] | None) -> str | tuple[str, ...] | None:
+    """A fit's gating as a spec holds it: None, ``"features"`` or a tuple of column names."""
+    return gating if gating is None or isinstance(gating, str) else tuple(gating)
+
+
 @dataclass(frozen=True)
 class FitSpec:
     """Everything a fit needs besides the data; mirrors a job's columns.
@@ -232,6 +246,9 @@ class FitSpec:
             "bootstrap": self.bootstrap,
         }
 
+    gating: str | tuple[str, ...] | None = None
+    """None (no gate), ``"features"``, or the dataset's extra columns the gate reads."""
+
     @property
     def all_n_components(self) -> tuple[int, ...]:
         """Every k to fit, in increasing order."""
@@ -256,7 +273,14 @@ class FitSpec:
             standard_errors=bool(uncertainty.get("standard_errors", False)),
             n_bootstrap=int(uncertainty.get("n_bootstrap", 0)),
             bootstrap=str(uncertainty.get("bootstrap", "parametric")),
+            gating=gating_of(job.gating),
         )
+
+    @property
+    def concomitant_names(self) -> list[str] | None:
+        """The extra columns the gate reads (None without a gate or when it reads the
+        features)."""
+        return None if self.gating is None or isinstance(self.gating, str) else list(self.gating)
 
     def estimator(self, n_components: int | None = None) -> MixtureOfLinearRegressions:
         """The unfitted estimator this spec describes (for ``n_components`` lines if given)."""
@@ -268,6 +292,7 @@ class FitSpec:
             time_budget=self.time_budget_s,
             # The bootstrap refits from the maximum-likelihood fit the standard errors find.
             standard_errors=self.standard_errors or self.n_bootstrap > 0,
+            gating=self.gating is not None,
             **self.params,
         )
 
@@ -303,6 +328,8 @@ class FittedMixture:
     """A grouped fit's group counts and min-losses with every group on its own best line."""
     uncertainty: dict[str, Any] | None = None
     """Per line, estimates with standard errors and intervals (``uncertainty_record``)."""
+    gate: dict[str, Any] | None = None
+    """The fitted gate (``gate_record``) of a gated fit."""
 
     @property
     def beats_baseline(self) -> bool:
@@ -404,6 +431,7 @@ def _fit_recording_warnings(
     progress: ProgressCallback | None,
     weights: FloatArray | None = None,
     groups: NDArray[Any] | None = None,
+    concomitant: FloatArray | None = None,
 ) -> list[str]:
     """Fit ``estimator`` and return the messages of the warnings it gave about the fit.
 
@@ -411,7 +439,7 @@ def _fit_recording_warnings(
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        estimator.fit(X, y, weights, groups, progress=progress)
+        estimator.fit(X, y, weights, groups, progress=progress, concomitant=concomitant)
     kept: list[str] = []
     for warning in caught:
         if not _is_fit_warning(warning):
@@ -495,7 +523,6 @@ def fit_split(
 ) -> FittedSweep:
     """``fit_sweep`` on data already split by ``TrainHoldout``."""
     X_train, y_train = split.X_train, split.y_train
-    X_holdout, y_holdout = split.X_holdout, split.y_holdout
     all_k = spec.all_n_components
     # Overflow is reported by check_finite_result as a precise error instead of as
     # RuntimeWarnings.
@@ -503,8 +530,8 @@ def fit_split(
         baseline = least_squares_baseline(
             X_train,
             y_train,
-            X_holdout,
-            y_holdout,
+            split.X_holdout,
+            split.y_holdout,
             fit_intercept=spec.fit_intercept,
             weights_train=split.weights_train,
             weights_holdout=split.weights_holdout,
@@ -553,6 +580,32 @@ def _sweep_progress(
     return report
 
 
+def gate_record(
+    estimator: MixtureOfLinearRegressions, split: TrainHoldout, spec: FitSpec
+) -> dict[str, Any]:
+    """What a gated model stores of its gate: the model document's gate (coefficients,
+    intercepts, noise variances, log-likelihood, BIC), gated EM's iterations and convergence,
+    and on the holdout the log-likelihood and the RMSE of the expected and of the most likely
+    value (None without a holdout)."""
+    gate = estimator.to_dict(concomitant_names=spec.concomitant_names)["gate"]
+    holdout = None
+    if len(split.y_holdout):
+        X, y, Z = split.X_holdout, split.y_holdout, split.Z_holdout
+        holdout = {
+            "log_likelihood": estimator.gated_log_likelihood(X, y, Z),
+            "rmse_expected": float(np.sqrt(np.mean((y - estimator.predict_expected(X, Z)) ** 2))),
+            "rmse_most_likely": float(
+                np.sqrt(np.mean((y - estimator.predict_most_likely(X, Z)) ** 2))
+            ),
+        }
+    return {
+        **gate,
+        "n_iter": int(estimator.gate_n_iter_),
+        "converged": bool(estimator.gate_converged_),
+        "holdout": holdout,
+    }
+
+
 def _fit_one(
     spec: FitSpec,
     estimator: MixtureOfLinearRegressions,
@@ -582,6 +635,7 @@ def _fit_one(
             _scaled_progress(progress, 0.0, fit_share),
             split.weights_train,
             split.groups_train,
+            concomitant=split.Z_train,
         )
     except OverflowError:
         raise ValueError(f"the fit overflows a float64; {RESCALE_HINT}") from None
@@ -643,6 +697,7 @@ def _fit_one(
             if spec.standard_errors or bootstrap is not None
             else None
         ),
+        gate=None if spec.gating is None else gate_record(estimator, split, spec),
     )
     if split.groups_train is not None:
         fitted = replace(
@@ -804,6 +859,15 @@ def check_finite_result(fitted: FittedMixture) -> None:
         ("log-likelihood", fitted.score.log_likelihood),
         ("BIC", fitted.score.bic),
     ]
+    if fitted.gate is not None:
+        gate = fitted.gate
+        results += [
+            ("gate coefficients", gate["coef"]),
+            ("gate intercepts", gate["intercept"]),
+            ("noise variances", gate["noise_variance"]),
+            ("gated log-likelihood", gate["log_likelihood"]),
+            ("gated holdout metrics", list((gate["holdout"] or {}).values())),
+        ]
     for what, values in results:
         if values is not None and not np.all(np.isfinite(np.asarray(values, dtype=np.float64))):
             raise ValueError(f"the fit produced non-finite numbers ({what}); {RESCALE_HINT}")
@@ -1091,6 +1155,11 @@ def _load_claimed_job(
             weights=columns.get(WEIGHTS),
             groups=columns.get(GROUPS),
         )
+        if spec.concomitant_names is not None:
+            gate_columns = repository.load_dataset_columns(dataset, spec.concomitant_names)
+            data = data.with_concomitant(
+                np.column_stack([gate_columns[name] for name in spec.concomitant_names]), spec
+            )
         return _ClaimedJob(
             worker_id=owner.worker_id,
             attempt=owner.attempt,
@@ -1229,6 +1298,7 @@ def _store_models(
                 group_lines=fit.group_lines,
                 group_metrics=fit.group_metrics,
                 uncertainty=fit.uncertainty,
+                gate=fit.gate,
             ).id
         if spec.k_values is None:
             sweep, job_warnings = None, fitted.best.warnings

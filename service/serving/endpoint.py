@@ -34,10 +34,13 @@ from service.errors import (
 from service.schemas import ModelPredictRequest, PredictRequest
 from service.serving import formats
 from service.serving.prediction import (
+    Concomitant,
     FloatArray,
     ModelCache,
     StoredLines,
+    gate_columns,
     load_lines,
+    predict_gated,
     predict_matrix,
     score_predictions,
 )
@@ -59,6 +62,7 @@ class PredictInput:
     X: FloatArray
     y: FloatArray | None
     groups: list[str | int | float] | None = None
+    concomitant: Concomitant | None = None
 
 
 # A reference in the body is checked by the schema's ``Text`` rule beyond this length.
@@ -160,18 +164,37 @@ def read_body(body: bytes, *, content_type: str, named_in_body: bool) -> Predict
     except ValidationError as exc:
         errors = [{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]
         raise RequestValidationError(errors) from None
+    concomitant: Concomitant | None = None
+    if isinstance(request.concomitant, dict):
+        concomitant = {
+            name: np.asarray(values, dtype=np.float64)
+            for name, values in request.concomitant.items()
+        }
+    elif request.concomitant is not None:
+        concomitant = np.asarray(request.concomitant, dtype=np.float64)
     return PredictInput(
         model_id=request.model_id if isinstance(request, PredictRequest) else None,
         X=np.asarray(request.X, dtype=np.float64),
         y=None if request.y is None else np.asarray(request.y, dtype=np.float64),
         groups=request.groups,
+        concomitant=concomitant,
     )
 
 
-def answer(lines: StoredLines, data: PredictInput, *, npy: bool) -> Response:
-    """Predict ``data`` with ``lines`` and encode the answer (``.npy`` if ``npy``)."""
+NPY_OUTPUTS = ("predictions", "probabilities", "expected", "most_likely", "most_likely_component")
+"""What an ``.npy`` answer may hold (``?output=``); all but the first need a gated model."""
+
+
+def answer(
+    lines: StoredLines, data: PredictInput, *, npy: bool, output: str = "predictions"
+) -> Response:
+    """Predict ``data`` with ``lines`` and encode the answer (``.npy`` of ``output`` if
+    ``npy``)."""
     predictions = predict_matrix(lines, data.X)
     group_line = None if data.groups is None else lines.lines_of_groups(data.groups)
+    # Also refuses concomitant values sent to a model without a gate.
+    columns = gate_columns(lines, data.X, data.concomitant)
+    gated = None if lines.gate is None else predict_gated(lines, predictions, columns)
     if npy:
         if data.y is not None:
             raise NotAcceptableError(
@@ -183,8 +206,13 @@ def answer(lines: StoredLines, data: PredictInput, *, npy: bool) -> Response:
                 "an application/x-npy answer holds only the predictions; for the lines of "
                 "the groups (group_line), accept application/json"
             )
+        if output != "predictions" and gated is None:
+            raise InvalidInputError(
+                f"output '{output}' needs a gated model; model {lines.model_id} has no gate"
+            )
+        array = predictions if gated is None or output == "predictions" else getattr(gated, output)
         return Response(
-            formats.npy_bytes(predictions),
+            formats.npy_bytes(array),
             media_type=formats.NPY_MEDIA_TYPE,
             headers=answered_by(lines),
         )
@@ -199,6 +227,11 @@ def answer(lines: StoredLines, data: PredictInput, *, npy: bool) -> Response:
         payload["best_component"] = scores.best_component
     if group_line is not None:
         payload["group_line"] = group_line
+    if gated is not None:
+        payload["probabilities"] = gated.probabilities
+        payload["expected"] = gated.expected
+        payload["most_likely"] = gated.most_likely
+        payload["most_likely_component"] = gated.most_likely_component
     return Response(
         formats.json_bytes(payload), media_type=formats.JSON_MEDIA_TYPE, headers=answered_by(lines)
     )
@@ -266,6 +299,13 @@ async def serve_predict(
     lines = await lines_of(request, reference)
     limits.check_answer_size(data.X.shape[0], lines.n_components, settings=settings)
     npy = formats.prefers_npy(request.headers.get("accept"))
+    output = request.query_params.get("output", "predictions")
+    if output not in NPY_OUTPUTS:
+        # Checked for JSON answers too (which hold every output): the parameter is documented
+        # with these values only.
+        raise InvalidInputError(
+            f"output '{output[:100]}' is unknown; choose one of {', '.join(NPY_OUTPUTS)}"
+        )
     if inline and data.X.shape[0] * lines.coef.shape[0] <= INLINE_ANSWER_VALUES:
-        return answer(lines, data, npy=npy)
-    return await run_in_threadpool(answer, lines, data, npy=npy)
+        return answer(lines, data, npy=npy, output=output)
+    return await run_in_threadpool(answer, lines, data, npy=npy, output=output)

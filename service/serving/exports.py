@@ -19,13 +19,15 @@ from mixreg import MixtureOfLinearRegressions
 from models_store import registry, repository
 from models_store.tables import Model, ModelVersion
 from service.errors import InvalidInputError
-from service.schemas import Baseline, FiniteFloat
+from service.schemas import Baseline, FiniteFloat, GateHoldout
 from service.serving.prediction import StoredLines
 
 OnnxType = Literal["float64", "float32"]
 ONNX_MEDIA_TYPE = "application/octet-stream"
 ONNX_INPUT = "X"
 ONNX_OUTPUT = "predictions"
+ONNX_CONCOMITANT = "concomitant"
+ONNX_PROBABILITIES = "probabilities"
 # Opset 13 and IR version 7 are read by every ONNX Runtime of the last years.
 ONNX_OPSET = 13
 ONNX_IR_VERSION = 7
@@ -50,6 +52,10 @@ def export_document(model: Model, version: ModelVersion | None) -> dict[str, Any
         "n_parameters": model.n_parameters,
         "warnings": list(model.warnings),
     }
+    if model.gate is not None:
+        body["metrics"]["gate"] = {
+            name: model.gate.get(name) for name in ("n_iter", "converged", "holdout")
+        }
     body["provenance"] = {
         "model_id": model.id,
         "registered_model": None if version is None else version.registered_model,
@@ -77,13 +83,34 @@ def _lines_document(model: Model, lines: StoredLines, params: dict[str, Any]) ->
     estimator.intercept_ = lines.intercept
     estimator.shares_ = np.asarray(model.shares, dtype=np.float64)
     estimator.n_features_in_ = model.n_features
-    document = estimator.to_dict(feature_names=list(model.feature_names))
+    concomitant = None
+    if model.gate is not None:
+        gate = model.gate
+        estimator.gate_coef_ = np.asarray(gate["coef"], dtype=np.float64)
+        estimator.gate_intercept_ = np.asarray(gate["intercept"], dtype=np.float64)
+        estimator.noise_variance_ = np.asarray(gate["noise_variance"], dtype=np.float64)
+        estimator.log_likelihood_ = float(gate["log_likelihood"])
+        estimator.bic_ = float(gate["bic"])
+        concomitant = gate["concomitant"]
+        estimator.gate_on_features_ = concomitant is None
+        estimator.n_concomitant_in_ = estimator.gate_coef_.shape[1]
+    document = estimator.to_dict(
+        feature_names=list(model.feature_names), concomitant_names=concomitant
+    )
     document["params"] = {**document["params"], **params}
     return document
 
 
 class _Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+
+class GateFitMetrics(_Lenient):
+    """How a gated model's gate was fitted and scored (``metrics.gate``)."""
+
+    n_iter: int | None = Field(default=None, ge=0)
+    converged: bool | None = None
+    holdout: GateHoldout | None = None
 
 
 class ImportedMetrics(_Lenient):
@@ -99,6 +126,7 @@ class ImportedMetrics(_Lenient):
     bic: FiniteFloat | None = None
     n_parameters: int | None = Field(default=None, ge=1)
     warnings: list[str] = Field(default_factory=list)
+    gate: GateFitMetrics | None = None
 
 
 class ImportedProvenance(_Lenient):
@@ -172,6 +200,12 @@ def import_document(
         n_parameters=metrics.n_parameters,
         candidates=provenance.candidates,
         warnings=metrics.warnings,
+        gate=None
+        if document.get("gate") is None
+        else {
+            **estimator.to_dict(concomitant_names=document["gate"]["concomitant"])["gate"],
+            **(metrics.gate or GateFitMetrics()).model_dump(),
+        },
     )
     version = None
     if registered_model is not None:
@@ -185,7 +219,10 @@ def _looks_like_id(value: str) -> bool:
 
 def onnx_model(lines: StoredLines, *, dtype: OnnxType) -> bytes:
     """An ONNX graph of the lines: input ``X`` ``[n, d]`` of ``dtype``, output
-    ``predictions`` ``[n, k]`` of the same type (``X @ coef.T + intercept``)."""
+    ``predictions`` ``[n, k]`` of the same type (``X @ coef.T + intercept``); for a gated
+    model also the output ``probabilities`` ``[n, k]`` (the softmax of the gate's logits, of
+    ``X`` or of a second input ``concomitant`` ``[n, q]`` when the gate reads dataset
+    columns)."""
     # Imported here: building the graph is the only use of onnx, and it is not on any hot path.
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -196,16 +233,37 @@ def onnx_model(lines: StoredLines, *, dtype: OnnxType) -> bytes:
     )
     intercept = numpy_helper.from_array(lines.intercept.astype(dtype), name="intercept")
     n_components, n_features = lines.coef.shape
-    graph = helper.make_graph(
-        [
-            helper.make_node("MatMul", [ONNX_INPUT, "coef_transposed"], ["products"]),
-            helper.make_node("Add", ["products", "intercept"], [ONNX_OUTPUT]),
-        ],
-        "mixreg",
-        [helper.make_tensor_value_info(ONNX_INPUT, element, ["n", n_features])],
-        [helper.make_tensor_value_info(ONNX_OUTPUT, element, ["n", n_components])],
-        initializer=[weights, intercept],
-    )
+    nodes = [
+        helper.make_node("MatMul", [ONNX_INPUT, "coef_transposed"], ["products"]),
+        helper.make_node("Add", ["products", "intercept"], [ONNX_OUTPUT]),
+    ]
+    inputs = [helper.make_tensor_value_info(ONNX_INPUT, element, ["n", n_features])]
+    outputs = [helper.make_tensor_value_info(ONNX_OUTPUT, element, ["n", n_components])]
+    initializer = [weights, intercept]
+    if lines.gate is not None:
+        gate_input = ONNX_INPUT
+        if lines.gate.concomitant is not None:
+            gate_input = ONNX_CONCOMITANT
+            inputs.append(
+                helper.make_tensor_value_info(
+                    ONNX_CONCOMITANT, element, ["n", len(lines.gate.concomitant)]
+                )
+            )
+        initializer += [
+            numpy_helper.from_array(
+                np.ascontiguousarray(lines.gate.coef.T, dtype=dtype), name="gate_coef_transposed"
+            ),
+            numpy_helper.from_array(lines.gate.intercept.astype(dtype), name="gate_intercept"),
+        ]
+        nodes += [
+            helper.make_node("MatMul", [gate_input, "gate_coef_transposed"], ["gate_products"]),
+            helper.make_node("Add", ["gate_products", "gate_intercept"], ["gate_logits"]),
+            helper.make_node("Softmax", ["gate_logits"], [ONNX_PROBABILITIES], axis=1),
+        ]
+        outputs.append(
+            helper.make_tensor_value_info(ONNX_PROBABILITIES, element, ["n", n_components])
+        )
+    graph = helper.make_graph(nodes, "mixreg", inputs, outputs, initializer=initializer)
     model = helper.make_model(
         graph,
         producer_name="mixreg",

@@ -4,7 +4,11 @@ A model is named by its id, and then has one version, ``"1"``; or by a registere
 whose versions are its registered versions (the latest when none is given), or by
 ``name@alias``. It has one input, ``X``: an FP64 (or
 FP32, or integer) tensor of shape ``[n, d]``; and one output, ``predictions``: an FP64 tensor
-of shape ``[n, k]``, one value per line for each row.
+of shape ``[n, k]``, one value per line for each row. A gated model has four more outputs,
+selectable by name like ``predictions`` (all of them when a request names none):
+``probabilities`` (FP64 ``[n, k]``), ``expected`` and ``most_likely`` (FP64 ``[n]``) and
+``most_likely_component`` (INT64 ``[n]``); when its gate reads dataset columns it takes a second
+input, ``concomitant`` (``[n, q]``, the columns in the order of the model's gate).
 
 Tensors travel as JSON (``"data"``, flat in row-major order or nested) or, with the protocol's
 binary tensor data extension, as raw little-endian bytes after the JSON header, whose length is
@@ -35,11 +39,24 @@ from service.schemas_v2 import (
     RequestInput,
     ResponseOutput,
 )
-from service.serving.prediction import FloatArray, StoredLines, predict_matrix
+from service.serving.prediction import (
+    FloatArray,
+    StoredLines,
+    gate_columns,
+    predict_gated,
+    predict_matrix,
+)
 
 MODEL_VERSION = "1"
 INPUT_NAME = "X"
 OUTPUT_NAME = "predictions"
+CONCOMITANT_NAME = "concomitant"
+GATED_OUTPUTS = {
+    "probabilities": "FP64",
+    "expected": "FP64",
+    "most_likely": "FP64",
+    "most_likely_component": "INT64",
+}
 PLATFORM = "mixreg"
 HEADER_LENGTH = "Inference-Header-Content-Length"
 BINARY_MEDIA_TYPE = "application/octet-stream"
@@ -81,13 +98,44 @@ def model_metadata(
     name the client used (default the model id), ``versions`` those it has (default the one
     that answers)."""
     n_components = int(lines.coef.shape[0])
+    inputs = [MetadataTensor(name=INPUT_NAME, datatype="FP64", shape=[-1, lines.n_features])]
+    outputs = [MetadataTensor(name=OUTPUT_NAME, datatype="FP64", shape=[-1, n_components])]
+    if lines.gate is not None:
+        if lines.gate.concomitant is not None:
+            inputs.append(
+                MetadataTensor(
+                    name=CONCOMITANT_NAME, datatype="FP64", shape=[-1, len(lines.gate.concomitant)]
+                )
+            )
+        outputs += [
+            MetadataTensor(
+                name=output,
+                datatype=datatype,
+                shape=[-1, n_components] if output == "probabilities" else [-1],
+            )
+            for output, datatype in GATED_OUTPUTS.items()
+        ]
     return ModelMetadata(
         name=lines.model_id if name is None else name,
         versions=[served_version(lines)] if versions is None else versions,
         platform=PLATFORM,
-        inputs=[MetadataTensor(name=INPUT_NAME, datatype="FP64", shape=[-1, lines.n_features])],
-        outputs=[MetadataTensor(name=OUTPUT_NAME, datatype="FP64", shape=[-1, n_components])],
+        inputs=inputs,
+        outputs=outputs,
     )
+
+
+def _input_names(lines: StoredLines) -> list[str]:
+    if lines.gate is not None and lines.gate.concomitant is not None:
+        return [INPUT_NAME, CONCOMITANT_NAME]
+    return [INPUT_NAME]
+
+
+def _output_names(lines: StoredLines) -> list[str]:
+    return [OUTPUT_NAME, *(GATED_OUTPUTS if lines.gate is not None else ())]
+
+
+def _quoted(names: list[str]) -> str:
+    return ", ".join(f"'{name}'" for name in names) or "none"
 
 
 def check_version(model_id: str, version: str | None) -> None:
@@ -108,7 +156,14 @@ class ParsedInference:
 
     request: InferenceRequest
     X: FloatArray
-    binary_output: bool
+    outputs: list[tuple[str, bool]]
+    """The outputs to answer, in order, each with whether it travels as binary data."""
+    concomitant: FloatArray | None = None
+
+    @property
+    def binary_output(self) -> bool:
+        """Whether the answer carries binary data after its JSON header."""
+        return any(binary for _, binary in self.outputs)
 
 
 def split_body(body: bytes, header_length: str | None) -> tuple[bytes, bytes]:
@@ -147,23 +202,73 @@ def parse_request(header: bytes) -> InferenceRequest:
 def read_inference(lines: StoredLines, header: bytes, binary: bytes) -> ParsedInference:
     """Check an inference request against the model and read its input rows."""
     request = parse_request(header)
-    if len(request.inputs) != 1:
-        names = ", ".join(f"'{tensor.name}'" for tensor in request.inputs) or "none"
+    expected = _input_names(lines)
+    has = [tensor.name for tensor in request.inputs]
+    if len(expected) == 1 and len(has) != 1:
         raise InferenceProtocolError(
-            f"model {lines.model_id} has one input, '{INPUT_NAME}'; the request has {names}"
+            f"model {lines.model_id} has one input, '{INPUT_NAME}'; the request has {_quoted(has)}"
         )
-    tensor = request.inputs[0]
-    if tensor.name != INPUT_NAME:
+    if len(expected) == 1 and has != expected:
         raise InferenceProtocolError(
-            f"model {lines.model_id} has one input, '{INPUT_NAME}'; the request sends "
-            f"'{tensor.name}'"
+            f"model {lines.model_id} has one input, '{INPUT_NAME}'; the request sends '{has[0]}'"
         )
-    X = _input_rows(tensor, binary, n_features=lines.n_features, model_id=lines.model_id)
-    return ParsedInference(request=request, X=X, binary_output=_binary_output(request))
+    if sorted(has) != sorted(expected):
+        raise InferenceProtocolError(
+            f"model {lines.model_id} has the inputs {_quoted(expected)} (its gate reads "
+            f"columns); the request has {_quoted(has)}"
+        )
+    tensors = {tensor.name: tensor for tensor in request.inputs}
+    parts = _binary_parts(request.inputs, binary)
+    X = _input_rows(
+        tensors[INPUT_NAME], parts[INPUT_NAME], n_features=lines.n_features, model_id=lines.model_id
+    )
+    concomitant = None
+    if CONCOMITANT_NAME in tensors:
+        assert lines.gate is not None and lines.gate.concomitant is not None
+        concomitant = _input_rows(
+            tensors[CONCOMITANT_NAME],
+            parts[CONCOMITANT_NAME],
+            n_features=len(lines.gate.concomitant),
+            model_id=lines.model_id,
+            columns="gate columns",
+        )
+        if concomitant.shape[0] != X.shape[0]:
+            raise InferenceProtocolError(
+                f"input '{CONCOMITANT_NAME}' has {concomitant.shape[0]} rows but '{INPUT_NAME}' "
+                f"has {X.shape[0]}"
+            )
+    return ParsedInference(
+        request=request, X=X, outputs=_outputs(request, lines), concomitant=concomitant
+    )
+
+
+def _binary_parts(inputs: list[RequestInput], binary: bytes) -> dict[str, bytes]:
+    """Each input's share of the binary data, in the order of the inputs (a single input gets
+    it all, so its size is checked against the whole)."""
+    if len(inputs) == 1:
+        return {inputs[0].name: binary}
+    parts: dict[str, bytes] = {}
+    offset = 0
+    for tensor in inputs:
+        size = (tensor.parameters or {}).get("binary_data_size")
+        length = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 0
+        parts[tensor.name] = binary[offset : offset + length]
+        offset += length
+    if offset < len(binary):
+        raise InferenceProtocolError(
+            f"the body has {len(binary)} bytes after the JSON header but the inputs' "
+            f"binary_data_size add up to {offset}"
+        )
+    return parts
 
 
 def _input_rows(
-    tensor: RequestInput, binary: bytes, *, n_features: int, model_id: str
+    tensor: RequestInput,
+    binary: bytes,
+    *,
+    n_features: int,
+    model_id: str,
+    columns: str = "features",
 ) -> FloatArray:
     dtype = INPUT_DATATYPES.get(tensor.datatype)
     if dtype is None:
@@ -174,7 +279,7 @@ def _input_rows(
     if len(tensor.shape) != 2 or tensor.shape[1] != n_features:
         raise InferenceProtocolError(
             f"input '{tensor.name}' has shape {tensor.shape}; model {model_id} takes "
-            f"[n, {n_features}]: n rows of {n_features} features"
+            f"[n, {n_features}]: n rows of {n_features} {columns}"
         )
     n_rows = tensor.shape[0]
     if n_rows < 1:
@@ -264,17 +369,25 @@ def _flatten(data: list[Any], *, name: str) -> list[float]:
 _END = object()
 
 
-def _binary_output(request: InferenceRequest) -> bool:
-    """Whether the answer carries ``predictions`` as binary data."""
+def _outputs(request: InferenceRequest, lines: StoredLines) -> list[tuple[str, bool]]:
+    """The outputs the request asks for (every output when it names none), each with whether
+    it travels as binary data."""
     default = bool((request.parameters or {}).get("binary_data_output", False))
+    available = _output_names(lines)
     if request.outputs is None:
-        return default
-    if len(request.outputs) != 1 or request.outputs[0].name != OUTPUT_NAME:
-        names = ", ".join(f"'{output.name}'" for output in request.outputs) or "none"
-        raise InferenceProtocolError(
-            f"the model has one output, '{OUTPUT_NAME}'; the request asks for {names}"
+        return [(name, default) for name in available]
+    asked = [output.name for output in request.outputs]
+    if not asked or not set(asked) <= set(available) or len(set(asked)) != len(asked):
+        has = (
+            f"one output, '{OUTPUT_NAME}'"
+            if len(available) == 1
+            else f"the outputs {_quoted(available)}"
         )
-    return bool((request.outputs[0].parameters or {}).get("binary_data", default))
+        raise InferenceProtocolError(f"the model has {has}; the request asks for {_quoted(asked)}")
+    return [
+        (output.name, bool((output.parameters or {}).get("binary_data", default)))
+        for output in request.outputs
+    ]
 
 
 def infer(
@@ -284,20 +397,30 @@ def infer(
     header (for ``Inference-Header-Content-Length``). ``name`` is the model's name as the
     client gave it (default its id); the response names the version that answered."""
     predictions = predict_matrix(lines, parsed.X)
-    output = ResponseOutput(
-        name=OUTPUT_NAME, datatype="FP64", shape=[int(size) for size in predictions.shape]
-    )
-    raw = b""
-    if parsed.binary_output:
-        raw = np.ascontiguousarray(predictions, dtype="<f8").tobytes()
-        output.parameters = {"binary_data_size": len(raw)}
-    else:
-        output.data = predictions.ravel().tolist()
+    values: dict[str, NDArray[Any]] = {OUTPUT_NAME: predictions}
+    if lines.gate is not None:
+        gated = predict_gated(lines, predictions, gate_columns(lines, parsed.X, parsed.concomitant))
+        values |= {output: getattr(gated, output) for output in GATED_OUTPUTS}
+    outputs, raw_parts = [], []
+    for output_name, binary in parsed.outputs:
+        array = values[output_name]
+        datatype = GATED_OUTPUTS.get(output_name, "FP64")
+        output = ResponseOutput(
+            name=output_name, datatype=datatype, shape=[int(size) for size in array.shape]
+        )
+        if binary:
+            raw_part = np.ascontiguousarray(array, dtype="<f8" if datatype == "FP64" else "<i8")
+            raw_parts.append(raw_part.tobytes())
+            output.parameters = {"binary_data_size": len(raw_parts[-1])}
+        else:
+            output.data = array.ravel().tolist()
+        outputs.append(output)
+    raw = b"".join(raw_parts)
     response = InferenceResponse(
         model_name=lines.model_id if name is None else name,
         model_version=served_version(lines),
         id=parsed.request.id,
-        outputs=[output],
+        outputs=outputs,
     )
     header = response.model_dump_json(exclude_none=True).encode()
     if not parsed.binary_output:

@@ -12,7 +12,7 @@ import numpy as np
 from numpy.typing import NDArray
 from sqlalchemy.orm import Session, sessionmaker
 
-from mixreg import min_loss, predict_lines
+from mixreg import gate_probabilities, min_loss, predict_lines
 from models_store import registry, repository
 from models_store.codecs import decode_group_table
 from models_store.session import read_scope, session_scope
@@ -22,6 +22,26 @@ from service.schemas import PredictResponse
 from service.serving import references
 
 FloatArray = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class StoredGate:
+    """The gate of a stored gated model: ``softmax(<z, coef_j> + intercept_j)``."""
+
+    coef: FloatArray
+    intercept: FloatArray
+    concomitant: list[str] | None
+    """The dataset columns it reads (None: the features)."""
+
+
+@dataclass(frozen=True)
+class GatedPredictions:
+    """A gated model's answers besides the k values."""
+
+    probabilities: FloatArray
+    expected: FloatArray
+    most_likely: FloatArray
+    most_likely_component: NDArray[np.intp]
 
 
 @dataclass(frozen=True)
@@ -37,6 +57,7 @@ class StoredLines:
     # A grouped model's training groups (sorted: str or float64 labels) and the line of each.
     group_labels: NDArray[Any] | None = None
     group_lines: NDArray[np.intp] | None = None
+    gate: StoredGate | None = None
 
     @classmethod
     def of_model(cls, model: Model, version: ModelVersion | None = None) -> StoredLines:
@@ -55,6 +76,15 @@ class StoredLines:
             version=None if version is None else version.version,
             group_labels=group_labels,
             group_lines=group_lines,
+            gate=None
+            if model.gate is None
+            else StoredGate(
+                coef=np.asarray(model.gate["coef"], dtype=np.float64).reshape(
+                    model.n_components, -1
+                ),
+                intercept=np.asarray(model.gate["intercept"], dtype=np.float64),
+                concomitant=model.gate["concomitant"],
+            ),
         )
 
     def lines_of_groups(self, groups: Sequence[str | int | float]) -> NDArray[np.intp]:
@@ -188,6 +218,73 @@ def predict_matrix(lines: StoredLines, X: FloatArray) -> FloatArray:
         predictions = predict_lines(X, lines.coef, lines.intercept)
     _check_finite_predictions(predictions)
     return predictions
+
+
+Concomitant = FloatArray | dict[str, FloatArray]
+"""A predict request's concomitant columns: rows of values, or named columns."""
+
+
+def gate_columns(lines: StoredLines, X: FloatArray, concomitant: Concomitant | None) -> FloatArray:
+    """The columns the model's gate reads for rows ``X``: the features, or the request's
+    concomitant values in the gate's order; 422 naming what is missing or superfluous."""
+    gate = lines.gate
+    if gate is None:
+        if concomitant is not None:
+            raise InvalidInputError(
+                f"model {lines.model_id} has no gate: send no concomitant values"
+            )
+        return X
+    if gate.concomitant is None:
+        if concomitant is not None:
+            raise InvalidInputError(
+                f"the gate of model {lines.model_id} reads the features: send no concomitant values"
+            )
+        return X
+    names = gate.concomitant
+    if concomitant is None:
+        raise InvalidInputError(
+            f"the gate of model {lines.model_id} reads the columns {', '.join(names)}: send "
+            f"their values as concomitant (rows of {len(names)} values, or "
+            f'{{"{names[0]}": [...], ...}})'
+        )
+    if isinstance(concomitant, dict):
+        missing = [name for name in names if name not in concomitant]
+        if missing:
+            raise InvalidInputError(
+                f"concomitant lacks the column '{missing[0]}' that the gate of model "
+                f"{lines.model_id} reads"
+            )
+        return np.column_stack([concomitant[name] for name in names])
+    if concomitant.shape[1] != len(names):
+        raise InvalidInputError(
+            f"concomitant rows have {concomitant.shape[1]} values, but the gate of model "
+            f"{lines.model_id} reads {len(names)} columns ({', '.join(names)})"
+        )
+    return concomitant
+
+
+def predict_gated(
+    lines: StoredLines, predictions: FloatArray, columns: FloatArray
+) -> GatedPredictions:
+    """The gate's probabilities for the rows' ``columns`` and what they choose among the
+    rows' ``predictions`` (n, k)."""
+    assert lines.gate is not None
+    with np.errstate(over="ignore", invalid="ignore"):
+        probabilities = gate_probabilities(columns, lines.gate.coef, lines.gate.intercept)
+    if not np.isfinite(probabilities).all():
+        row = int(np.argwhere(~np.isfinite(probabilities))[0][0])
+        raise InvalidInputError(
+            f"the gate's probabilities of row {row} overflow a float64; scale its values down"
+        )
+    chosen = np.argmax(probabilities, axis=1)
+    expected = np.einsum("ij,ij->i", predictions, probabilities)
+    _check_finite_predictions(expected[:, None])
+    return GatedPredictions(
+        probabilities=probabilities,
+        expected=expected,
+        most_likely=predictions[np.arange(predictions.shape[0]), chosen],
+        most_likely_component=chosen,
+    )
 
 
 @dataclass(frozen=True)

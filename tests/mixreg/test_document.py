@@ -52,7 +52,9 @@ def test_an_unfitted_estimator_has_no_document():
         ({"shares": [0.9, 0.9]}, "'shares' must be fractions that add up to 1"),
         ({"feature_names": ["a"]}, "'feature_names' must be 3 names"),
         ({"n_components": True}, "'n_components' must be a positive integer"),
-        ({"gate": {"columns": ["g"]}}, "gated model documents cannot be read"),
+        ({"gate": {"concomitant": "g"}}, "'gate.concomitant' must be null"),
+        ({"gate": {"concomitant": None}}, "has no 'noise_variance'"),
+        ({"gate": [1.0]}, "'gate' must be an object or null"),
     ],
 )
 def test_a_bad_document_is_refused_naming_what_is_wrong(fitted, change, message):

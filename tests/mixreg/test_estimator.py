@@ -36,6 +36,7 @@ INIT_PARAMETERS = (
     "base",
     "time_budget",
     "standard_errors",
+    "gating",
 )
 
 

@@ -574,3 +574,58 @@ def test_revision_0011_keeps_rows_and_adds_null_standard_errors(database_url):
             )
     finally:
         engine.dispose()
+
+
+def test_revision_0010_gives_old_jobs_and_models_no_gate_and_its_downgrade_drops_it(
+    database_url,
+):
+    migrate.upgrade(database_url, "0008")
+    engine = make_engine(database_url)
+    at = "2030-01-01T12:00:00+00:00"
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO datasets (id, n_rows, n_features, feature_names, created_at, "
+                    "extra_columns) VALUES ('d1', 1, 1, '[\"x0\"]', :at, '[]')"
+                ),
+                {"at": at},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO jobs (id, status, dataset_id, algorithm, n_components, params, "
+                    "fit_intercept, holdout_fraction, attempts, max_attempts, cancel_requested, "
+                    "progress_fraction, created_at, model_id, warnings) VALUES ('j1', "
+                    "'succeeded', 'd1', 'am', 1, '{}', :true, 0.2, 1, 3, :false, 1.0, :at, "
+                    "'m1', '[]')"
+                ),
+                {"true": True, "false": False, "at": at},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO models (id, job_id, dataset_id, algorithm, n_components, "
+                    "n_features, feature_names, fit_intercept, params, coef, intercept, shares, "
+                    "train_min_loss, baseline, n_train, n_holdout, loss_history, n_iter, "
+                    "fit_seconds, created_at, warnings) VALUES ('m1', 'j1', 'd1', 'am', 1, 1, "
+                    "'[\"x0\"]', :true, '{}', '[[2.5]]', '[0.5]', '[1.0]', 0.25, '{}', 1, 0, "
+                    "'[0.25]', 1, 0.01, :at, '[]')"
+                ),
+                {"true": True, "at": at},
+            )
+
+        migrate.upgrade(database_url, "0010")
+        with engine.begin() as connection:
+            assert connection.execute(text("SELECT gating FROM jobs")).one() == (None,)
+            assert connection.execute(text("SELECT gate FROM models")).one() == (None,)
+            connection.execute(text("UPDATE jobs SET gating = '[\"w\"]'"))
+            connection.execute(text("UPDATE models SET gate = '{\"coef\": [[0.0]]}'"))
+            gating = connection.execute(text("SELECT gating FROM jobs")).scalar_one()
+            assert (json.loads(gating) if isinstance(gating, str) else gating) == ["w"]
+
+        migrate.downgrade(database_url, "0008")
+        assert "gating" not in {column["name"] for column in inspect(engine).get_columns("jobs")}
+        assert "gate" not in {column["name"] for column in inspect(engine).get_columns("models")}
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT id, coef FROM models")).one()[0] == "m1"
+    finally:
+        engine.dispose()

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from service.schemas import ModelPredictRequest, PredictRequest, PredictResponse
 from service.serving import formats
-from service.serving.endpoint import serve_predict
+from service.serving.endpoint import NPY_OUTPUTS, serve_predict
 
 router = APIRouter(prefix="/predict", tags=["predict"])
 
@@ -20,15 +20,27 @@ NPY_BODY = {
 
 
 def predict_body(schema: type[PredictRequest] | type[ModelPredictRequest]) -> dict[str, Any]:
-    """The OpenAPI request body of a predict route: JSON, or an ``.npy`` array."""
+    """The OpenAPI request body of a predict route: JSON, or an ``.npy`` array; and the
+    ``output`` query parameter of an ``.npy`` answer (read from the request directly: the hot
+    path resolves no parameters)."""
     return {
+        "parameters": [
+            {
+                "name": "output",
+                "in": "query",
+                "required": False,
+                "description": "what an .npy answer holds: the predictions, or for a gated "
+                "model one of its probabilities, expected values, most likely values or lines",
+                "schema": {"type": "string", "enum": list(NPY_OUTPUTS), "default": "predictions"},
+            }
+        ],
         "requestBody": {
             "required": True,
             "content": {
                 formats.JSON_MEDIA_TYPE: {"schema": schema.model_json_schema()},
                 formats.NPY_MEDIA_TYPE: NPY_BODY,
             },
-        }
+        },
     }
 
 

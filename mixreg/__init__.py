@@ -5,7 +5,8 @@ Regressions in the Non-Realizable Setting": gradient alternating minimization (A
 the sub-sample algorithms (Algorithms 2 and 3, with least-squares or RANSAC fits) and their
 combination, plus classical AM and EM for a Gaussian mixture of regressions, and the default
 ``"auto"``, which polishes candidates from all of them by classical AM and keeps the best;
-``select_n_components`` chooses k by BIC.
+``select_n_components`` chooses k by BIC; ``fit_per_key`` fits a mixture per key (per account)
+for many keys at once.
 """
 
 from ._estimator import (
@@ -15,6 +16,7 @@ from ._estimator import (
     MixtureOfLinearRegressions,
     minimum_rows_per_line,
 )
+from ._keyed import STATUSES, KeyedMixture, UnknownKeyError, fit_per_key
 from ._loss import min_loss, predict_lines
 from ._selection import (
     ComponentsFit,
@@ -33,12 +35,16 @@ __all__ = [
     "ALGORITHM_PARAMETERS",
     "MAX_ABS_Y",
     "MAX_EXHAUSTIVE_PARTITIONS",
+    "STATUSES",
     "ComponentsFit",
     "DegenerateFitWarning",
+    "KeyedMixture",
     "MixtureOfLinearRegressions",
     "MixtureScore",
     "NComponentsSelection",
+    "UnknownKeyError",
     "check_n_components_list",
+    "fit_per_key",
     "min_loss",
     "minimum_rows_per_line",
     "mixture_score",

@@ -40,8 +40,12 @@ IntArray = NDArray[np.int64]
 STATUSES = ("fitted", "k1", "skipped", "failed")
 """Per-key status: k lines fitted; one line (too few rows for k); skipped (too few rows, by
 ``small_keys="skip"``); failed (a non-finite feature or target in the key's rows)."""
-DEFAULT_N_INIT = 32
-"""Random starts per key (half random partitions, half lines of random rows)."""
+MIN_N_INIT, MAX_N_INIT = 32, 100
+"""Bounds on the random starts per key (half random partitions, half lines of random rows)."""
+_ROWS_TIMES_STARTS = 3200
+"""Rows times starts per key the default ``n_init`` aims at: tiny keys, whose min-loss has
+many local minima among few rows, get many cheap starts; keys of hundreds of rows fewer
+(their rounds of moves find what more starts would)."""
 SCREEN_ITERATIONS = 5
 SURVIVORS = 4
 """Starts of each key that go on after the screening iterations."""
@@ -225,7 +229,7 @@ def fit_per_key(
     n_components: int = 2,
     *,
     fit_intercept: bool = True,
-    n_init: int = DEFAULT_N_INIT,
+    n_init: int | None = None,
     max_iter: int = 100,
     small_keys: SmallKeys = "k1",
     global_model: bool = True,
@@ -242,8 +246,9 @@ def fit_per_key(
         Integers or strings; rows with a missing key (None, NaN) are left out and counted.
     n_components : int, default=2
     fit_intercept : bool, default=True
-    n_init : int, default=32
-        Random starts per key (at least 2).
+    n_init : int or None, default=None
+        Random starts per key (at least 2); None: 3200 divided by the median rows per key,
+        between 32 and 100.
     max_iter : int, default=100
         Classical AM iterations per start at most.
     small_keys : {"k1", "skip"}, default="k1"
@@ -268,7 +273,9 @@ def fit_per_key(
         raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}.")
     if isinstance(n_components, bool) or not isinstance(n_components, int) or n_components < 1:
         raise ValueError(f"n_components must be an integer >= 1, got {n_components!r}.")
-    if isinstance(n_init, bool) or not isinstance(n_init, int) or n_init < 2:
+    if n_init is not None and (
+        isinstance(n_init, bool) or not isinstance(n_init, int) or n_init < 2
+    ):
         raise ValueError(f"n_init must be an integer >= 2, got {n_init!r}.")
     if small_keys not in ("k1", "skip"):
         raise ValueError(f"small_keys must be 'k1' or 'skip', got {small_keys!r}.")
@@ -312,6 +319,9 @@ def fit_per_key(
             for key in np.flatnonzero(failed)[:MAX_FAILURES_LISTED]
         },
     )
+    if n_init is None:
+        typical = float(np.median(n_rows)) if n_keys else 1.0
+        n_init = int(np.clip(_ROWS_TIMES_STARTS // max(typical, 1.0), MIN_N_INIT, MAX_N_INIT))
     problem = _Problem(X, y, offsets, fit_intercept, n_components, rng)
     done = 0
     for batch in _batches(n_rows, status, n_init * n_components * n_params):

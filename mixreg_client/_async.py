@@ -129,6 +129,7 @@ class AsyncClient:
         features: Sequence[str] | None = None,
         ignore: Sequence[str] = (),
         delimiter: str | None = None,
+        keep: Sequence[str] = (),
     ) -> Dataset:
         """Store a dataset to fit as often as you like.
 
@@ -154,6 +155,10 @@ class AsyncClient:
         delimiter : str, optional
             What separates a CSV file's fields (default: the one of ``, ; <tab> |`` that its
             header holds most).
+        keep : sequence of str, optional
+            Columns of a DataFrame, CSV or Parquet file (or arrays of an ``.npz`` archive) kept
+            beside the features and the target as extra columns, such as a group id or a
+            weight; never features. Numbers stay numbers; any other column is text.
         """
         return await self._drive(
             _core.upload(
@@ -165,6 +170,7 @@ class AsyncClient:
                 features=features,
                 ignore=ignore,
                 delimiter=delimiter,
+                keep=keep,
             )
         )
 

@@ -191,9 +191,15 @@ def upload(
     features: Sequence[str] | None = None,
     ignore: Sequence[str] = (),
     delimiter: str | None = None,
+    keep: Sequence[str] = (),
 ) -> Operation[Dataset]:
     """Store a dataset (see :meth:`mixreg_client.Client.upload`)."""
-    chosen = _data.Columns(features=features, ignore=tuple(ignore or ()), delimiter=delimiter)
+    chosen = _data.Columns(
+        features=features,
+        ignore=tuple(ignore or ()),
+        delimiter=delimiter,
+        keep=tuple(keep or ()),
+    )
     file = _data.upload_of(
         data, y, target=target, feature_names=feature_names, name=name, chosen=chosen
     )

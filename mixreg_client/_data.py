@@ -8,6 +8,7 @@ its own methods, and pyarrow is imported only to read a Parquet file.
 from __future__ import annotations
 
 import io
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,11 +38,13 @@ class UploadFile:
 @dataclass(frozen=True)
 class Columns:
     """Which columns of a table are the features: ``features`` in that order, else every column
-    but the target and those to ``ignore``; ``delimiter`` separates a CSV file's fields."""
+    but the target and those to ``ignore`` or ``keep`` (kept beside the features as extra
+    columns); ``delimiter`` separates a CSV file's fields."""
 
     features: Sequence[str] | None = None
     ignore: Sequence[str] = ()
     delimiter: str | None = None
+    keep: Sequence[str] = ()
 
     def fields(self) -> dict[str, str | list[str]]:
         """The form fields that ask the server for these columns."""
@@ -52,6 +55,8 @@ class Columns:
             fields["ignore"] = [str(name) for name in self.ignore]
         if self.delimiter is not None:
             fields["delimiter"] = self.delimiter
+        if self.keep:
+            fields["keep"] = [str(name) for name in self.keep]
         return fields
 
 
@@ -70,8 +75,30 @@ def _numbers(values: Any, what: str) -> FloatArray:
     return np.ascontiguousarray(array, dtype=np.float64)
 
 
-def _npz(X: FloatArray, y: FloatArray, feature_names: Sequence[str] | None) -> bytes:
-    arrays: dict[str, Any] = {"X": X, "y": y}
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _kept_array(values: Any) -> Any:
+    """A kept column for an NPZ archive: float64 if it holds only numbers (NaN or None where
+    missing), else strings (an empty string where missing, which the server reads as
+    missing)."""
+    array = np.asarray(values)
+    if array.dtype.kind in "biuf":
+        return np.asarray(array, dtype=np.float64)
+    items = array.tolist()
+    if all(_is_missing(item) or isinstance(item, int | float) for item in items):
+        return np.array([math.nan if item is None else item for item in items], dtype=np.float64)
+    return np.array(["" if _is_missing(item) else str(item) for item in items], dtype=str)
+
+
+def _npz(
+    X: FloatArray,
+    y: FloatArray,
+    feature_names: Sequence[str] | None,
+    kept: dict[str, Any] | None = None,
+) -> bytes:
+    arrays: dict[str, Any] = {"X": X, "y": y, **(kept or {})}
     if feature_names is not None:
         arrays["feature_names"] = np.array([str(name) for name in feature_names], dtype=str)
     buffer = io.BytesIO()
@@ -114,7 +141,12 @@ def _split_columns(
         raise ValueError(f"delimiter= applies to a CSV file, not to a {source}")
     if chosen.features is not None and chosen.ignore:
         raise ValueError("give the feature columns or the columns to ignore, not both")
-    for option, names in (("features", chosen.features or ()), ("ignore", chosen.ignore)):
+    chosen_names = (
+        ("features", chosen.features or ()),
+        ("ignore", chosen.ignore),
+        ("keep", chosen.keep),
+    )
+    for option, names in chosen_names:
         for column in names:
             if column not in columns:
                 raise ValueError(
@@ -122,12 +154,15 @@ def _split_columns(
                 )
             if column == target:
                 raise ValueError(f"{option} names the target column '{target}'")
+    for option, names in chosen_names[:2]:
+        for column in names:
+            if column in chosen.keep:
+                raise ValueError(f"keep and {option} both name the column '{column}'")
     if chosen.features is not None:
         features = list(chosen.features)
     else:
-        features = [
-            column for column in columns if column != target and column not in chosen.ignore
-        ]
+        left_out = {*chosen.ignore, *chosen.keep}
+        features = [column for column in columns if column != target and column not in left_out]
     if not features:
         raise ValueError(f"the {source} has only the target column '{target}'; add a feature")
     return features, target
@@ -145,7 +180,15 @@ def dataframe_upload(
         [_numbers(frame[by_name[column]].to_numpy(), f"column '{column}'") for column in features]
     )
     y = _numbers(frame[by_name[target]].to_numpy(), f"column '{target}'")
-    return UploadFile("data.npz", _npz(X, y, features), "application/x-npz", _form(name))
+    kept = {column: _kept_array(frame[by_name[column]].to_numpy()) for column in chosen.keep}
+    return UploadFile(
+        "data.npz", _npz(X, y, features, kept), "application/x-npz", _kept_form(name, kept)
+    )
+
+
+def _kept_form(name: str | None, kept: dict[str, Any]) -> dict[str, str | list[str]]:
+    """The form fields of an NPZ upload whose ``kept`` arrays are extra columns."""
+    return {**_form(name), "keep": list(kept)} if kept else _form(name)
 
 
 def parquet_upload(
@@ -169,8 +212,15 @@ def parquet_upload(
         return _numbers(values.to_numpy(), f"column '{column_name}' of {path.name}")
 
     X = np.column_stack([column(feature) for feature in features])
+    kept = {
+        kept_name: _kept_array(table.column(kept_name).to_numpy(zero_copy_only=False))
+        for kept_name in chosen.keep
+    }
     return UploadFile(
-        "data.npz", _npz(X, column(target), features), "application/x-npz", _form(name)
+        "data.npz",
+        _npz(X, column(target), features, kept),
+        "application/x-npz",
+        _kept_form(name, kept),
     )
 
 
@@ -193,12 +243,14 @@ def path_upload(
         )
     content = file.read_bytes()
     if suffix in NPZ_SUFFIXES:
-        if chosen != EVERY_COLUMN:
+        if chosen != Columns(keep=chosen.keep):
             raise ValueError(
                 f"{file.name} holds arrays, not named columns: features=, ignore= and "
                 f"delimiter= apply to CSV files (and features=, ignore= to Parquet files)"
             )
-        return UploadFile(file.name, content, "application/x-npz", _form(name))
+        return UploadFile(
+            file.name, content, "application/x-npz", {**_form(name), **chosen.fields()}
+        )
     if target is None:
         raise ValueError(f"name the target column of {file.name} with target=")
     return UploadFile(
@@ -228,8 +280,8 @@ def upload_of(
         raise ValueError("give the targets y with the feature matrix X")
     if chosen != EVERY_COLUMN:
         raise ValueError(
-            "features=, ignore= and delimiter= choose columns of a table; with arrays, pass "
-            "the feature columns as X"
+            "features=, ignore=, keep= and delimiter= choose columns of a table; with arrays, "
+            "pass the feature columns as X (and extra columns in a DataFrame or an .npz file)"
         )
     return arrays_upload(data, y, feature_names=feature_names, name=name)
 

@@ -32,6 +32,9 @@ class Dataset:
     target_name: str | None
     created_at: str
     raw: dict[str, Any] = field(repr=False, compare=False)
+    columns: dict[str, str] = field(default_factory=dict)
+    """The extra columns kept beside the features and the target: name -> ``"number"`` or
+    ``"string"``."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Dataset:
@@ -43,6 +46,7 @@ class Dataset:
             n_features=int(data["n_features"]),
             feature_names=list(data["feature_names"]),
             target_name=data.get("target_name"),
+            columns={column["name"]: column["type"] for column in data.get("columns", [])},
             created_at=data["created_at"],
             raw=data,
         )

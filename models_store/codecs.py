@@ -1,12 +1,14 @@
 """Arrays to stored bytes and JSON numbers and back; never pickle.
 
 Matrices and vectors are stored as raw little-endian float64 bytes in C order; the shape is kept
-in separate columns and checked against the byte length on decode.
+in separate columns and checked against the byte length on decode. A dataset chunk's extra
+columns (numbers and text) are stored as one Arrow IPC stream
+(docs/adr/0018-extra-columns-as-arrow-ipc-per-chunk.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -45,6 +47,58 @@ def decode_vector(b: bytes, length: int) -> npt.NDArray[np.float64]:
         raise ValueError(f"vector length must be non-negative, got {length}")
     _check_length(b, length, f"a float64 vector of length {length}")
     return np.frombuffer(b, dtype=_FLOAT64_LE).astype(np.float64)
+
+
+NUMBER = "number"
+STRING = "string"
+COLUMN_TYPES = (NUMBER, STRING)
+"""The types of a dataset's extra columns: float64 numbers (NaN when missing), or text."""
+
+
+def encode_columns(columns: Mapping[str, npt.ArrayLike], types: Mapping[str, str]) -> bytes:
+    """Encode equally long 1-D columns as one Arrow IPC stream of one record batch.
+
+    ``types`` gives each column's type: a ``number`` column is stored as float64 (a missing
+    value as NaN), a ``string`` column as UTF-8 text (``None`` as a missing value).
+    """
+    import pyarrow as pa
+
+    arrays = []
+    for name, values in columns.items():
+        if types[name] == NUMBER:
+            arrays.append(pa.array(np.asarray(values, dtype=np.float64), type=pa.float64()))
+        elif types[name] == STRING:
+            arrays.append(pa.array(np.asarray(values, dtype=object), type=pa.string()))
+        else:
+            raise ValueError(f"column '{name}' has the unknown type {types[name]!r}")
+    batch = pa.RecordBatch.from_arrays(arrays, names=list(columns))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return bytes(sink.getvalue())
+
+
+def decode_columns(
+    b: bytes, n_rows: int, names: Sequence[str], types: Mapping[str, str]
+) -> dict[str, npt.NDArray[Any]]:
+    """Decode the columns ``names`` of a stream written by :func:`encode_columns`: float64 for
+    a ``number`` column, an object array of ``str`` (``None`` where missing) for a ``string``
+    one. Raises ``ValueError`` if a column is absent or not ``n_rows`` long."""
+    import pyarrow as pa
+
+    table = pa.ipc.open_stream(pa.BufferReader(b)).read_all()
+    if table.num_rows != n_rows:
+        raise ValueError(f"extra columns need {n_rows} rows, got {table.num_rows}")
+    decoded: dict[str, npt.NDArray[Any]] = {}
+    for name in names:
+        if name not in table.column_names:
+            raise ValueError(f"the stored extra columns have no column '{name}'")
+        column = table.column(name)
+        if types[name] == NUMBER:
+            decoded[name] = column.to_numpy().astype(np.float64, copy=False)
+        else:
+            decoded[name] = np.asarray(column.to_numpy(zero_copy_only=False), dtype=object)
+    return decoded
 
 
 def _check_length(b: bytes, n_values: int, what: str) -> None:

@@ -35,8 +35,13 @@ from sqlalchemy.sql.dml import Delete, Update
 
 from models_store.base import UTCDateTime
 from models_store.codecs import (
+    COLUMN_TYPES,
+    NUMBER,
+    STRING,
+    decode_columns,
     decode_matrix,
     decode_vector,
+    encode_columns,
     encode_matrix,
     encode_vector,
     to_json_value,
@@ -151,6 +156,60 @@ def dataset_chunk_rows(n_features: int) -> int:
     return max(1, DATASET_CHUNK_BYTES // (8 * max(1, n_features)))
 
 
+def column_type_of(values: npt.NDArray[Any]) -> str:
+    """The extra-column type of a 1-D array: ``number`` for booleans, integers and floats,
+    ``string`` for anything else (text, or objects holding ``str`` and ``None``)."""
+    return NUMBER if values.dtype.kind in "biuf" else STRING
+
+
+def extra_row_bytes(
+    n_rows: int, columns: Mapping[str, npt.NDArray[Any]], types: Mapping[str, str]
+) -> npt.NDArray[np.int64]:
+    """The bytes of each row's extra values: 8 per number, a text's UTF-8 length (0 when
+    missing)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    row_bytes = np.zeros(n_rows, dtype=np.int64)
+    for name, values in columns.items():
+        if types[name] == NUMBER:
+            row_bytes += 8
+        else:
+            lengths = pc.binary_length(pa.array(np.asarray(values, dtype=object), pa.string()))
+            row_bytes += lengths.fill_null(0).to_numpy().astype(np.int64)
+    return row_bytes
+
+
+def chunk_stops(row_bytes: npt.NDArray[np.int64], max_bytes: int) -> npt.NDArray[np.int64]:
+    """Where to cut rows of ``row_bytes`` bytes each into consecutive chunks of at most
+    ``max_bytes`` (a single row may be more): the exclusive end of each chunk, the last one
+    ``len(row_bytes)``."""
+    ends = np.cumsum(row_bytes)
+    stops: list[int] = []
+    start, taken = 0, 0
+    while start < len(row_bytes):
+        # The first row past the budget ends the chunk; a chunk holds at least one row.
+        stop = int(np.searchsorted(ends, taken + max_bytes, side="right"))
+        stop = max(stop, start + 1)
+        stops.append(stop)
+        taken = int(ends[stop - 1])
+        start = stop
+    return np.asarray(stops, dtype=np.int64)
+
+
+def _check_extra(
+    columns: Mapping[str, npt.NDArray[Any]], extra_columns: Sequence[Mapping[str, str]], n_rows: int
+) -> None:
+    names = [column["name"] for column in extra_columns]
+    if sorted(columns) != sorted(names):
+        raise ValueError(f"extra columns must be {names}, got {list(columns)}")
+    for name, values in columns.items():
+        if values.shape != (n_rows,):
+            raise ValueError(
+                f"extra column '{name}' must have shape ({n_rows},), got {values.shape}"
+            )
+
+
 def _check_block(X: FloatArray, y: FloatArray, n_features: int) -> None:
     if X.ndim != 2:
         raise ValueError(f"X must be a 2-D matrix, got shape {X.shape}")
@@ -170,10 +229,14 @@ def create_dataset(
     feature_names: Sequence[str] | None,
     target_name: str | None,
     name: str | None,
+    extra: Mapping[str, npt.ArrayLike] | None = None,
 ) -> Dataset:
-    """Store a design matrix ``X`` (n_rows, n_features) and target ``y`` (n_rows,).
+    """Store a design matrix ``X`` (n_rows, n_features) and target ``y`` (n_rows,), and the
+    1-D ``extra`` columns (one value per row) beside them.
 
-    Without ``feature_names`` the features are called ``x0, x1, ...``.
+    Without ``feature_names`` the features are called ``x0, x1, ...``. An extra column of
+    numbers (booleans, integers, floats) is stored as ``number``, any other as ``string``
+    (``str`` values, ``None`` where missing).
     """
     X_array = np.asarray(X, dtype=np.float64)
     y_array = np.asarray(y, dtype=np.float64)
@@ -181,19 +244,32 @@ def create_dataset(
         raise ValueError(f"X must be a 2-D matrix, got shape {X_array.shape}")
     n_features = X_array.shape[1]
     _check_block(X_array, y_array, n_features)
-    step = dataset_chunk_rows(n_features)
-    blocks = (
-        (X_array[start : start + step], y_array[start : start + step])
-        for start in range(0, len(X_array), step)
-    )
-    return create_dataset_from_blocks(
+    columns = {column: np.asarray(values) for column, values in (extra or {}).items()}
+    types = {column: column_type_of(values) for column, values in columns.items()}
+    extra_columns = [{"name": column, "type": types[column]} for column in columns]
+    _check_extra(columns, extra_columns, len(y_array))
+    dataset = start_dataset(
         session,
-        blocks=blocks,
         n_features=n_features,
         feature_names=feature_names,
         target_name=target_name,
         name=name,
+        extra_columns=extra_columns,
     )
+    # As dataset_chunk_rows counts a plain dataset's chunk: its features, and the extra values.
+    row_bytes = np.full(len(y_array), 8 * n_features, dtype=np.int64)
+    row_bytes += extra_row_bytes(len(y_array), columns, types)
+    start = 0
+    for stop in chunk_stops(row_bytes, DATASET_CHUNK_BYTES):
+        add_dataset_chunk(
+            session,
+            dataset=dataset,
+            X=X_array[start:stop],
+            y=y_array[start:stop],
+            extra={column: values[start:stop] for column, values in columns.items()},
+        )
+        start = int(stop)
+    return complete_dataset(session, dataset=dataset, n_rows=len(y_array))
 
 
 def create_dataset_from_blocks(
@@ -229,12 +305,21 @@ def start_dataset(
     feature_names: Sequence[str] | None,
     target_name: str | None,
     name: str | None,
+    extra_columns: Sequence[Mapping[str, str]] = (),
 ) -> Dataset:
     """Insert a dataset with no rows yet: invisible to every read until
     :func:`complete_dataset` gives it its rows (a stored dataset has at least one row).
 
-    Without ``feature_names`` the features are called ``x0, x1, ...``.
+    Without ``feature_names`` the features are called ``x0, x1, ...``. ``extra_columns``
+    lists the columns kept beside the features and the target, each ``{"name": ...,
+    "type": "number" | "string"}``; every chunk then holds their values.
     """
+    kept = [{"name": str(column["name"]), "type": str(column["type"])} for column in extra_columns]
+    clashing = {column["name"] for column in kept} & {*(feature_names or ()), target_name}
+    if clashing or len({column["name"] for column in kept}) != len(kept):
+        raise ValueError(f"extra column names must be new and distinct, got {kept}")
+    if any(column["type"] not in COLUMN_TYPES for column in kept):
+        raise ValueError(f"extra column types must be one of {COLUMN_TYPES}, got {kept}")
     names = list(feature_names) if feature_names is not None else None
     if names is None:
         names = [f"x{j}" for j in range(n_features)]
@@ -248,15 +333,24 @@ def start_dataset(
         feature_names=names,
         target_name=target_name,
         created_at=utcnow(),
+        extra_columns=kept,
     )
     session.add(dataset)
     session.flush()
     return dataset
 
 
-def add_dataset_chunk(session: Session, *, dataset: Dataset, X: FloatArray, y: FloatArray) -> int:
+def add_dataset_chunk(
+    session: Session,
+    *,
+    dataset: Dataset,
+    X: FloatArray,
+    y: FloatArray,
+    extra: Mapping[str, npt.ArrayLike] | None = None,
+) -> int:
     """Append the rows ``(X, y)`` to ``dataset`` (started by :func:`start_dataset`) as its next
-    chunk; return how many rows it holds (none stored for an empty block).
+    chunk, with the rows' values of each of the dataset's extra columns (``extra``, required
+    when it has some); return how many rows it holds (none stored for an empty block).
 
     ``dataset.n_rows`` is not touched; the chunk's position follows the chunks stored so far,
     so a dataset may be written in several units of work.
@@ -264,6 +358,10 @@ def add_dataset_chunk(session: Session, *, dataset: Dataset, X: FloatArray, y: F
     X_array = np.asarray(X, dtype=np.float64)
     y_array = np.asarray(y, dtype=np.float64)
     _check_block(X_array, y_array, dataset.n_features)
+    columns = {column: np.asarray(values) for column, values in (extra or {}).items()}
+    _check_extra(columns, dataset.extra_columns, len(y_array))
+    types = _column_types(dataset)
+    extra_data = encode_columns(columns, types) if dataset.extra_columns else None
     if len(y_array) == 0:
         return 0
     position = session.scalar(
@@ -279,9 +377,14 @@ def add_dataset_chunk(session: Session, *, dataset: Dataset, X: FloatArray, y: F
             n_rows=len(y_array),
             x_data=encode_matrix(X_array),
             y_data=encode_vector(y_array),
+            extra_data=extra_data,
         )
     )
     return len(y_array)
+
+
+def _column_types(dataset: Dataset) -> dict[str, str]:
+    return {column["name"]: column["type"] for column in dataset.extra_columns}
 
 
 def complete_dataset(session: Session, *, dataset: Dataset, n_rows: int) -> Dataset:
@@ -349,6 +452,67 @@ def load_dataset_arrays(dataset: Dataset) -> tuple[FloatArray, FloatArray]:
         y[start:stop] = y_block[: stop - start]
         start += len(y_block)
     return X, y
+
+
+def _check_column_names(dataset: Dataset, names: Sequence[str]) -> dict[str, str]:
+    types = _column_types(dataset)
+    missing = [name for name in names if name not in types]
+    if missing:
+        raise KeyError(
+            f"dataset {dataset.id} has no extra column {missing[0]!r}; it has {list(types)}"
+        )
+    return types
+
+
+def iter_dataset_columns(
+    session: Session, *, dataset: Dataset, names: Sequence[str]
+) -> Iterator[dict[str, npt.NDArray[Any]]]:
+    """The values of the extra columns ``names`` of ``dataset``, chunk by chunk in row order:
+    per chunk a dict name -> 1-D array (float64 for a ``number`` column, NaN where missing; an
+    object array of ``str``, ``None`` where missing, for a ``string`` one).
+
+    Only the chunks' extra data are fetched, one chunk at a time. Raises ``KeyError`` for a
+    name the dataset does not keep, ``ValueError`` if the chunks do not add up to its rows.
+    """
+    types = _check_column_names(dataset, names)
+    rows = session.execute(
+        select(DatasetChunk.n_rows, DatasetChunk.extra_data)
+        .where(DatasetChunk.dataset_id == dataset.id)
+        .order_by(DatasetChunk.position),
+        execution_options={"yield_per": 1},
+    )
+    n_seen = 0
+    for n_rows, extra_data in rows:
+        if extra_data is None:
+            raise ValueError(f"dataset {dataset.id} has a chunk without its extra columns")
+        yield decode_columns(bytes(extra_data), n_rows, names, types)
+        n_seen += n_rows
+    if n_seen != dataset.n_rows:
+        raise ValueError(
+            f"dataset {dataset.id} has {dataset.n_rows} rows but its chunks hold {n_seen}"
+        )
+
+
+def load_dataset_columns(dataset: Dataset, names: Sequence[str]) -> dict[str, npt.NDArray[Any]]:
+    """Decode the whole extra columns ``names`` of ``dataset`` (read through its session), as
+    :func:`iter_dataset_columns` gives them chunk by chunk."""
+    session = object_session(dataset)
+    if session is None:
+        raise ValueError(f"dataset {dataset.id} is not attached to a session")
+    types = _check_column_names(dataset, names)
+    if not names:
+        return {}
+    loaded = {
+        name: np.empty(dataset.n_rows, dtype=np.float64 if types[name] == NUMBER else object)
+        for name in names
+    }
+    start = 0
+    for block in iter_dataset_columns(session, dataset=dataset, names=names):
+        count = len(next(iter(block.values()))) if block else 0
+        for name, values in block.items():
+            loaded[name][start : start + count] = values
+        start += count
+    return loaded
 
 
 def _idempotency_scope(api_key_id: str | None) -> str:

@@ -58,13 +58,18 @@ class Dataset(Base):
     # Added in revision 0006: the caller (API key id; IDEMPOTENCY_SCOPE_WITHOUT_KEY without
     # one) within which idempotency_key is unique.
     idempotency_scope: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    # Added in revision 0008: the columns kept beside the features and the target, each
+    # ``{"name": ..., "type": "number" | "string"}`` (values in ``DatasetChunk.extra_data``).
+    extra_columns: Mapped[list[dict[str, str]]] = mapped_column(JSON, default=list)
 
 
 class DatasetChunk(Base):
     """A block of consecutive rows of a dataset as raw float64 bytes (revision 0004).
 
     The dataset's rows are its chunks' rows in ``position`` order; ``x_data`` holds
-    ``n_rows * n_features`` little-endian float64 values in C order, ``y_data`` ``n_rows``.
+    ``n_rows * n_features`` little-endian float64 values in C order, ``y_data`` ``n_rows``;
+    ``extra_data`` (revision 0008) the chunk's extra columns as one Arrow IPC stream, None for a
+    dataset without extra columns.
     """
 
     __tablename__ = "dataset_chunks"
@@ -76,6 +81,7 @@ class DatasetChunk(Base):
     n_rows: Mapped[int]
     x_data: Mapped[bytes] = mapped_column(LargeBinary)
     y_data: Mapped[bytes] = mapped_column(LargeBinary)
+    extra_data: Mapped[bytes | None] = mapped_column(LargeBinary)
 
 
 class Job(Base):

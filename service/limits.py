@@ -7,6 +7,7 @@ asking for too much work a 422, and more unfinished jobs than a key may have a 4
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,15 +141,21 @@ def check_names(names: list[str], *, field: str) -> None:
 
 
 def check_upload_names(
-    *, name: str | None, feature_names: list[str], target_name: str | None
+    *,
+    name: str | None,
+    feature_names: list[str],
+    target_name: str | None,
+    kept: Sequence[str] = (),
 ) -> None:
-    """Raise ``LimitExceededError`` if an upload's name, a column name or the target name is
-    longer than a name may be (a JSON body's are bounded by its schema already)."""
+    """Raise ``LimitExceededError`` if an upload's name, a column name, the target name or the
+    name of a kept column is longer than a name may be (a JSON body's are bounded by its schema
+    already)."""
     if name is not None:
         check_names([name], field="name")
     check_names(feature_names, field="feature_names")
     if target_name is not None:
         check_names([target_name], field="target")
+    check_names(list(kept), field="keep")
 
 
 def check_fit_request(request: FitVariant, *, settings: Settings) -> None:

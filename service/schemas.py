@@ -158,6 +158,21 @@ class DatasetIn(DataIn):
     """A dataset uploaded as JSON."""
 
     name: Text | None = None
+    columns: dict[Text, list[AnyFloat | Text | None]] | None = Field(
+        default=None,
+        description="extra columns kept beside X and y (never features), each one value per "
+        "row: all numbers (a number column; null is a missing value, NaN) or all text (a string "
+        "column; null is missing), such as a group id or a weight",
+    )
+
+
+class ColumnOut(BaseModel):
+    """An extra column of a dataset: its name and type."""
+
+    name: str
+    type: Literal["number", "string"] = Field(
+        description="number: float64 values, NaN where missing; string: text"
+    )
 
 
 class DatasetOut(BaseModel):
@@ -169,6 +184,10 @@ class DatasetOut(BaseModel):
     n_features: int
     feature_names: list[str]
     target_name: str | None
+    columns: list[ColumnOut] = Field(
+        description="the extra columns kept beside the features and the target (upload option "
+        "keep; JSON columns)"
+    )
     created_at: datetime
     url: str
 

@@ -10,6 +10,7 @@ from service.jobs.training import beats_baseline
 from service.schemas import (
     Baseline,
     Candidate,
+    ColumnOut,
     Component,
     DatasetOut,
     JobOut,
@@ -45,6 +46,9 @@ def dataset_out(dataset: Dataset) -> DatasetOut:
         n_features=dataset.n_features,
         feature_names=list(dataset.feature_names),
         target_name=dataset.target_name,
+        columns=[
+            ColumnOut(name=column["name"], type=column["type"]) for column in dataset.extra_columns
+        ],
         created_at=dataset.created_at,
         url=dataset_url(dataset.id),
     )

@@ -9,14 +9,16 @@ them in blocks into a ``StagedDataset``, which is stored chunk by chunk in one u
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import IO
+from typing import IO, Any
 
+import numpy as np
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
+from numpy.typing import NDArray
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.datastructures import UploadFile
 
@@ -46,10 +48,11 @@ class TableOptions:
     features: tuple[str, ...] | None = None
     ignore: tuple[str, ...] = ()
     delimiter: str | None = None
+    keep: tuple[str, ...] = ()
 
     def choice(self) -> ingest.ColumnChoice:
-        """The feature columns asked for."""
-        return ingest.ColumnChoice(features=self.features, ignore=self.ignore)
+        """The feature columns asked for, and those kept beside them."""
+        return ingest.ColumnChoice(features=self.features, ignore=self.ignore, keep=self.keep)
 
     def check_applies_to(self, file_format: str) -> None:
         """Raise if an option was given that a file of ``file_format`` has no use for."""
@@ -69,6 +72,13 @@ class TableOptions:
             )
 
 
+def listed_names(values: Sequence[str] | None) -> tuple[str, ...]:
+    """Column names given as repeated values, each possibly a comma-separated list."""
+    return tuple(
+        name.strip() for value in values or () for name in value.split(",") if name.strip()
+    )
+
+
 _READERS: dict[
     str, Callable[[BinaryFile, TableOptions, ingest.DatasetLimits], ingest.StagedDataset]
 ] = {
@@ -82,7 +92,9 @@ _READERS: dict[
     "parquet": lambda source, options, limits: ingest.read_parquet(
         source, target=options.target, limits=limits, choice=options.choice()
     ),
-    "npz": lambda source, options, limits: ingest.read_npz(source, limits=limits),
+    "npz": lambda source, options, limits: ingest.read_npz(
+        source, limits=limits, keep=options.keep
+    ),
 }
 _SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npz": "npz"}
 MEDIA_TYPES = {
@@ -96,6 +108,9 @@ MEDIA_TYPES = {
 """Media types of the file formats, accepted on multipart files and as raw bodies."""
 
 ACCEPTED_FILES = "a .csv, .parquet or .npz file, or two .npy files in the form fields X and y"
+NPY_KEEPS_NOTHING = (
+    "keep: extra columns need a CSV, Parquet, NPZ or JSON upload; two .npy files hold only X and y"
+)
 
 
 def limits_of(settings: Settings) -> ingest.DatasetLimits:
@@ -168,11 +183,15 @@ def stage_parsed(
     """Stage the arrays of a JSON dataset (already checked by its schema and converted)."""
 
     def read() -> ingest.StagedDataset:
+        kept = {
+            name: ingest.NUMBER if values.dtype == np.float64 else ingest.STRING
+            for name, values in parsed.extra.items()
+        }
         staged = ingest.StagedDataset(
-            feature_names=parsed.feature_names, target_name=None, limits=limits
+            feature_names=parsed.feature_names, target_name=None, limits=limits, kept=kept
         )
         try:
-            staged.append(parsed.X, parsed.y)
+            staged.append(parsed.X, parsed.y, parsed.extra)
         except BaseException:
             staged.close()
             raise
@@ -244,6 +263,7 @@ async def _read_multipart(request: Request, *, limits: ingest.DatasetLimits) -> 
             features=tuple(features) if features else None,
             ignore=tuple(value for value in form.getlist("ignore") if isinstance(value, str)),
             delimiter=form_delimiter if isinstance(form_delimiter, str) else None,
+            keep=listed_names([value for value in form.getlist("keep") if isinstance(value, str)]),
         )
         if isinstance(upload, UploadFile):
             fmt = file_format(filename=upload.filename, content_type=upload.content_type)
@@ -252,6 +272,8 @@ async def _read_multipart(request: Request, *, limits: ingest.DatasetLimits) -> 
             )
             return Upload(staged, name)
         if isinstance(X_upload, UploadFile) and isinstance(y_upload, UploadFile):
+            if options.keep:
+                raise InvalidInputError(NPY_KEEPS_NOTHING)
             staged = await run_in_threadpool(
                 read_npy_files,
                 X_upload.file,
@@ -336,12 +358,15 @@ def store_upload(
             feature_names=staged.feature_names,
             target_name=staged.target_name,
             name=upload.name,
+            extra_columns=staged.extra_columns,
         )
     try:
         n_rows = 0
-        for X, y in staged.blocks(repository.dataset_chunk_rows(staged.n_features)):
+        for X, y, extra in stored_chunks(staged):
             with session_scope(session_factory) as session:
-                n_rows += repository.add_dataset_chunk(session, dataset=dataset, X=X, y=y)
+                n_rows += repository.add_dataset_chunk(
+                    session, dataset=dataset, X=X, y=y, extra=extra
+                )
         with session_scope(session_factory) as session:
             dataset = repository.complete_dataset(session, dataset=dataset, n_rows=n_rows)
             if idempotency_key is not None and request_hash is not None:
@@ -357,6 +382,55 @@ def store_upload(
         with session_scope(session_factory) as session:
             repository.delete_incomplete_dataset(session, dataset_id=dataset.id)
         raise
+
+
+Chunk = tuple[ingest.FloatArray, ingest.FloatArray, dict[str, NDArray[Any]]]
+
+
+def stored_chunks(staged: ingest.StagedDataset) -> Iterator[Chunk]:
+    """The staged rows cut into the chunks they are stored as, with their kept values: at
+    most ``repository.DATASET_CHUNK_BYTES`` of features and kept values each (a text counted
+    by its UTF-8 length), so a chunk of long texts holds fewer rows."""
+    if not staged.kept:
+        for X, y in staged.blocks(repository.dataset_chunk_rows(staged.n_features)):
+            yield X, y, {}
+        return
+    types = {column["name"]: column["type"] for column in staged.extra_columns}
+    budget = repository.DATASET_CHUNK_BYTES
+    pending: list[Chunk] = []
+    pending_bytes = 0
+    for X, y, extra in staged.with_extras():
+        pending.append((X, y, extra))
+        pending_bytes += 8 * X.size + int(repository.extra_row_bytes(len(y), extra, types).sum())
+        if pending_bytes >= budget:
+            *full, rest = _cut(pending, types, budget)
+            yield from full
+            pending = [rest]
+            pending_bytes = 8 * rest[0].size + int(
+                repository.extra_row_bytes(len(rest[1]), rest[2], types).sum()
+            )
+    if pending:
+        yield from _cut(pending, types, budget)
+
+
+def _cut(pending: list[Chunk], types: Mapping[str, str], budget: int) -> list[Chunk]:
+    """Consecutive blocks of rows joined, then cut into chunks of at most ``budget`` bytes."""
+    X = np.concatenate([block[0] for block in pending])
+    y = np.concatenate([block[1] for block in pending])
+    extra = {name: np.concatenate([block[2][name] for block in pending]) for name in types}
+    row_bytes = 8 * X.shape[1] + repository.extra_row_bytes(len(y), extra, types)
+    chunks: list[Chunk] = []
+    start = 0
+    for stop in repository.chunk_stops(row_bytes, budget):
+        chunks.append(
+            (
+                X[start:stop],
+                y[start:stop],
+                {name: values[start:stop] for name, values in extra.items()},
+            )
+        )
+        start = int(stop)
+    return chunks
 
 
 def delete_dataset(session: Session, *, dataset_id: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -40,16 +41,28 @@ def upload_hash(upload: Upload) -> str:
     """SHA-256 of the staged rows (as little-endian float64), the names and the target."""
     staged = upload.staged
     digest = hashlib.sha256()
-    header = {
+    header: dict[str, Any] = {
         "name": upload.name,
         "feature_names": staged.feature_names,
         "target_name": staged.target_name,
         "n_rows": staged.n_rows,
     }
+    if staged.kept:
+        header["extra_columns"] = staged.extra_columns
     digest.update(json.dumps(header, sort_keys=True).encode("utf-8", "surrogatepass"))
-    for X, y in staged.blocks(_HASH_BLOCK_ROWS):
+    if not staged.kept:
+        for X, y in staged.blocks(_HASH_BLOCK_ROWS):
+            digest.update(X.astype("<f8").tobytes())
+            digest.update(y.astype("<f8").tobytes())
+        return digest.hexdigest()
+    for X, y, extra in staged.with_extras():
         digest.update(X.astype("<f8").tobytes())
         digest.update(y.astype("<f8").tobytes())
+        for values in extra.values():
+            if values.dtype == object:  # texts as JSON, a missing value as null
+                digest.update(json.dumps(values.tolist()).encode("utf-8", "surrogatepass"))
+            else:
+                digest.update(values.astype("<f8").tobytes())
     return digest.hexdigest()
 
 

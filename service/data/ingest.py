@@ -18,9 +18,9 @@ import os
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
@@ -57,6 +57,8 @@ class ParsedDataset:
     y: FloatArray
     feature_names: list[str]
     target_name: str | None
+    extra: dict[str, NDArray[Any]] = field(default_factory=dict)
+    """The kept columns: float64 numbers, or object arrays of ``str`` (``None`` if missing)."""
 
 
 @dataclass(frozen=True)
@@ -78,20 +80,22 @@ class DatasetLimits:
                 f"accepted ({self.features_setting})"
             )
 
-    def check_rows(self, n_rows: int, n_features: int) -> None:
+    def check_rows(self, n_rows: int, n_features: int, extra_bytes: int = 0) -> None:
         """Raise ``DatasetTooLargeError`` if ``n_rows`` (so far) of ``n_features`` features
-        are more rows than allowed, or more bytes once decoded to float64."""
+        are more rows than allowed, or more bytes once decoded to float64 with the
+        ``extra_bytes`` of the kept columns (8 per number, a text's UTF-8 length)."""
         if self.max_rows is not None and n_rows > self.max_rows:
             raise DatasetTooLargeError(
                 f"the dataset has more than {self.max_rows:,} rows; at most {self.max_rows:,} "
                 f"are accepted ({self.rows_setting})"
             )
-        decoded = decoded_bytes(n_rows, n_features)
+        decoded = decoded_bytes(n_rows, n_features) + extra_bytes
         if self.max_decoded_bytes is not None and decoded > self.max_decoded_bytes:
+            kept = f" and {extra_bytes:,} bytes of kept columns" if extra_bytes else ""
             raise DatasetTooLargeError(
                 f"the dataset's {n_rows:,} rows of {n_features:,} features and a target take "
-                f"{decoded:,} bytes as float64; at most {self.max_decoded_bytes:,} are "
-                f"accepted ({self.decoded_setting})"
+                f"{decoded - extra_bytes:,} bytes as float64{kept}; at most "
+                f"{self.max_decoded_bytes:,} are accepted ({self.decoded_setting})"
             )
 
 
@@ -232,18 +236,55 @@ def parse_arrays(
     X_rows: Sequence[Sequence[float]],
     y_values: Sequence[float],
     feature_names: Sequence[str] | None,
+    columns: Mapping[str, Sequence[float | str | None]] | None = None,
 ) -> ParsedDataset:
-    """Check JSON rows ``X`` and values ``y`` and convert them to arrays."""
+    """Check JSON rows ``X`` and values ``y`` and convert them to arrays, with the extra
+    ``columns`` (numbers or strings, one per row; ``None`` where missing)."""
     X = matrix_from_rows(X_rows)
     y = vector_from_values(y_values)
     check_same_length(X, y)
     check_fittable_scale(X, y)
-    return ParsedDataset(
-        X=X, y=y, feature_names=resolve_feature_names(feature_names, X.shape[1]), target_name=None
-    )
+    names = resolve_feature_names(feature_names, X.shape[1])
+    extra = {
+        name: extra_column_of_values(values, name=name, n_rows=len(y), feature_names=names)
+        for name, values in (columns or {}).items()
+    }
+    return ParsedDataset(X=X, y=y, feature_names=names, target_name=None, extra=extra)
+
+
+def extra_column_of_values(
+    values: Sequence[float | str | None], *, name: str, n_rows: int, feature_names: Sequence[str]
+) -> NDArray[Any]:
+    """The JSON extra column ``name``: float64 (NaN where null) if it holds only numbers and
+    nulls, else an object array of ``str`` (``None`` where null); raises naming the column if it
+    mixes numbers and text, has another length than the rows, or repeats a feature's name.
+
+    Its texts were checked by the request's schema (no NUL character, no unpaired surrogate).
+    """
+    where = f"columns['{name[:100]}']"
+    if not name:
+        raise IngestError("columns has a column without a name")
+    check_text(name, name="a name in columns")
+    if name in feature_names:
+        raise IngestError(f"{where} has the name of a feature; an extra column is not a feature")
+    if len(values) != n_rows:
+        raise IngestError(f"{where} has {len(values)} values but X has {n_rows} rows")
+    kinds = {type(value) for value in values if value is not None}
+    if str in kinds:
+        if kinds != {str}:
+            raise IngestError(f"{where} mixes numbers and text; give all its values as one kind")
+        return np.asarray(values, dtype=object)
+    return np.asarray([np.nan if value is None else value for value in values], dtype=np.float64)
 
 
 # --- staging --------------------------------------------------------------------------------
+
+
+NUMBER = "number"
+STRING = "string"
+TEXT = "text"
+"""How a kept column arrives: ``number`` and ``string`` are its type already (Parquet, NPZ,
+JSON); ``text`` (CSV cells) becomes ``number`` if every value reads as a number."""
 
 
 class StagedDataset:
@@ -252,6 +293,10 @@ class StagedDataset:
     Every block is checked as it arrives (finite, squares that do not overflow, the row limit),
     so when reading ends the whole upload is known to be storable; ``blocks`` then reads it
     back in blocks of any size. Close it (or use it as a context manager) to delete the files.
+
+    ``kept`` maps each kept (extra) column to how it arrives (``NUMBER``, ``STRING`` or
+    ``TEXT``); their values go with each block to a temporary Arrow IPC stream, and
+    ``with_extras`` reads them back block by block with their inferred types.
     """
 
     def __init__(
@@ -260,6 +305,7 @@ class StagedDataset:
         feature_names: list[str],
         target_name: str | None,
         limits: DatasetLimits = NO_LIMITS,
+        kept: Mapping[str, str] | None = None,
     ) -> None:
         if not feature_names:
             raise IngestError("the dataset has no feature columns; at least one is required")
@@ -268,30 +314,116 @@ class StagedDataset:
         self.target_name = target_name
         self.limits = limits
         self.n_rows = 0
+        self.kept = dict(kept or {})
+        clashing = [name for name in self.kept if name in {*feature_names, target_name}]
+        if clashing:
+            raise IngestError(
+                f"keep names '{clashing[0]}', which is "
+                f"{'the target' if clashing[0] == target_name else 'a feature'}; a kept column "
+                f"is neither"
+            )
+        # A TEXT column stays a number column while every value read so far is a number.
+        self._numeric = {name: arrival != STRING for name, arrival in self.kept.items()}
+        self._text_bytes = dict.fromkeys(self.kept, 0)
         # Owned by this object for its lifetime; ``close`` (or leaving ``with``) deletes them.
         self._x_file = tempfile.TemporaryFile(prefix="mixreg-upload-X-")  # noqa: SIM115
         self._y_file = tempfile.TemporaryFile(prefix="mixreg-upload-y-")  # noqa: SIM115
+        self._extra_file = (
+            tempfile.TemporaryFile(prefix="mixreg-upload-extra-")  # noqa: SIM115
+            if self.kept
+            else None
+        )
+        self._extra_writer: Any = None
 
     @property
     def n_features(self) -> int:
         """Columns of X."""
         return len(self.feature_names)
 
-    def append(self, X: FloatArray, y: FloatArray) -> None:
-        """Check the next block of rows and add it.
+    @property
+    def extra_columns(self) -> list[dict[str, str]]:
+        """The kept columns with their types, ``{"name": ..., "type": "number" | "string"}``:
+        a CSV column is ``number`` when every value is a number or empty."""
+        return [
+            {"name": name, "type": NUMBER if self._numeric[name] else STRING} for name in self.kept
+        ]
+
+    def append(self, X: FloatArray, y: FloatArray, extra: Mapping[str, Any] | None = None) -> None:
+        """Check the next block of rows and add it, with the block's values of every kept
+        column (``extra``: a 1-D array or pyarrow array per name).
 
         Raises ``IngestError`` naming the row (counted over the whole upload) that is not
-        finite or too large, and ``DatasetTooLargeError`` past the row limit.
+        finite or too large, and ``DatasetTooLargeError`` past the row or byte limit.
         """
         if X.ndim != 2 or X.shape[1] != self.n_features or y.shape != (X.shape[0],):
             raise ValueError(f"a block of shape {X.shape} and {y.shape} does not fit the dataset")
-        self.limits.check_rows(self.n_rows + len(y), self.n_features)
+        batch = self._extra_batch(extra or {}, len(y)) if self.kept else None
+        self.limits.check_rows(
+            self.n_rows + len(y), self.n_features, self._extra_bytes_with(len(y))
+        )
         check_finite_matrix(X, row_offset=self.n_rows)
         check_finite_vector(y, offset=self.n_rows)
         check_fittable_scale(X, y, row_offset=self.n_rows)
         self._x_file.write(np.ascontiguousarray(X, dtype="<f8").data)
         self._y_file.write(np.ascontiguousarray(y, dtype="<f8").data)
+        if batch is not None:
+            self._write_extra(batch)
         self.n_rows += len(y)
+
+    def _extra_bytes_with(self, n_new: int) -> int:
+        """Bytes of the kept values with ``n_new`` more rows: 8 per number, a text's UTF-8
+        length (the new block's texts are counted already)."""
+        return sum(
+            8 * (self.n_rows + n_new) if self._numeric[name] else self._text_bytes[name]
+            for name in self.kept
+        )
+
+    def _extra_batch(self, extra: Mapping[str, Any], n_rows: int) -> Any:
+        """The block's kept values as a record batch (TEXT as strings, trimmed, empty as
+        missing), updating the inferred types and the text bytes."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if set(extra) != set(self.kept):
+            raise ValueError(
+                f"a block brings the kept columns {sorted(extra)}, not {list(self.kept)}"
+            )
+        arrays = []
+        for name, arrival in self.kept.items():
+            values = extra[name]
+            if arrival == NUMBER:
+                array = pa.array(np.asarray(values, dtype=np.float64), pa.float64())
+            else:
+                array = (
+                    values
+                    if isinstance(values, pa.Array)
+                    else pa.array(np.asarray(values, dtype=object), pa.string())
+                )
+                array = array.cast(pa.string())
+                if arrival == TEXT:
+                    array = pc.utf8_trim_whitespace(array)
+                    array = pc.if_else(pc.equal(array, ""), pa.scalar(None, pa.string()), array)
+                    if self._numeric[name] and not _reads_as_numbers(array):
+                        self._numeric[name] = False
+                self._text_bytes[name] += int(pc.sum(pc.binary_length(array)).as_py() or 0)
+            if len(array) != n_rows:
+                raise ValueError(f"kept column '{name}' has {len(array)} values for {n_rows} rows")
+            arrays.append(array)
+        return pa.RecordBatch.from_arrays(arrays, names=list(self.kept))
+
+    def _write_extra(self, batch: Any) -> None:
+        import pyarrow as pa
+
+        if self._extra_writer is None:
+            self._extra_writer = pa.ipc.new_stream(
+                pa.PythonFile(self._extra_file, mode="w"), batch.schema
+            )
+        self._extra_writer.write_batch(batch)
+
+    def _finish_extras(self) -> None:
+        if self._extra_writer is not None:
+            self._extra_writer.close()
+            self._extra_writer = None
 
     def blocks(self, rows: int) -> Iterator[tuple[FloatArray, FloatArray]]:
         """The staged rows, ``rows`` at a time, in order."""
@@ -307,21 +439,69 @@ class StagedDataset:
                 y.astype(np.float64),
             )
 
+    def with_extras(self) -> Iterator[tuple[FloatArray, FloatArray, dict[str, NDArray[Any]]]]:
+        """The staged rows in the blocks they were appended in, each with its kept values:
+        float64 for a number column (NaN where missing), an object array of ``str`` (``None``
+        where missing) for a string one."""
+        import pyarrow as pa
+
+        if self._extra_file is None or self.n_rows == 0:
+            for X, y in self.blocks(max(self.n_rows, 1)):
+                yield X, y, {}
+            return
+        self._finish_extras()
+        self._extra_file.seek(0)
+        self._x_file.seek(0)
+        self._y_file.seek(0)
+        for batch in pa.ipc.open_stream(pa.PythonFile(self._extra_file, mode="r")):
+            count = batch.num_rows
+            X = np.frombuffer(self._x_file.read(count * 8 * self.n_features), dtype="<f8")
+            y = np.frombuffer(self._y_file.read(count * 8), dtype="<f8")
+            extra: dict[str, NDArray[Any]] = {}
+            for index, name in enumerate(self.kept):
+                column = batch.column(index)
+                if self._numeric[name]:
+                    extra[name] = _float_values(column)
+                else:
+                    extra[name] = np.asarray(column.to_numpy(zero_copy_only=False), dtype=object)
+            yield (
+                X.astype(np.float64).reshape(count, self.n_features),
+                y.astype(np.float64),
+                extra,
+            )
+
     def to_parsed(self) -> ParsedDataset:
-        """All the staged rows as one pair of arrays (for small data)."""
+        """All the staged rows as one pair of arrays, with the kept columns (for small data)."""
         X = np.empty((self.n_rows, self.n_features), dtype=np.float64)
         y = np.empty(self.n_rows, dtype=np.float64)
-        if self.n_rows:
-            X_block, y_block = next(self.blocks(self.n_rows))
-            X[:], y[:] = X_block, y_block
+        extra = {
+            column["name"]: np.empty(
+                self.n_rows, np.float64 if column["type"] == NUMBER else object
+            )
+            for column in self.extra_columns
+        }
+        start = 0
+        for X_block, y_block, extra_block in self.with_extras():
+            stop = start + len(y_block)
+            X[start:stop], y[start:stop] = X_block, y_block
+            for name, values in extra_block.items():
+                extra[name][start:stop] = values
+            start = stop
         return ParsedDataset(
-            X=X, y=y, feature_names=list(self.feature_names), target_name=self.target_name
+            X=X,
+            y=y,
+            feature_names=list(self.feature_names),
+            target_name=self.target_name,
+            extra=extra,
         )
 
     def close(self) -> None:
         """Delete the temporary files."""
         self._x_file.close()
         self._y_file.close()
+        if self._extra_file is not None:
+            self._extra_writer = None
+            self._extra_file.close()
 
     def __enter__(self) -> StagedDataset:
         return self
@@ -330,19 +510,45 @@ class StagedDataset:
         self.close()
 
 
+def _reads_as_numbers(texts: Any) -> bool:
+    """Whether every present value of a string array reads as a float."""
+    import pyarrow as pa
+
+    try:
+        texts.cast(pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    return True
+
+
+def _float_values(column: Any) -> FloatArray:
+    """A number column (or text that reads as numbers) as float64, NaN where missing."""
+    import pyarrow as pa
+
+    numbers = column.cast(pa.float64()).fill_null(float("nan"))
+    return np.asarray(numbers.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
 def _staged(
-    feature_names: list[str], target_name: str | None, limits: DatasetLimits
+    feature_names: list[str],
+    target_name: str | None,
+    limits: DatasetLimits,
+    kept: Mapping[str, str] | None = None,
 ) -> StagedDataset:
-    return StagedDataset(feature_names=feature_names, target_name=target_name, limits=limits)
+    return StagedDataset(
+        feature_names=feature_names, target_name=target_name, limits=limits, kept=kept
+    )
 
 
 @dataclass(frozen=True)
 class ColumnChoice:
     """Which columns of a CSV or Parquet file are the features: ``features`` in that order,
-    else every column but the target and those to ``ignore`` (an id or a text column)."""
+    else every column but the target, those to ``ignore`` (an id or a text column) and those
+    to ``keep`` (stored beside the features as extra columns, never features)."""
 
     features: tuple[str, ...] | None = None
     ignore: tuple[str, ...] = ()
+    keep: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.features is not None and self.ignore:
@@ -354,14 +560,28 @@ class ColumnChoice:
         """The feature columns of ``columns``; raises naming a listed column that is not
         there (in time linear in the columns and the names)."""
         present = set(columns)
-        for field, names in (("features", self.features or ()), ("ignore", self.ignore)):
+        chosen = (("features", self.features or ()), ("ignore", self.ignore), ("keep", self.keep))
+        for field_name, names in chosen:
             for name in names:
                 if name not in present:
                     raise IngestError(
-                        f"{field} names '{name}', but {source} has the columns {_listed(columns)}"
+                        f"{field_name} names '{name}', but {source} has the columns "
+                        f"{_listed(columns)}"
                     )
                 if name == target:
-                    raise IngestError(f"{field} names the target column '{target}'")
+                    raise IngestError(f"{field_name} names the target column '{target}'")
+        kept: set[str] = set()
+        for name in self.keep:
+            if name in kept:
+                raise IngestError(f"keep names the column '{name}' twice")
+            kept.add(name)
+        for field_name, names in chosen[:2]:
+            clashing = [name for name in names if name in kept]
+            if clashing:
+                raise IngestError(
+                    f"keep and {field_name} both name the column '{clashing[0]}'; a kept column "
+                    f"is never a feature"
+                )
         if self.features is not None:
             named: set[str] = set()
             for name in self.features:
@@ -369,8 +589,8 @@ class ColumnChoice:
                     raise IngestError(f"features names the column '{name}' twice")
                 named.add(name)
             return list(self.features)
-        ignored = set(self.ignore)
-        return [column for column in columns if column != target and column not in ignored]
+        left_out = {*self.ignore, *self.keep}
+        return [column for column in columns if column != target and column not in left_out]
 
 
 EVERY_COLUMN = ColumnChoice()
@@ -410,7 +630,7 @@ def _check_column_names(
     if choice.features is not None:
         width = min(width, len(choice.features))
     else:
-        width -= len(set(choice.ignore))
+        width -= len({*choice.ignore, *choice.keep})
     limits.check_features(max(width, 0))
     listed = _listed(columns)
     seen: set[str] = set()
@@ -623,9 +843,12 @@ def read_csv(
         hint=_delimiter_hint(columns),
     )
     assert target is not None  # checked with the header
-    # The columns read, the target last; the others (ids, text) are never parsed.
+    # The columns read: the features, the target, then the kept ones; the others (ids, text)
+    # are never parsed.
     used = [*(columns.index(name) for name in feature_names), columns.index(target)]
-    staged = _staged(feature_names, target, limits)
+    kept_at = [columns.index(name) for name in choice.keep]
+    kept = dict.fromkeys(choice.keep, TEXT)
+    staged = _staged(feature_names, target, limits, kept)
     try:
         _stage_csv_fast(
             _PrivateReader(source),
@@ -633,14 +856,22 @@ def read_csv(
             n_columns=len(columns),
             header_lines=header_lines,
             used=used,
+            kept_at=kept_at,
             delimiter=delimiter,
         )
     except _FastPathRefusedError:
         staged.close()
         source.seek(0)
-        staged = _staged(feature_names, target, limits)
+        staged = _staged(feature_names, target, limits, kept)
         try:
-            _stage_csv_exact(source, staged, n_columns=len(columns), used=used, delimiter=delimiter)
+            _stage_csv_exact(
+                source,
+                staged,
+                n_columns=len(columns),
+                used=used,
+                kept_at=kept_at,
+                delimiter=delimiter,
+            )
         except BaseException:
             staged.close()
             raise
@@ -670,13 +901,15 @@ def _stage_csv_fast(
     n_columns: int,
     header_lines: int,
     used: list[int],
+    kept_at: list[int],
     delimiter: str,
 ) -> None:
     import pyarrow as pa
     import pyarrow.csv as pa_csv
 
     names = [f"c{index}" for index in range(n_columns)]
-    included = [names[index] for index in used]
+    numbers = [names[index] for index in used]
+    texts = [names[index] for index in kept_at]
     try:
         reader = pa_csv.open_csv(
             source,
@@ -685,44 +918,63 @@ def _stage_csv_fast(
             ),
             parse_options=pa_csv.ParseOptions(delimiter=delimiter),
             convert_options=pa_csv.ConvertOptions(
-                column_types=dict.fromkeys(included, pa.float64()),
-                include_columns=included,
+                column_types={
+                    **dict.fromkeys(numbers, pa.float64()),
+                    **dict.fromkeys(texts, pa.string()),
+                },
+                include_columns=[*numbers, *texts],
                 null_values=[""],
                 strings_can_be_null=False,
                 quoted_strings_can_be_null=True,
             ),
         )
         for batch in reader:
-            # The batch holds the used columns in the order of ``used``: features, then target.
+            # The batch holds the used columns in the order of ``used`` (features, then the
+            # target), then the kept ones.
             columns = [
                 batch.column(index).to_numpy(zero_copy_only=False) for index in range(len(used))
             ]
+            kept = [batch.column(len(used) + index) for index in range(len(texts))]
             if any(batch.column(index).null_count for index in range(len(used))):
-                columns = _drop_blank_rows(batch, columns)
+                columns, kept = _drop_blank_rows(batch, columns, kept)
             X = np.empty((len(columns[0]), len(used) - 1), dtype=np.float64)
             for position, column in enumerate(columns[:-1]):
                 X[:, position] = column
             y = np.asarray(columns[-1], dtype=np.float64)
             if not (np.isfinite(X).all() and np.isfinite(y).all()):
                 raise _FastPathRefusedError  # the exact reader names the line and column
-            staged.append(X, y)
+            staged.append(X, y, dict(zip(staged.kept, kept, strict=True)))
     except pa.ArrowException:
         raise _FastPathRefusedError from None
 
 
-def _drop_blank_rows(batch: Any, columns: list[NDArray[Any]]) -> list[NDArray[Any]]:
-    """The columns without the rows whose every cell is empty (as the csv reader skips them);
-    refused if a row has some empty cells but not all."""
+def _drop_blank_rows(
+    batch: Any, columns: list[NDArray[Any]], kept: list[Any]
+) -> tuple[list[NDArray[Any]], list[Any]]:
+    """The columns (and kept text columns) without the rows whose every cell is empty (as the
+    csv reader skips them); refused if a row has some empty cells but not all."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     empty = np.column_stack(
         [
-            batch.column(index).is_null().to_numpy(zero_copy_only=False)
-            for index in range(len(columns))
+            *(
+                batch.column(index).is_null().to_numpy(zero_copy_only=False)
+                for index in range(len(columns))
+            ),
+            *(
+                pc.equal(pc.utf8_trim_whitespace(texts), "")
+                .fill_null(True)
+                .to_numpy(zero_copy_only=False)
+                for texts in kept
+            ),
         ]
     )
     blank = empty.all(axis=1)
     if (empty.any(axis=1) & ~blank).any():
         raise _FastPathRefusedError
-    return [column[~blank] for column in columns]
+    keep_rows = pa.array(~blank)
+    return [column[~blank] for column in columns], [texts.filter(keep_rows) for texts in kept]
 
 
 def _lines_of_at_most(lines: Iterator[str], n_fields: int, delimiter: str) -> Iterator[str]:
@@ -739,15 +991,22 @@ def _lines_of_at_most(lines: Iterator[str], n_fields: int, delimiter: str) -> It
 
 
 def _stage_csv_exact(
-    source: BinaryFile, staged: StagedDataset, *, n_columns: int, used: list[int], delimiter: str
+    source: BinaryFile,
+    staged: StagedDataset,
+    *,
+    n_columns: int,
+    used: list[int],
+    kept_at: list[int],
+    delimiter: str,
 ) -> None:
     reader = csv.reader(
         _lines_of_at_most(_csv_lines(source), n_columns, delimiter), delimiter=delimiter
     )
     try:
         columns = _read_csv_header(reader)
-        block_rows = rows_per_block(len(used))
+        block_rows = rows_per_block(len(used) + len(kept_at))
         values: list[list[float]] = []
+        texts: list[list[str]] = []
         for row in reader:
             line = reader.line_num
             if not row or all(not cell.strip() for cell in row):
@@ -759,21 +1018,25 @@ def _stage_csv_exact(
             values.append(
                 [_parse_csv_number(row[index], line=line, column=columns[index]) for index in used]
             )
+            texts.append([row[index] for index in kept_at])
             if len(values) == block_rows:
-                _stage_csv_rows(staged, values)
-                values = []
+                _stage_csv_rows(staged, values, texts)
+                values, texts = [], []
         if values:
-            _stage_csv_rows(staged, values)
+            _stage_csv_rows(staged, values, texts)
     except csv.Error as exc:
         raise IngestError(f"CSV line {reader.line_num} cannot be read: {exc}") from None
 
 
-def _stage_csv_rows(staged: StagedDataset, values: list[list[float]]) -> None:
-    """Stage rows of the used columns, the target last."""
+def _stage_csv_rows(
+    staged: StagedDataset, values: list[list[float]], texts: list[list[str]]
+) -> None:
+    """Stage rows of the used columns, the target last, and their kept cells."""
     table = np.asarray(values, dtype=np.float64)
     X = np.ascontiguousarray(table[:, :-1])
     y = np.ascontiguousarray(table[:, -1])
-    staged.append(X, y)
+    cells = np.asarray(texts, dtype=object).reshape(len(texts), len(staged.kept))
+    staged.append(X, y, {name: cells[:, index] for index, name in enumerate(staged.kept)})
 
 
 def _parse_csv_number(cell: str, *, line: int, column: str) -> float:
@@ -833,20 +1096,22 @@ def read_parquet(
     )
     assert target is not None  # checked with the columns
     used = [*feature_names, target]
-    for field in (schema.field(name) for name in used):
-        if not (pa.types.is_integer(field.type) or pa.types.is_floating(field.type)):
+    for column in (schema.field(name) for name in used):
+        if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
             raise IngestError(
-                f"Parquet column '{field.name}' holds {field.type}, not numbers; the features "
+                f"Parquet column '{column.name}' holds {column.type}, not numbers; the features "
                 f"and the target must hold integers or floats (leave a column out with ignore)"
             )
+    kept = {name: _parquet_kept_type(schema.field(name)) for name in choice.keep}
     # The row count of the file's footer: too many rows (or decoded bytes) are refused before
     # any row group is decompressed.
     limits.check_rows(parquet_file.metadata.num_rows, len(feature_names))
-    staged = _staged(feature_names, target, limits)
+    staged = _staged(feature_names, target, limits, kept)
     try:
-        # Each batch holds the used columns in that order: the features, then the target.
+        # Each batch holds the used columns in that order: the features, the target, then the
+        # kept columns.
         batches = parquet_file.iter_batches(
-            batch_size=rows_per_block(len(feature_names)), columns=used
+            batch_size=rows_per_block(len(feature_names) + len(kept)), columns=[*used, *kept]
         )
         while True:
             try:
@@ -862,7 +1127,8 @@ def read_parquet(
             for position in range(len(feature_names)):
                 X[:, position] = batch.column(position).to_numpy(zero_copy_only=False)
             y = np.asarray(batch.column(len(used) - 1).to_numpy(zero_copy_only=False), np.float64)
-            staged.append(X, y)
+            extra = {name: _parquet_kept_values(batch.column(name), kept[name]) for name in kept}
+            staged.append(X, y, extra)
         if staged.n_rows == 0:
             raise IngestError("Parquet file has no rows")
     except BaseException:
@@ -871,6 +1137,33 @@ def read_parquet(
     finally:
         _release_arrow_memory()
     return staged
+
+
+def _parquet_kept_type(column: Any) -> str:
+    """``NUMBER`` for a kept Parquet column of integers or floats, ``STRING`` for one of text
+    (plain, large or dictionary-encoded); raises naming a column of any other type."""
+    import pyarrow as pa
+
+    value_type = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+    if pa.types.is_integer(value_type) or pa.types.is_floating(value_type):
+        return NUMBER
+    if pa.types.is_string(value_type) or pa.types.is_large_string(value_type):
+        return STRING
+    raise IngestError(
+        f"keep names the Parquet column '{column.name}', which holds {column.type}; a kept "
+        f"column must hold numbers (integers or floats) or text"
+    )
+
+
+def _parquet_kept_values(array: Any, kept_type: str) -> Any:
+    """A kept Parquet column's values: float64 with NaN where missing, or plain strings."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    if kept_type == NUMBER:
+        return _float_values(array)
+    return array.cast(pa.string())
 
 
 def _check_parquet_values(batch: Any, columns: list[str], *, first_row: int) -> None:
@@ -912,9 +1205,12 @@ _ZIP_ERRORS = (
 )
 
 
-def read_npz(source: BinaryFile, *, limits: DatasetLimits = NO_LIMITS) -> StagedDataset:
+def read_npz(
+    source: BinaryFile, *, limits: DatasetLimits = NO_LIMITS, keep: Sequence[str] = ()
+) -> StagedDataset:
     """Read an ``.npz`` archive with a 2-D array ``X``, a 1-D array ``y`` and optional
-    string array ``feature_names``; object arrays are refused (no pickle).
+    string array ``feature_names``; object arrays are refused (no pickle). The 1-D arrays
+    named in ``keep`` (numbers or strings, one value per row) are kept as extra columns.
 
     The headers of ``X`` and ``y`` are checked (shape, dtype, the size limits) before any of
     their data is read; each is then decompressed to a temporary file and read in blocks of
@@ -946,11 +1242,12 @@ def read_npz(source: BinaryFile, *, limits: DatasetLimits = NO_LIMITS) -> Staged
         if "feature_names" in members:
             raw_names = _npz_feature_names(archive, members["feature_names"], n_features)
         names = resolve_feature_names(raw_names, n_features)
+        kept = _npz_kept_columns(archive, members, keep, n_rows=X_header.shape[0], limits=limits)
         with (
             _extracted(archive, members["X"], X_header, name="NPZ array 'X'") as X_file,
             _extracted(archive, members["y"], y_header, name="NPZ array 'y'") as y_file,
         ):
-            return _stage_npy_pair(X_file, y_file, X_header, y_header, names, limits)
+            return _stage_npy_pair(X_file, y_file, X_header, y_header, names, limits, kept)
 
 
 def parse_npz(data: bytes) -> ParsedDataset:
@@ -975,6 +1272,56 @@ def _npz_member_header(archive: zipfile.ZipFile, member: str, *, name: str, ndim
         raise IngestError(f"{name} cannot be read: {exc}") from None
     _check_available(header, size - header.data_offset, name=name)
     return header
+
+
+def _npz_kept_columns(
+    archive: zipfile.ZipFile,
+    members: Mapping[str, str],
+    keep: Sequence[str],
+    *,
+    n_rows: int,
+    limits: DatasetLimits,
+) -> dict[str, NDArray[Any]]:
+    """The arrays named in ``keep``: each 1-D, ``n_rows`` long, of numbers or strings."""
+    kept: dict[str, NDArray[Any]] = {}
+    for name in keep:
+        if name in ("X", "y", "feature_names") or name not in members:
+            raise IngestError(
+                f"keep names '{name}', but the NPZ's arrays besides X, y and feature_names are "
+                f"{', '.join(sorted(set(members) - {'X', 'y', 'feature_names'})) or 'none'}"
+            )
+        if name in kept:
+            raise IngestError(f"keep names the array '{name}' twice")
+        label = f"NPZ array '{name}'"
+        try:
+            with archive.open(members[name]) as stream:
+                shape, _, dtype = _parse_npy_header(stream, name=label)
+                if len(shape) != 1 or shape[0] != n_rows or dtype.kind not in "biufU":
+                    raise IngestError(
+                        f"{label} (kept) must be 1-D numbers or strings with one value per row "
+                        f"({n_rows:,}), got shape {shape} of {dtype}"
+                    )
+                declared = shape[0] * dtype.itemsize
+                if limits.max_decoded_bytes is not None and declared > limits.max_decoded_bytes:
+                    raise DatasetTooLargeError(
+                        f"{label} takes {declared:,} bytes; at most "
+                        f"{limits.max_decoded_bytes:,} are accepted ({limits.decoded_setting})"
+                    )
+                data = stream.read(declared)
+        except IngestError:
+            raise
+        except _ZIP_ERRORS as exc:
+            raise IngestError(f"{label} cannot be read: {exc}") from None
+        if len(data) < declared:
+            raise IngestError(f"{label} declares {declared:,} bytes but holds only {len(data):,}")
+        values = np.frombuffer(data, dtype=dtype)
+        if dtype.kind == "U":
+            texts = values.astype(object)
+            texts[values == ""] = None  # an empty string is a missing value, as in a CSV
+            kept[name] = texts
+        else:
+            kept[name] = values.astype(np.float64)
+    return kept
 
 
 def _npz_feature_names(archive: zipfile.ZipFile, member: str, n_features: int) -> list[str]:
@@ -1174,14 +1521,25 @@ def _stage_npy_pair(
     y_header: NpyHeader,
     feature_names: list[str],
     limits: DatasetLimits,
+    kept: Mapping[str, NDArray[Any]] | None = None,
 ) -> StagedDataset:
-    staged = _staged(feature_names, None, limits)
+    kept = kept or {}
+    types = {
+        name: NUMBER if values.dtype == np.float64 else STRING for name, values in kept.items()
+    }
+    staged = _staged(feature_names, None, limits, types)
     try:
         y_source.seek(y_header.data_offset)
+        start = 0
         for X_block in _npy_rows(X_source, X_header, rows_per_block(len(feature_names))):
             count = X_block.shape[0]
             y_block = np.frombuffer(y_source.read(count * y_header.dtype.itemsize), y_header.dtype)
-            staged.append(np.asarray(X_block, np.float64), np.asarray(y_block, np.float64))
+            staged.append(
+                np.asarray(X_block, np.float64),
+                np.asarray(y_block, np.float64),
+                {name: values[start : start + count] for name, values in kept.items()},
+            )
+            start += count
     except BaseException:
         staged.close()
         raise

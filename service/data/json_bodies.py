@@ -59,9 +59,9 @@ def parse_dataset_body(body: bytes) -> ParsedBody:
         dataset = DatasetIn.model_validate_json(body)
     except ValidationError as exc:
         return [{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]
-    parsed = ingest.parse_arrays(dataset.X, dataset.y, dataset.feature_names)
-    # The lists are not sent back: the arrays hold the same numbers in a fraction of the bytes.
-    return dataset.model_copy(update={"X": [], "y": []}), parsed
+    parsed = ingest.parse_arrays(dataset.X, dataset.y, dataset.feature_names, dataset.columns)
+    # The lists are not sent back: the arrays hold the same values in a fraction of the bytes.
+    return dataset.model_copy(update={"X": [], "y": [], "columns": None}), parsed
 
 
 async def parse_dataset_body_in_a_child(body: bytes) -> ParsedBody:

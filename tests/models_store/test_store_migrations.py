@@ -397,3 +397,50 @@ def test_idempotency_keys_stored_before_revision_0006_keep_their_caller(database
             assert [tuple(row) for row in keys] == [("j1", "fit-1"), ("j2", "fit-2"), ("j3", None)]
     finally:
         engine.dispose()
+
+
+def test_revision_0008_gives_old_datasets_no_extra_columns_and_its_downgrade_drops_them(
+    database_url,
+):
+    migrate.upgrade(database_url, "0007")
+    engine = make_engine(database_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO datasets (id, n_rows, n_features, feature_names, created_at) "
+                    "VALUES ('d1', 1, 1, '[\"x0\"]', :at)"
+                ),
+                {"at": "2030-01-01T12:00:00+00:00"},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO dataset_chunks (dataset_id, position, n_rows, x_data, y_data) "
+                    "VALUES ('d1', 0, 1, :x, :y)"
+                ),
+                {"x": b"\x00" * 8, "y": b"\x00" * 8},
+            )
+
+        migrate.upgrade(database_url, "0008")
+        with engine.begin() as connection:
+            extra = connection.execute(text("SELECT extra_columns FROM datasets")).scalar_one()
+            assert (json.loads(extra) if isinstance(extra, str) else extra) == []
+            assert connection.execute(text("SELECT extra_data FROM dataset_chunks")).one() == (
+                None,
+            )
+            connection.execute(
+                text('UPDATE datasets SET extra_columns = \'[{"name": "g", "type": "string"}]\'')
+            )
+            connection.execute(text("UPDATE dataset_chunks SET extra_data = :data"), {"data": b"x"})
+
+        migrate.downgrade(database_url, "0007")
+        columns = {column["name"] for column in inspect(engine).get_columns("datasets")}
+        chunk_columns = {column["name"] for column in inspect(engine).get_columns("dataset_chunks")}
+        assert "extra_columns" not in columns
+        assert "extra_data" not in chunk_columns
+        with engine.connect() as connection:
+            assert connection.execute(
+                text("SELECT dataset_id, n_rows, x_data FROM dataset_chunks")
+            ).one() == ("d1", 1, b"\x00" * 8)
+    finally:
+        engine.dispose()

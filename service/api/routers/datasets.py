@@ -12,7 +12,7 @@ from service import limits
 from service.api import cursors
 from service.api.deps import SessionDep, SessionFactoryDep, SettingsDep, ValidDataset
 from service.auth.middleware import ApiKeyDep
-from service.data.datasets import TableOptions, delete_dataset, read_upload
+from service.data.datasets import TableOptions, delete_dataset, listed_names, read_upload
 from service.data.idempotency import store_upload_once
 from service.schemas import MAX_OFFSET, MAX_TEXT_LENGTH, DatasetIn, DatasetOut, Page
 from service.views import dataset_out
@@ -65,6 +65,13 @@ _UPLOAD_BODY: dict[str, Any] = {
                             "type": "string",
                             "description": "CSV: the field delimiter; default the one of , ; tab "
                             "| that the header holds most",
+                        },
+                        "keep": {
+                            "type": "array",
+                            "items": {"type": "string"},
+                            "description": "CSV, Parquet and NPZ: columns (NPZ: 1-D arrays) kept "
+                            "beside the features and the target as extra columns, such as a "
+                            "group id or a weight; never features (comma-separated or repeated)",
                         },
                         "feature_names": {
                             "type": "array",
@@ -144,6 +151,14 @@ async def create(
             max_length=1,
         ),
     ] = None,
+    keep: Annotated[
+        list[str] | None,
+        Query(
+            description="raw CSV, Parquet and NPZ bodies: columns (NPZ: 1-D arrays) kept beside "
+            "the features and the target as extra columns, such as a group id or a weight; never "
+            "features (comma-separated or repeated)",
+        ),
+    ] = None,
     name: Annotated[
         str | None, Query(description="raw bodies: a name", max_length=MAX_TEXT_LENGTH)
     ] = None,
@@ -162,12 +177,16 @@ async def create(
         features=tuple(features) if features else None,
         ignore=tuple(ignore or ()),
         delimiter=delimiter,
+        keep=listed_names(keep),
     )
     upload = await read_upload(request, options=options, name=name, settings=settings)
     try:
         staged = upload.staged
         limits.check_upload_names(
-            name=upload.name, feature_names=staged.feature_names, target_name=staged.target_name
+            name=upload.name,
+            feature_names=staged.feature_names,
+            target_name=staged.target_name,
+            kept=list(staged.kept),
         )
         stored = await run_in_threadpool(
             store_upload_once,

@@ -38,9 +38,11 @@ from models_store.codecs import (
     COLUMN_TYPES,
     NUMBER,
     STRING,
+    decode_arrays,
     decode_columns,
     decode_matrix,
     decode_vector,
+    encode_arrays,
     encode_columns,
     encode_matrix,
     encode_vector,
@@ -52,6 +54,7 @@ from models_store.tables import (
     Dataset,
     DatasetChunk,
     Job,
+    KeyedModelChunk,
     Model,
 )
 
@@ -1184,6 +1187,8 @@ def create_model(
     n_parameters: int | None = None,
     candidates: Sequence[Mapping[str, Any]] | None = None,
     warnings: Sequence[str] = (),
+    split_by: str | None = None,
+    keyed_summary: Mapping[str, Any] | None = None,
 ) -> Model:
     """Store a fitted model; arrays are kept as JSON lists of exactly the same float64 values.
 
@@ -1235,6 +1240,8 @@ def create_model(
             None if candidates is None else to_json_value([dict(item) for item in candidates])
         ),
         warnings=[str(warning) for warning in warnings],
+        split_by=split_by,
+        keyed_summary=None if keyed_summary is None else to_json_value(dict(keyed_summary)),
     )
     session.add(model)
     session.flush()
@@ -1270,3 +1277,41 @@ def delete_model(session: Session, *, model_id: str) -> bool:
     if cached is not None:
         session.expunge(cached)
     return deleted
+
+
+KEYED_CHUNK_KEYS = 65_536
+"""Keys per stored chunk of a keyed model: a few megabytes of lines per row."""
+
+
+def store_keyed_chunk(
+    session: Session, *, model_id: str, position: int, arrays: Mapping[str, npt.ArrayLike]
+) -> None:
+    """Store (or replace: a chunk is written once whatever the retries) the chunk ``position``
+    of a keyed model: its keys' arrays, all of the same first length."""
+    n_keys = len(np.asarray(arrays["keys"]))
+    session.execute(
+        delete(KeyedModelChunk).where(
+            KeyedModelChunk.model_id == model_id, KeyedModelChunk.position == position
+        )
+    )
+    session.add(
+        KeyedModelChunk(
+            model_id=model_id, position=position, n_keys=n_keys, data=encode_arrays(arrays)
+        )
+    )
+    session.flush()
+
+
+def load_keyed_arrays(session: Session, *, model_id: str) -> dict[str, npt.NDArray[Any]]:
+    """Every chunk of the keyed model ``model_id`` joined in key order: name -> array."""
+    parts: dict[str, list[npt.NDArray[Any]]] = {}
+    rows = session.execute(
+        select(KeyedModelChunk.data)
+        .where(KeyedModelChunk.model_id == model_id)
+        .order_by(KeyedModelChunk.position),
+        execution_options={"yield_per": 1},
+    )
+    for (data,) in rows:
+        for name, array in decode_arrays(bytes(data)).items():
+            parts.setdefault(name, []).append(array)
+    return {name: np.concatenate(arrays) for name, arrays in parts.items()}

@@ -145,6 +145,12 @@ class Job(Base):
     registered_model: Mapped[str | None] = mapped_column(String(REGISTERED_NAME_LENGTH))
     # Added in revision 0007: delete the job's dataset once it is finished (None: keep it).
     discard_data: Mapped[bool | None]
+    # Added in revision 0012: a keyed fit (one mixture per value of this dataset column), what
+    # keys with too few rows get ("k1" or "skip"), and its progress counted in keys.
+    split_by: Mapped[str | None] = mapped_column(String)
+    small_keys: Mapped[str | None] = mapped_column(String(8))
+    keys_done: Mapped[int | None]
+    n_keys: Mapped[int | None]
 
 
 class Model(Base):
@@ -185,6 +191,29 @@ class Model(Base):
     n_parameters: Mapped[int | None]
     candidates: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
     warnings: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # Added in revision 0012: a keyed model's key column and its per-key counts, failures and
+    # min-loss quantiles; its lines are in ``KeyedModelChunk`` (the model's own lines above are
+    # the global model, for keys it does not know).
+    split_by: Mapped[str | None] = mapped_column(String)
+    keyed_summary: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class KeyedModelChunk(Base):
+    """Consecutive keys of a keyed model (in key order) and their lines (revision 0012).
+
+    ``data`` is an ``.npz`` archive (read without pickle) of the arrays ``keys`` (int64 or
+    fixed-width unicode), ``coef`` (n_keys, k, d), ``intercept`` and ``shares`` (n_keys, k),
+    ``min_loss``, ``n_rows`` and ``status`` (n_keys,).
+    """
+
+    __tablename__ = "keyed_model_chunks"
+
+    model_id: Mapped[str] = mapped_column(
+        String(ID_LENGTH), ForeignKey("models.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    n_keys: Mapped[int]
+    data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class RegisteredModel(Base):

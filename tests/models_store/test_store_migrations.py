@@ -6,15 +6,18 @@ import json
 from importlib import resources
 from typing import Any
 
+import numpy as np
 import procrastinate
 import psycopg
+import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, make_url, text
+from sqlalchemy.orm import Session
 
-from models_store import Base, migrate
+from models_store import Base, migrate, repository
 from models_store.session import make_engine
 
 APP_TABLES = {
@@ -26,6 +29,7 @@ APP_TABLES = {
     "model_versions",
     "model_aliases",
     "model_alias_events",
+    "keyed_model_chunks",
 }
 TABLES_OF_0002 = {"datasets", "jobs", "models"}
 # Procrastinate's queue (revision 0003), on PostgreSQL only.
@@ -442,5 +446,80 @@ def test_revision_0008_gives_old_datasets_no_extra_columns_and_its_downgrade_dro
             assert connection.execute(
                 text("SELECT dataset_id, n_rows, x_data FROM dataset_chunks")
             ).one() == ("d1", 1, b"\x00" * 8)
+    finally:
+        engine.dispose()
+
+
+def test_revision_0012_stores_keyed_chunks_with_their_model_and_its_downgrade_drops_them(
+    database_url,
+):
+    migrate.upgrade(database_url, "0012")
+    engine = make_engine(database_url)
+    try:
+        with Session(engine) as session, session.begin():
+            dataset = repository.create_dataset(
+                session,
+                X=np.zeros((4, 1)),
+                y=np.zeros(4),
+                feature_names=["x0"],
+                target_name=None,
+                name=None,
+            )
+            model = repository.create_model(
+                session,
+                job_id=None,
+                dataset_id=dataset.id,
+                name=None,
+                algorithm="auto",
+                n_components=1,
+                n_features=1,
+                feature_names=["x0"],
+                fit_intercept=True,
+                params={},
+                seed=0,
+                coef=[[1.0]],
+                intercept=[0.0],
+                shares=[1.0],
+                train_min_loss=0.0,
+                holdout_min_loss=None,
+                baseline={"coef": [1.0], "intercept": 0.0, "train_min_loss": 0.0},
+                n_train=4,
+                n_holdout=0,
+                loss_history=[0.0],
+                n_iter=1,
+                fit_seconds=0.0,
+                split_by="account",
+                keyed_summary={"n_keys": 2},
+            )
+            for position, keys in enumerate((["a"], ["b"])):
+                repository.store_keyed_chunk(
+                    session,
+                    model_id=model.id,
+                    position=position,
+                    arrays={"keys": np.array(keys), "coef": np.full((1, 1, 1), 2.0 + position)},
+                )
+            # A chunk written again replaces itself.
+            repository.store_keyed_chunk(
+                session,
+                model_id=model.id,
+                position=1,
+                arrays={"keys": np.array(["b"]), "coef": np.full((1, 1, 1), 5.0)},
+            )
+            model_id = model.id
+        with Session(engine) as session:
+            arrays = repository.load_keyed_arrays(session, model_id=model_id)
+            assert arrays["keys"].tolist() == ["a", "b"]
+            assert arrays["coef"].ravel().tolist() == [2.0, 5.0]
+        with pytest.raises(ValueError, match="objects"):
+            repository.store_keyed_chunk(
+                Session(engine), model_id=model_id, position=2, arrays={"keys": np.array([None])}
+            )
+
+        migrate.downgrade(database_url, "0008")
+        assert "keyed_model_chunks" not in table_names(database_url)
+        assert "split_by" not in {c["name"] for c in inspect(engine).get_columns("models")}
+        assert "split_by" not in {c["name"] for c in inspect(engine).get_columns("jobs")}
+        migrate.upgrade(database_url, "0012")
+        assert "keyed_model_chunks" in table_names(database_url)
     finally:
         engine.dispose()

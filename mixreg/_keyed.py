@@ -127,11 +127,14 @@ class KeyedMixture:
         A binary search in the sorted key array: O(log n_keys) per key, no hashing.
         """
         asked = _key_array(keys)
-        if self.keys.size == 0 or asked.size == 0:
-            return np.full(asked.shape[0], -1, dtype=np.intp)
-        if asked.dtype.kind != self.keys.dtype.kind and not (
-            asked.dtype.kind in "iu" and self.keys.dtype.kind in "iu"
-        ):
+        text = "OU"
+        if self.keys.dtype.kind in text and asked.dtype.kind in text + "iu":
+            # Text keys (stored as fixed-width or Python strings) compare as text; never cast
+            # to the stored width, which would cut a longer key down to a stored one.
+            asked = asked.astype(str)
+            if self.keys.dtype.kind == "O":
+                asked = asked.astype(object)
+        if self.keys.size == 0 or asked.size == 0 or asked.dtype.kind != self.keys.dtype.kind:
             return np.full(asked.shape[0], -1, dtype=np.intp)
         found = np.searchsorted(self.keys, asked)
         found = np.minimum(found, self.keys.size - 1)

@@ -198,6 +198,8 @@ class Client:
         name: str | None = None,
         registered_model: str | None = None,
         init_model: str | None = None,
+        split_by: str | None = None,
+        small_keys: str | None = None,
     ) -> FitJob:
         """Queue a fit of a stored dataset and return its job.
 
@@ -205,6 +207,8 @@ class Client:
         picks one). ``algorithm`` and ``params`` are those of ``POST /fit``.
         ``registered_model`` makes the fitted model that name's next version; ``init_model``
         (a model id, ``name@alias`` or ``name/versions/N``) starts the fit from its lines.
+        ``split_by`` (a column kept with the dataset) fits a mixture per key in one job;
+        ``small_keys`` ("k1" or "skip") says what keys too small for k lines get.
         """
         job = self._drive(
             _core.fit(
@@ -219,6 +223,8 @@ class Client:
                 name=name,
                 registered_model=registered_model,
                 init_model=init_model,
+                split_by=split_by,
+                small_keys=small_keys,
             )
         )
         return FitJob(self, job)
@@ -257,14 +263,22 @@ class Client:
         """Delete a model."""
         self._drive(_core.delete_model(model_id))
 
-    def predict(self, model: str | Model | ModelSummary, X: Any) -> np.ndarray:
+    def predict(
+        self,
+        model: str | Model | ModelSummary,
+        X: Any,
+        *,
+        keys: Sequence[str | int] | None = None,
+        unknown_keys: str | None = None,
+    ) -> np.ndarray:
         """Predictions of every line for every row: an array of shape ``(n, k)``.
 
         ``X`` is an array of n rows with the model's features in its order, or a DataFrame
         whose columns are matched to the features by name (a missing or unknown column raises
-        ValueError).
+        ValueError). A keyed model (fitted with ``split_by``) needs each row's key in
+        ``keys``; ``unknown_keys`` ("global" or "error") says what a key without lines gets.
         """
-        return self._drive(_core.predict(model, X))
+        return self._drive(_core.predict(model, X, keys, unknown_keys))
 
     def score(self, model: str | Model | ModelSummary, X: Any, y: Any) -> Scores:
         """Predictions of rows with known targets, their min-loss and each row's best line."""

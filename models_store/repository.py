@@ -682,6 +682,8 @@ def create_job(
     k_values: Sequence[int] | None = None,
     registered_model: str | None = None,
     discard_data: bool = False,
+    split_by: str | None = None,
+    small_keys: str | None = None,
 ) -> Job:
     """Queue a fit of ``dataset_id``; ``params`` are the validated algorithm parameters.
 
@@ -689,7 +691,9 @@ def create_job(
     largest of them. ``api_key_id`` is the key that submitted it (None without keys); an
     ``idempotency_key`` is unique among that caller's jobs. ``registered_model`` names the
     registered model whose next version the fit becomes.
-    ``discard_data`` deletes the dataset once the job is finished.
+    ``discard_data`` deletes the dataset once the job is finished. ``split_by`` makes it a
+    keyed fit (a mixture per value of that dataset column); ``small_keys`` says what keys too
+    small for k lines get.
     """
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -718,6 +722,8 @@ def create_job(
         warnings=[],
         registered_model=registered_model,
         discard_data=discard_data or None,
+        split_by=split_by,
+        small_keys=small_keys,
     )
     session.add(job)
     session.flush()
@@ -858,16 +864,21 @@ def update_progress(
     now: datetime,
     n_components: int | None = None,
     attempt: int | None = None,
+    keys_done: int | None = None,
+    n_keys: int | None = None,
 ) -> bool:
     """Record progress (which also counts as a heartbeat); False if the job (or its attempt
     ``attempt``, if given) is not owned.
 
-    ``n_components`` is the k being fitted (of a k sweep).
+    ``n_components`` is the k being fitted (of a k sweep); a keyed fit counts ``keys_done`` of
+    its ``n_keys`` keys.
     """
+    keyed = {} if n_keys is None else {"keys_done": keys_done, "n_keys": n_keys}
     return _update_job(
         session,
         job_id,
         *_owned_by(worker_id, attempt),
+        **keyed,
         progress_fraction=fraction,
         progress_iteration=iteration,
         progress_candidates=candidates,
@@ -1300,6 +1311,16 @@ def store_keyed_chunk(
         )
     )
     session.flush()
+
+
+def record_keyed_summary(session: Session, *, job_id: str, summary: Mapping[str, Any]) -> None:
+    """Record a keyed job's per-key counts, failures and min-loss quantiles; every key done."""
+    n_keys = int(summary.get("n_keys", 0))
+    session.execute(
+        update(Job)
+        .where(Job.id == job_id)
+        .values(keyed_summary=to_json_value(dict(summary)), keys_done=n_keys, n_keys=n_keys)
+    )
 
 
 def load_keyed_arrays(session: Session, *, model_id: str) -> dict[str, npt.NDArray[Any]]:

@@ -151,6 +151,7 @@ class Job(Base):
     small_keys: Mapped[str | None] = mapped_column(String(8))
     keys_done: Mapped[int | None]
     n_keys: Mapped[int | None]
+    keyed_summary: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class Model(Base):

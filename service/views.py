@@ -14,6 +14,7 @@ from service.schemas import (
     Component,
     DatasetOut,
     JobOut,
+    KeyedSummary,
     ModelOut,
     ModelSummary,
     Progress,
@@ -81,6 +82,8 @@ def job_out(job: Job, *, caller: ApiKey | None) -> JobOut:
             candidates_tried=job.progress_candidates,
             best_min_loss=job.progress_best_loss,
             n_components=job.progress_n_components,
+            keys_done=job.keys_done,
+            n_keys=job.n_keys,
         ),
         attempts=job.attempts,
         max_attempts=job.max_attempts,
@@ -93,6 +96,9 @@ def job_out(job: Job, *, caller: ApiKey | None) -> JobOut:
         model_id=job.model_id,
         model_url=model_url(job.model_id) if job.model_id else None,
         sweep=None if job.sweep is None else sweep_out(job.sweep),
+        split_by=job.split_by,
+        small_keys=job.small_keys,
+        keyed=None if job.keyed_summary is None else KeyedSummary(**job.keyed_summary),
         warnings=list(job.warnings),
         url=job_url(job.id),
     )
@@ -130,6 +136,7 @@ def model_summary(model: Model, version: ModelVersion | None = None) -> ModelSum
         bic=model.bic,
         n_parameters=model.n_parameters,
         warnings=list(model.warnings),
+        split_by=model.split_by,
         dataset_id=model.dataset_id,
         job_id=model.job_id,
         created_at=model.created_at,
@@ -161,4 +168,5 @@ def model_out(model: Model, version: ModelVersion | None = None) -> ModelOut:
             if model.candidates is None
             else [Candidate.model_validate(item) for item in model.candidates]
         ),
+        keyed=None if model.keyed_summary is None else KeyedSummary(**model.keyed_summary),
     )

@@ -2,7 +2,7 @@
 
 ``jobs.split_by`` / ``models.split_by`` name the key column; ``jobs.small_keys`` says what a
 key with too few rows gets; ``jobs.keys_done`` / ``jobs.n_keys`` count the keys fitted;
-``models.keyed_summary`` holds the per-key counts, failures and min-loss quantiles. Every
+``jobs.keyed_summary`` and ``models.keyed_summary`` hold the per-key counts, failures and min-loss quantiles. Every
 key's lines are stored in ``keyed_model_chunks``: row-chunked arrays of keys, one binary blob
 per chunk (docs/adr/0022-keyed-models-in-key-chunks.md), never a row per key.
 
@@ -28,6 +28,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("small_keys", sa.String(length=8), nullable=True))
         batch.add_column(sa.Column("keys_done", sa.Integer(), nullable=True))
         batch.add_column(sa.Column("n_keys", sa.Integer(), nullable=True))
+        batch.add_column(sa.Column("keyed_summary", sa.JSON(), nullable=True))
     with op.batch_alter_table("models") as batch:
         batch.add_column(sa.Column("split_by", sa.String(), nullable=True))
         batch.add_column(sa.Column("keyed_summary", sa.JSON(), nullable=True))
@@ -53,6 +54,7 @@ def downgrade() -> None:
         batch.drop_column("keyed_summary")
         batch.drop_column("split_by")
     with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("keyed_summary")
         batch.drop_column("n_keys")
         batch.drop_column("keys_done")
         batch.drop_column("small_keys")

@@ -606,6 +606,8 @@ class JobProgress:
                 candidates=info.get("candidates_tried"),
                 best_loss=_finite_or_none(info.get("best_loss")),
                 n_components=info.get("n_components"),
+                keys_done=info.get("keys_done"),
+                n_keys=info.get("n_keys"),
                 now=repository.database_now(session),
             )
             job = repository.get_job(session, job_id=self._job_id)
@@ -745,6 +747,32 @@ class _Attempt:
 
 
 @dataclass(frozen=True)
+class KeyedData:
+    """A keyed fit's key column split as the rows are (``TrainHoldout``), and its settings."""
+
+    split_by: str
+    small_keys: str
+    keys_train: NDArray[Any]
+    keys_holdout: NDArray[Any]
+
+    @classmethod
+    def of_column(cls, job: Job, values: NDArray[Any]) -> KeyedData:
+        """The keys of ``job``'s dataset column ``values`` (a number column: float with NaN
+        where missing; text: str, None where missing); an empty text is a missing key."""
+        if values.dtype == object:
+            values = values.copy()
+            values[values == ""] = None
+        train, holdout = holdout_split(values.shape[0], job.holdout_fraction, job.seed or 0)
+        assert job.split_by is not None
+        return cls(
+            split_by=job.split_by,
+            small_keys=job.small_keys or "k1",
+            keys_train=values[train],
+            keys_holdout=values[holdout],
+        )
+
+
+@dataclass(frozen=True)
 class _ClaimedJob:
     worker_id: str
     attempt: int
@@ -754,6 +782,7 @@ class _ClaimedJob:
     data: TrainHoldout
     feature_names: list[str]
     registered_model: str | None
+    keyed: KeyedData | None = None
 
 
 def _current_attempt(
@@ -797,6 +826,10 @@ def _load_claimed_job(
             n_features=dataset.n_features,
             spec=spec,
         )
+        keyed = None
+        if job.split_by is not None:
+            values = repository.load_dataset_columns(dataset, [job.split_by])[job.split_by]
+            keyed = KeyedData.of_column(job, values)
         return _ClaimedJob(
             worker_id=owner.worker_id,
             attempt=owner.attempt,
@@ -806,6 +839,7 @@ def _load_claimed_job(
             data=data,
             feature_names=list(dataset.feature_names),
             registered_model=job.registered_model,
+            keyed=keyed,
         )
 
 
@@ -855,7 +889,10 @@ def _run_job(
             os.getpid(),
         )
         try:
-            fitted = fit_split(data, spec, progress=progress)
+            if claimed.keyed is None:
+                fitted, keyed = fit_split(data, spec, progress=progress), None
+            else:
+                fitted, keyed = fit_keyed(data, claimed.keyed, spec, progress=progress)
         except JobLostError:
             return "lost"
         except FitCancelledError:
@@ -868,7 +905,7 @@ def _run_job(
         else:
             heartbeat.stop()
             try:
-                _store_models(session_factory, job_id, claimed, fitted)
+                _store_models(session_factory, job_id, claimed, fitted, keyed)
             except JobLostError:
                 return "lost"
             return "succeeded"
@@ -893,10 +930,12 @@ def _store_models(
     job_id: str,
     claimed: _ClaimedJob,
     fitted: FittedSweep,
+    keyed: mixreg.KeyedMixture | None = None,
 ) -> None:
-    """Store the model of every k and finish the job together; roll all back if the job was
-    taken away."""
+    """Store the model of every k (of a keyed fit: the global model and every key's lines in
+    chunks) and finish the job together; roll all back if the job was taken away."""
     spec = claimed.spec
+    summary = None if keyed is None else keyed.summary()
     with session_scope(session_factory) as session:
         model_ids: dict[int, str] = {}
         for fit in fitted.fits:
@@ -929,7 +968,12 @@ def _store_models(
                 n_parameters=fit.score.n_parameters,
                 candidates=fit.candidates,
                 warnings=fit.warnings,
+                split_by=None if claimed.keyed is None else claimed.keyed.split_by,
+                keyed_summary=summary,
             ).id
+        if keyed is not None:
+            store_keyed_lines(session, model_id=model_ids[spec.n_components], keyed=keyed)
+            repository.record_keyed_summary(session, job_id=job_id, summary=summary or {})
         if spec.k_values is None:
             sweep, job_warnings = None, fitted.best.warnings
         else:
@@ -959,6 +1003,70 @@ def _store_models(
         ):
             raise JobLostError(job_id)
         repository.discard_job_data(session, job_id=job_id)
+
+
+def fit_keyed(
+    split: TrainHoldout,
+    keyed: KeyedData,
+    spec: FitSpec,
+    *,
+    progress: ProgressCallback | None = None,
+) -> tuple[FittedSweep, mixreg.KeyedMixture]:
+    """A keyed fit: the global model of the job's spec on the split (a tenth of the progress),
+    then a mixture per key on all rows (:func:`mixreg.fit_per_key`), progress counted in keys.
+    """
+
+    def global_progress(fraction: float, info: dict[str, Any]) -> None:
+        if progress is not None:
+            progress(fraction * GLOBAL_SHARE, info)
+
+    def key_progress(done: int, total: int) -> None:
+        if progress is not None:
+            fraction = GLOBAL_SHARE + (1 - GLOBAL_SHARE) * done / max(total, 1)
+            progress(fraction, {"keys_done": done, "n_keys": total})
+
+    fitted = fit_split(split, spec, progress=global_progress)
+    X = np.concatenate([split.X_train, split.X_holdout])
+    y = np.concatenate([split.y_train, split.y_holdout])
+    keys = np.concatenate([keyed.keys_train, keyed.keys_holdout])
+    per_key = mixreg.fit_per_key(
+        X,
+        y,
+        keys,
+        spec.n_components,
+        fit_intercept=spec.fit_intercept,
+        small_keys="skip" if keyed.small_keys == "skip" else "k1",
+        global_model=False,
+        random_state=spec.seed,
+        progress=key_progress,
+    )
+    return fitted, per_key
+
+
+GLOBAL_SHARE = 0.1
+"""Share of a keyed fit's progress taken by its global model."""
+
+
+def store_keyed_lines(session: Session, *, model_id: str, keyed: mixreg.KeyedMixture) -> None:
+    """Store every key's lines of ``keyed`` in chunks of ``repository.KEYED_CHUNK_KEYS`` keys."""
+    keys = keyed.keys if keyed.keys.dtype.kind in "iu" else keyed.keys.astype(str)
+    step = repository.KEYED_CHUNK_KEYS
+    for position, start in enumerate(range(0, max(len(keys), 1), step)):
+        chunk = slice(start, start + step)
+        repository.store_keyed_chunk(
+            session,
+            model_id=model_id,
+            position=position,
+            arrays={
+                "keys": keys[chunk],
+                "coef": keyed.coef[chunk],
+                "intercept": keyed.intercept[chunk],
+                "shares": keyed.shares[chunk],
+                "min_loss": keyed.min_loss[chunk],
+                "n_rows": keyed.n_rows[chunk],
+                "status": keyed.status[chunk],
+            },
+        )
 
 
 def sweep_record(fitted: FittedSweep, model_ids: Mapping[int, str]) -> dict[str, Any]:

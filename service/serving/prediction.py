@@ -5,18 +5,19 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 from sqlalchemy.orm import Session, sessionmaker
 
-from mixreg import min_loss, predict_lines
+from mixreg import STATUSES, KeyedMixture, min_loss, predict_lines
 from models_store import registry, repository
 from models_store.session import read_scope, session_scope
 from models_store.tables import Model, ModelVersion
 from service.errors import ConflictError, InvalidInputError, NotFoundError
-from service.schemas import PredictResponse
+from service.schemas import Component, KeyLines, PredictResponse
 from service.serving import references
 
 FloatArray = NDArray[np.float64]
@@ -32,6 +33,10 @@ class StoredLines:
     # The registered model and version the model is, if it is one.
     registered_model: str | None = None
     version: int | None = None
+    # A keyed model: its key column and every key's lines, decoded once from their chunks
+    # (the lines above are then the global model's, for keys it does not know).
+    split_by: str | None = None
+    keyed: KeyedMixture | None = None
 
     @classmethod
     def of_model(cls, model: Model, version: ModelVersion | None = None) -> StoredLines:
@@ -112,8 +117,110 @@ def load_lines(
         if model is None:
             raise NotFoundError(f"model {model_id} does not exist")
         lines = StoredLines.of_model(model, registry.version_of_model(session, model_id=model.id))
+        if model.split_by is not None:
+            lines = replace(
+                lines,
+                split_by=model.split_by,
+                keyed=keyed_lines(repository.load_keyed_arrays(session, model_id=model.id)),
+            )
     cache.put(lines)
     return lines
+
+
+def keyed_lines(arrays: dict[str, NDArray[Any]]) -> KeyedMixture:
+    """Every key's lines of a keyed model from its stored arrays (keys in sorted order)."""
+    return KeyedMixture(
+        keys=arrays["keys"],
+        coef=arrays["coef"],
+        intercept=arrays["intercept"],
+        shares=arrays["shares"],
+        min_loss=arrays["min_loss"],
+        n_rows=arrays["n_rows"],
+        status=arrays["status"],
+    )
+
+
+def key_lines(lines: StoredLines, key: str) -> KeyLines:
+    """One key's lines of a keyed model (a key of an integer-keyed model written in decimal);
+    404 if the model has no such key, 422 if it is not keyed."""
+    keyed = lines.keyed
+    if keyed is None:
+        raise InvalidInputError(f"model {lines.model_id} is not keyed (fitted without split_by)")
+    asked: str | int = key
+    if keyed.keys.dtype.kind in "iu":
+        try:
+            asked = int(key)
+        except ValueError:
+            raise NotFoundError(
+                f"model {lines.model_id} has integer keys; '{key[:100]}' is none of them"
+            ) from None
+    found = np.searchsorted(keyed.keys, np.asarray([asked]))[0]
+    if found >= keyed.keys.size or keyed.keys[found] != asked:
+        raise NotFoundError(f"model {lines.model_id} has no key {asked!r}")
+    status = STATUSES[int(keyed.status[found])]
+    has_lines = status in ("fitted", "k1")
+    loss = float(keyed.min_loss[found])
+    return KeyLines(
+        model_id=lines.model_id,
+        key=asked,
+        status=status,
+        n_rows=int(keyed.n_rows[found]),
+        min_loss=loss if np.isfinite(loss) else None,
+        components=[
+            Component(coef=coef.tolist(), intercept=float(intercept), share=float(share))
+            for coef, intercept, share in zip(
+                keyed.coef[found], keyed.intercept[found], keyed.shares[found], strict=True
+            )
+        ]
+        if has_lines
+        else [],
+    )
+
+
+def predict_rows(
+    lines: StoredLines,
+    X: FloatArray,
+    keys: Sequence[str | int] | None,
+    *,
+    unknown_keys: str = "global",
+) -> FloatArray:
+    """The (n, k) predictions of ``X``: of a keyed model, each row by its key's lines (an
+    unknown key by the global model's, or a 422 naming it); 422 for keys to a model without
+    them, or none to a keyed model."""
+    if lines.keyed is None:
+        if keys is not None:
+            raise InvalidInputError(
+                f"keys: model {lines.model_id} is not keyed (fitted without split_by); "
+                f"predict without keys"
+            )
+        return predict_matrix(lines, X)
+    if keys is None:
+        raise InvalidInputError(
+            f"keys: model {lines.model_id} has lines per '{lines.split_by}'; give each row's "
+            f"key in keys (unknown_keys: global predicts by the model of all rows)"
+        )
+    if X.shape[1] != lines.n_features:
+        raise InvalidInputError(
+            f"model {lines.model_id} expects {lines.n_features} features, got {X.shape[1]}"
+        )
+    positions = lines.keyed.positions(np.asarray(keys))
+    unknown = positions < 0
+    if unknown.any() and unknown_keys == "error":
+        missing = list(dict.fromkeys(keys[int(i)] for i in np.flatnonzero(unknown)))
+        shown = missing[:5]
+        raise InvalidInputError(
+            f"keys: {len(missing)} keys have no lines in "
+            f"model {lines.model_id} (e.g. {', '.join(map(repr, shown))}); unknown_keys: "
+            f"global predicts them by the model of all rows"
+        )
+    found = np.where(unknown, 0, positions)
+    with np.errstate(over="ignore", invalid="ignore"):
+        predictions: FloatArray = np.einsum("nd,nkd->nk", X, lines.keyed.coef[found])
+        predictions += lines.keyed.intercept[found]
+        if unknown.any():
+            predictions[unknown] = predict_lines(X[unknown], lines.coef, lines.intercept)
+    _check_finite_predictions(predictions)
+    return predictions
 
 
 def predict(
@@ -124,7 +231,7 @@ def predict(
     ``X_rows`` must already be a finite rectangular matrix (the request schema checks it).
     """
     X = np.asarray(X_rows, dtype=np.float64)
-    predictions = predict_matrix(lines, X)
+    predictions = predict_rows(lines, X, None)
     response = PredictResponse(
         model_id=lines.model_id,
         registered_model=lines.registered_model,

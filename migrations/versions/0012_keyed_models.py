@@ -2,9 +2,10 @@
 
 ``jobs.split_by`` / ``models.split_by`` name the key column; ``jobs.small_keys`` says what a
 key with too few rows gets; ``jobs.keys_done`` / ``jobs.n_keys`` count the keys fitted;
-``jobs.keyed_summary`` and ``models.keyed_summary`` hold the per-key counts, failures and min-loss quantiles. Every
-key's lines are stored in ``keyed_model_chunks``: row-chunked arrays of keys, one binary blob
-per chunk (docs/adr/0022-keyed-models-in-key-chunks.md), never a row per key.
+``jobs.keyed_summary`` and ``models.keyed_summary`` hold the per-key counts, failures and
+min-loss quantiles. Every key's lines are stored in ``keyed_model_chunks``: chunks of
+consecutive keys, one binary blob per chunk (docs/adr/0022-keyed-models-in-key-chunks.md),
+never a row per key.
 
 Revision ID: 0012
 Revises: 0008

@@ -37,6 +37,9 @@ class StoredLines:
     # (the lines above are then the global model's, for keys it does not know).
     split_by: str | None = None
     keyed: KeyedMixture | None = None
+    # Each key with lines -> its position in ``keyed``: a hash lookup for small requests, where
+    # a binary search's array set-up would cost more than the prediction.
+    key_positions: dict[str | int, int] | None = None
 
     @classmethod
     def of_model(cls, model: Model, version: ModelVersion | None = None) -> StoredLines:
@@ -118,10 +121,9 @@ def load_lines(
             raise NotFoundError(f"model {model_id} does not exist")
         lines = StoredLines.of_model(model, registry.version_of_model(session, model_id=model.id))
         if model.split_by is not None:
+            keyed = keyed_lines(repository.load_keyed_arrays(session, model_id=model.id))
             lines = replace(
-                lines,
-                split_by=model.split_by,
-                keyed=keyed_lines(repository.load_keyed_arrays(session, model_id=model.id)),
+                lines, split_by=model.split_by, keyed=keyed, key_positions=positions_of(keyed)
             )
     cache.put(lines)
     return lines
@@ -177,6 +179,17 @@ def key_lines(lines: StoredLines, key: str) -> KeyLines:
     )
 
 
+def positions_of(keyed: KeyedMixture) -> dict[str | int, int]:
+    """Each key that has lines (fitted, or one line) -> its position."""
+    with_lines = np.flatnonzero(keyed.status <= STATUSES.index("k1"))
+    return dict(zip(keyed.keys[with_lines].tolist(), with_lines.tolist(), strict=True))
+
+
+SMALL_REQUEST_ROWS = 16
+"""Keyed requests of up to this many rows find their keys by hash lookups; larger ones by one
+binary search over the sorted keys."""
+
+
 def predict_rows(
     lines: StoredLines,
     X: FloatArray,
@@ -203,7 +216,18 @@ def predict_rows(
         raise InvalidInputError(
             f"model {lines.model_id} expects {lines.n_features} features, got {X.shape[1]}"
         )
-    positions = lines.keyed.positions(np.asarray(keys))
+    if lines.key_positions is not None and len(keys) <= SMALL_REQUEST_ROWS:
+        table = lines.key_positions
+        # A text key asked of an integer-keyed model (or the reverse) is unknown, as below.
+        positions = np.array([table.get(key, -1) for key in keys], dtype=np.intp)
+        if len(keys) == 1 and positions[0] >= 0:
+            # The single-row hot path: one key's (k, d) lines times the row.
+            at = int(positions[0])
+            single: FloatArray = lines.keyed.coef[at] @ X[0] + lines.keyed.intercept[at]
+            _check_finite_predictions(single[None])
+            return single[None]
+    else:
+        positions = lines.keyed.positions(np.asarray(keys))
     unknown = positions < 0
     if unknown.any() and unknown_keys == "error":
         missing = list(dict.fromkeys(keys[int(i)] for i in np.flatnonzero(unknown)))

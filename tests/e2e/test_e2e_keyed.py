@@ -230,3 +230,39 @@ def test_cancel_stops_a_keyed_fit(server: Server, tmp_path: Path):
     assert job["status"] == "cancelled"
     assert job["model_id"] is None
     assert job["progress"]["keys_done"] < 3000
+
+
+def test_the_readme_keyed_example_runs_as_written(server: Server, monkeypatch, capsys):
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("\n## A model per account: keyed fits", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.setenv("MIXREG_URL", server.base_url)
+    exec(compile(block, "README.md", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("{'fitted': 50, 'k1': 0, 'skipped': 0, 'failed': 0")
+    assert "[[" in printed[1]
+
+
+def test_missing_keys_are_counted_and_one_row_keys_take_one_line(server: Server):
+    rng = np.random.default_rng(2)
+    n_rows = 100_000
+    X = rng.standard_normal((n_rows, 2))
+    y = X @ [1.0, -1.0] + rng.standard_normal(n_rows)
+    keys: list = list(range(n_rows))
+    keys[:4] = [None] * 4
+    dataset_id = upload(server, X, y, {"id": keys})
+    job_id = server.fit(
+        {"dataset_id": dataset_id, "k": 2, "split_by": "id", "params": {"n_init": 4}}
+    )
+    job = server.wait_for_job(job_id, timeout=300)
+    assert job["status"] == "succeeded", job
+    assert job["keyed"]["rows_without_key"] == 4
+    assert job["keyed"]["keys_by_status"]["k1"] == n_rows - 4
+    model_id = job["model_id"]
+    one = server.request("GET", f"/models/{model_id}/keys/99999").json()
+    assert one["status"] == "k1" and one["n_rows"] == 1
+    predicted = server.request(
+        "POST", f"/models/{model_id}/predict", json={"X": [X[-1].tolist()], "keys": [99999]}
+    ).json()["predictions"][0]
+    # One row: the key's line passes through it.
+    np.testing.assert_allclose(predicted, [y[-1], y[-1]], rtol=1e-8)

@@ -16,7 +16,16 @@ from ._estimator import (
     MixtureOfLinearRegressions,
     minimum_rows_per_line,
 )
-from ._keyed import STATUSES, KeyedMixture, UnknownKeyError, fit_per_key
+from ._keyed import (
+    FAILURE_REASON,
+    MAX_FAILURES_LISTED,
+    STATUSES,
+    KeyedMixture,
+    UnknownKeyError,
+    fit_per_key,
+    key_array,
+    missing_keys,
+)
 from ._loss import min_loss, predict_lines
 from ._selection import (
     ComponentsFit,
@@ -33,8 +42,10 @@ from ._validation import ALGORITHM_PARAMETERS, ALGORITHMS
 __all__ = [
     "ALGORITHMS",
     "ALGORITHM_PARAMETERS",
+    "FAILURE_REASON",
     "MAX_ABS_Y",
     "MAX_EXHAUSTIVE_PARTITIONS",
+    "MAX_FAILURES_LISTED",
     "STATUSES",
     "ComponentsFit",
     "DegenerateFitWarning",
@@ -45,8 +56,10 @@ __all__ = [
     "UnknownKeyError",
     "check_n_components_list",
     "fit_per_key",
+    "key_array",
     "min_loss",
     "minimum_rows_per_line",
+    "missing_keys",
     "mixture_score",
     "nested_scores",
     "predict_lines",

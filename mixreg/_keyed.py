@@ -126,7 +126,7 @@ class KeyedMixture:
 
         A binary search in the sorted key array: O(log n_keys) per key, no hashing.
         """
-        asked = _key_array(keys)
+        asked = key_array(keys)
         text = "OU"
         if self.keys.dtype.kind in text and asked.dtype.kind in text + "iu":
             # Text keys (stored as fixed-width or Python strings) compare as text; never cast
@@ -169,7 +169,7 @@ class KeyedMixture:
             raise ValueError(f"keys has {positions.shape[0]} entries for {X.shape[0]} rows.")
         missing = positions < 0
         if missing.any() and (unknown == "error" or self.global_model is None):
-            raise UnknownKeyError(list(dict.fromkeys(_key_array(keys)[missing].tolist())))
+            raise UnknownKeyError(list(dict.fromkeys(key_array(keys)[missing].tolist())))
         found = np.where(missing, 0, positions)
         predictions: FloatArray = np.einsum("nd,nkd->nk", X, self.coef[found])
         predictions += self.intercept[found]
@@ -197,9 +197,10 @@ class KeyedMixture:
 
 
 MAX_FAILURES_LISTED = 100
+FAILURE_REASON = "a feature or the target is not a finite number"
 
 
-def _key_array(keys: ArrayLike) -> NDArray[Any]:
+def key_array(keys: ArrayLike) -> NDArray[Any]:
     """Keys as a 1-D array of integers or of strings."""
     array = np.asarray(keys)
     if array.ndim != 1:
@@ -216,7 +217,8 @@ def _key_array(keys: ArrayLike) -> NDArray[Any]:
     return array.astype(object)
 
 
-def _missing_keys(keys: NDArray[Any]) -> NDArray[np.bool_]:
+def missing_keys(keys: NDArray[Any]) -> NDArray[np.bool_]:
+    """Where ``keys`` (as :func:`key_array` gives them) is missing: NaN or None."""
     if keys.dtype.kind == "f":
         missing: NDArray[np.bool_] = ~np.isfinite(keys)
         return missing
@@ -282,11 +284,11 @@ def fit_per_key(
         raise ValueError(f"n_init must be an integer >= 2, got {n_init!r}.")
     if small_keys not in ("k1", "skip"):
         raise ValueError(f"small_keys must be 'k1' or 'skip', got {small_keys!r}.")
-    key_values = _key_array(keys)
+    key_values = key_array(keys)
     if key_values.shape[0] != X.shape[0]:
         raise ValueError(f"keys has {key_values.shape[0]} entries for {X.shape[0]} rows.")
     rng = as_generator(random_state)
-    without_key = _missing_keys(key_values)
+    without_key = missing_keys(key_values)
     if without_key.any():
         keep = ~without_key
         X, y, key_values = X[keep], y[keep], key_values[keep]
@@ -318,7 +320,7 @@ def fit_per_key(
         status=status,
         rows_without_key=int(without_key.sum()),
         failures={
-            str(distinct[key]): "a feature or the target is not a finite number"
+            str(distinct[key]): FAILURE_REASON
             for key in np.flatnonzero(failed)[:MAX_FAILURES_LISTED]
         },
     )

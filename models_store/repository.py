@@ -54,6 +54,7 @@ from models_store.tables import (
     Dataset,
     DatasetChunk,
     Job,
+    KeyedJobShard,
     KeyedModelChunk,
     Model,
 )
@@ -684,6 +685,7 @@ def create_job(
     discard_data: bool = False,
     split_by: str | None = None,
     small_keys: str | None = None,
+    keys_per_shard: int | None = None,
 ) -> Job:
     """Queue a fit of ``dataset_id``; ``params`` are the validated algorithm parameters.
 
@@ -724,6 +726,7 @@ def create_job(
         discard_data=discard_data or None,
         split_by=split_by,
         small_keys=small_keys,
+        keys_per_shard=keys_per_shard,
     )
     session.add(job)
     session.flush()
@@ -1290,29 +1293,6 @@ def delete_model(session: Session, *, model_id: str) -> bool:
     return deleted
 
 
-KEYED_CHUNK_KEYS = 65_536
-"""Keys per stored chunk of a keyed model: a few megabytes of lines per row."""
-
-
-def store_keyed_chunk(
-    session: Session, *, model_id: str, position: int, arrays: Mapping[str, npt.ArrayLike]
-) -> None:
-    """Store (or replace: a chunk is written once whatever the retries) the chunk ``position``
-    of a keyed model: its keys' arrays, all of the same first length."""
-    n_keys = len(np.asarray(arrays["keys"]))
-    session.execute(
-        delete(KeyedModelChunk).where(
-            KeyedModelChunk.model_id == model_id, KeyedModelChunk.position == position
-        )
-    )
-    session.add(
-        KeyedModelChunk(
-            model_id=model_id, position=position, n_keys=n_keys, data=encode_arrays(arrays)
-        )
-    )
-    session.flush()
-
-
 def record_keyed_summary(session: Session, *, job_id: str, summary: Mapping[str, Any]) -> None:
     """Record a keyed job's per-key counts, failures and min-loss quantiles; every key done."""
     n_keys = int(summary.get("n_keys", 0))
@@ -1336,3 +1316,82 @@ def load_keyed_arrays(session: Session, *, model_id: str) -> dict[str, npt.NDArr
         for name, array in decode_arrays(bytes(data)).items():
             parts.setdefault(name, []).append(array)
     return {name: np.concatenate(arrays) for name, arrays in parts.items()}
+
+
+def store_job_shard(
+    session: Session,
+    *,
+    job_id: str,
+    worker_id: str,
+    attempt: int,
+    position: int,
+    arrays: Mapping[str, npt.ArrayLike],
+) -> bool:
+    """Store the fitted shard ``position`` of the running keyed job ``job_id``, replacing any
+    earlier copy (so a shard is stored once whatever the retries); False, storing nothing, if
+    the job is no longer run by ``worker_id``'s attempt ``attempt``."""
+    owner = session.execute(
+        select(Job.id).where(Job.id == job_id, *_owned_by(worker_id, attempt)).with_for_update()
+    ).first()
+    if owner is None:
+        return False
+    session.execute(
+        delete(KeyedJobShard).where(
+            KeyedJobShard.job_id == job_id, KeyedJobShard.position == position
+        )
+    )
+    session.add(
+        KeyedJobShard(
+            job_id=job_id,
+            position=position,
+            n_keys=len(np.asarray(arrays["keys"])),
+            fitted_attempt=attempt,
+            data=encode_arrays(arrays),
+        )
+    )
+    session.flush()
+    return True
+
+
+def stored_job_shards(session: Session, *, job_id: str) -> list[int]:
+    """The positions of the shards the keyed job ``job_id`` has stored, in order."""
+    return list(
+        session.scalars(
+            select(KeyedJobShard.position)
+            .where(KeyedJobShard.job_id == job_id)
+            .order_by(KeyedJobShard.position)
+        )
+    )
+
+
+def load_job_shards(session: Session, *, job_id: str) -> dict[str, npt.NDArray[Any]]:
+    """Every stored shard of the keyed job ``job_id`` joined in key order: name -> array."""
+    parts: dict[str, list[npt.NDArray[Any]]] = {}
+    rows = session.execute(
+        select(KeyedJobShard.data)
+        .where(KeyedJobShard.job_id == job_id)
+        .order_by(KeyedJobShard.position),
+        execution_options={"yield_per": 1},
+    )
+    for (data,) in rows:
+        for name, array in decode_arrays(bytes(data)).items():
+            parts.setdefault(name, []).append(array)
+    return {name: np.concatenate(arrays) for name, arrays in parts.items()}
+
+
+def publish_job_shards(session: Session, *, job_id: str, model_id: str) -> None:
+    """Make the keyed job's stored shards the chunks of its model ``model_id`` (in the
+    database, nothing passes through Python) and delete them from the job."""
+    session.execute(
+        insert(KeyedModelChunk).from_select(
+            ["model_id", "position", "n_keys", "fitted_attempt", "data"],
+            select(
+                literal(model_id),
+                KeyedJobShard.position,
+                KeyedJobShard.n_keys,
+                KeyedJobShard.fitted_attempt,
+                KeyedJobShard.data,
+            ).where(KeyedJobShard.job_id == job_id),
+        )
+    )
+    session.execute(delete(KeyedJobShard).where(KeyedJobShard.job_id == job_id))

@@ -152,6 +152,7 @@ class Job(Base):
     keys_done: Mapped[int | None]
     n_keys: Mapped[int | None]
     keyed_summary: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    keys_per_shard: Mapped[int | None]
 
 
 class Model(Base):
@@ -214,6 +215,24 @@ class KeyedModelChunk(Base):
     )
     position: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
     n_keys: Mapped[int]
+    # The attempt of the job that fitted these keys (None: stored at once by the model's job).
+    fitted_attempt: Mapped[int | None]
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class KeyedJobShard(Base):
+    """A shard of consecutive keys that a running keyed job has fitted (revision 0012): kept
+    until the job stores its model, so that an attempt after a lost worker fits only the
+    shards not stored yet. ``data`` as ``KeyedModelChunk.data``."""
+
+    __tablename__ = "keyed_job_shards"
+
+    job_id: Mapped[str] = mapped_column(
+        String(ID_LENGTH), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    n_keys: Mapped[int]
+    fitted_attempt: Mapped[int]
     data: Mapped[bytes] = mapped_column(LargeBinary)
 
 

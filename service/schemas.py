@@ -449,6 +449,14 @@ class _FitBase(_Strict):
         "integer keys, e.g. an account); one mixture of k lines is fitted per key, all in one "
         "job, plus the global model of all rows (with `algorithm`) for keys it does not know",
     )
+    keys_per_shard: int = Field(
+        default=65_536,
+        ge=1,
+        le=1_000_000,
+        strict=True,
+        description="a keyed fit fits and stores its keys this many at a time: a worker lost "
+        "mid-fit loses only the shard it was fitting, which the next attempt fits again",
+    )
     small_keys: Literal["k1", "skip"] = Field(
         default="k1",
         description="a keyed fit's keys with fewer rows than k lines need (k * (d + 1)): one "

@@ -263,6 +263,7 @@ def submit_fit(
                 discard_data=not request.keep_data,
                 split_by=request.split_by,
                 small_keys=request.small_keys if request.split_by is not None else None,
+                keys_per_shard=request.keys_per_shard if request.split_by is not None else None,
             )
             if enqueue is not None:
                 enqueue(session, job.id)

@@ -746,12 +746,17 @@ class _Attempt:
     attempt: int
 
 
+DEFAULT_KEYS_PER_SHARD = 65_536
+"""Keys a keyed job fits and stores at a time: a lost worker loses at most this many."""
+
+
 @dataclass(frozen=True)
 class KeyedData:
     """A keyed fit's key column split as the rows are (``TrainHoldout``), and its settings."""
 
     split_by: str
     small_keys: str
+    keys_per_shard: int
     keys_train: NDArray[Any]
     keys_holdout: NDArray[Any]
 
@@ -767,6 +772,7 @@ class KeyedData:
         return cls(
             split_by=job.split_by,
             small_keys=job.small_keys or "k1",
+            keys_per_shard=job.keys_per_shard or DEFAULT_KEYS_PER_SHARD,
             keys_train=values[train],
             keys_holdout=values[holdout],
         )
@@ -892,7 +898,19 @@ def _run_job(
             if claimed.keyed is None:
                 fitted, keyed = fit_split(data, spec, progress=progress), None
             else:
-                fitted, keyed = fit_keyed(data, claimed.keyed, spec, progress=progress)
+                fitted, keyed = fit_keyed(
+                    data,
+                    claimed.keyed,
+                    spec,
+                    ShardStore(
+                        session_factory,
+                        job_id=job_id,
+                        worker_id=owner.worker_id,
+                        attempt=owner.attempt,
+                    ),
+                    keys_per_shard=claimed.keyed.keys_per_shard,
+                    progress=progress,
+                )
         except JobLostError:
             return "lost"
         except FitCancelledError:
@@ -930,12 +948,11 @@ def _store_models(
     job_id: str,
     claimed: _ClaimedJob,
     fitted: FittedSweep,
-    keyed: mixreg.KeyedMixture | None = None,
+    keyed: dict[str, Any] | None = None,
 ) -> None:
     """Store the model of every k (of a keyed fit: the global model and every key's lines in
     chunks) and finish the job together; roll all back if the job was taken away."""
     spec = claimed.spec
-    summary = None if keyed is None else keyed.summary()
     with session_scope(session_factory) as session:
         model_ids: dict[int, str] = {}
         for fit in fitted.fits:
@@ -969,11 +986,13 @@ def _store_models(
                 candidates=fit.candidates,
                 warnings=fit.warnings,
                 split_by=None if claimed.keyed is None else claimed.keyed.split_by,
-                keyed_summary=summary,
+                keyed_summary=keyed,
             ).id
         if keyed is not None:
-            store_keyed_lines(session, model_id=model_ids[spec.n_components], keyed=keyed)
-            repository.record_keyed_summary(session, job_id=job_id, summary=summary or {})
+            repository.publish_job_shards(
+                session, job_id=job_id, model_id=model_ids[spec.n_components]
+            )
+            repository.record_keyed_summary(session, job_id=job_id, summary=keyed)
         if spec.k_values is None:
             sweep, job_warnings = None, fitted.best.warnings
         else:
@@ -1005,68 +1024,131 @@ def _store_models(
         repository.discard_job_data(session, job_id=job_id)
 
 
+class ShardStore:
+    """Where a keyed job keeps the shards of keys it has fitted: the database, as the job's
+    running attempt (a shard stored by an earlier attempt is not fitted again)."""
+
+    def __init__(
+        self, session_factory: sessionmaker[Session], *, job_id: str, worker_id: str, attempt: int
+    ) -> None:
+        self._session_factory = session_factory
+        self._job_id, self._worker_id, self._attempt = job_id, worker_id, attempt
+
+    def stored(self) -> set[int]:
+        """Positions of the shards already stored."""
+        with read_scope(self._session_factory) as session:
+            return set(repository.stored_job_shards(session, job_id=self._job_id))
+
+    def store(self, position: int, arrays: Mapping[str, NDArray[Any]]) -> None:
+        """Store a fitted shard; ``JobLostError`` if the attempt is no longer the job's."""
+        with session_scope(self._session_factory) as session:
+            if not repository.store_job_shard(
+                session,
+                job_id=self._job_id,
+                worker_id=self._worker_id,
+                attempt=self._attempt,
+                position=position,
+                arrays=arrays,
+            ):
+                raise JobLostError(self._job_id)
+
+    def load(self) -> dict[str, NDArray[Any]]:
+        """Every stored shard, joined in key order."""
+        with read_scope(self._session_factory) as session:
+            return repository.load_job_shards(session, job_id=self._job_id)
+
+
+def _shard_arrays(keyed: mixreg.KeyedMixture) -> dict[str, NDArray[Any]]:
+    """The stored arrays of a fitted shard (text keys as fixed-width text: never pickled)."""
+    return {
+        "keys": keyed.keys if keyed.keys.dtype.kind in "iu" else keyed.keys.astype(str),
+        "coef": keyed.coef,
+        "intercept": keyed.intercept,
+        "shares": keyed.shares,
+        "min_loss": keyed.min_loss,
+        "n_rows": keyed.n_rows,
+        "status": keyed.status,
+    }
+
+
 def fit_keyed(
     split: TrainHoldout,
     keyed: KeyedData,
     spec: FitSpec,
+    shards: ShardStore,
     *,
+    keys_per_shard: int,
     progress: ProgressCallback | None = None,
-) -> tuple[FittedSweep, mixreg.KeyedMixture]:
+) -> tuple[FittedSweep, dict[str, Any]]:
     """A keyed fit: the global model of the job's spec on the split (a tenth of the progress),
-    then a mixture per key on all rows (:func:`mixreg.fit_per_key`), progress counted in keys.
+    then a mixture per key on all rows (:func:`mixreg.fit_per_key`), shard by shard of
+    ``keys_per_shard`` consecutive keys, each stored as soon as it is fitted; shards already
+    stored (by an attempt that lost its worker) are skipped. Each shard draws from its own
+    seed (the job's seed and its position), so a shard fits the same whichever attempt fits it.
+    Progress counts keys. Returns the global fit and the keys' summary (counts by status,
+    failures, min-loss quantiles).
     """
 
     def global_progress(fraction: float, info: dict[str, Any]) -> None:
         if progress is not None:
             progress(fraction * GLOBAL_SHARE, info)
 
-    def key_progress(done: int, total: int) -> None:
-        if progress is not None:
-            fraction = GLOBAL_SHARE + (1 - GLOBAL_SHARE) * done / max(total, 1)
-            progress(fraction, {"keys_done": done, "n_keys": total})
-
     fitted = fit_split(split, spec, progress=global_progress)
     X = np.concatenate([split.X_train, split.X_holdout])
     y = np.concatenate([split.y_train, split.y_holdout])
     keys = np.concatenate([keyed.keys_train, keyed.keys_holdout])
-    per_key = mixreg.fit_per_key(
-        X,
-        y,
-        keys,
-        spec.n_components,
-        fit_intercept=spec.fit_intercept,
-        small_keys="skip" if keyed.small_keys == "skip" else "k1",
-        global_model=False,
-        random_state=spec.seed,
-        progress=key_progress,
-    )
-    return fitted, per_key
+    missing = mixreg.missing_keys(keys)
+    X, y, keys = X[~missing], y[~missing], keys[~missing]
+    distinct, codes = np.unique(mixreg.key_array(keys), return_inverse=True)
+    order = np.argsort(codes, kind="stable")
+    first_codes = np.arange(0, distinct.size + keys_per_shard, keys_per_shard)
+    bounds = np.searchsorted(codes[order], first_codes)
+    n_shards = -(-distinct.size // keys_per_shard)
+    done = shards.stored()
+    for position in range(n_shards):
+        keys_done = min(position * keys_per_shard, distinct.size)
+        if progress is not None:
+            fraction = GLOBAL_SHARE + (1 - GLOBAL_SHARE) * keys_done / max(distinct.size, 1)
+            progress(fraction, {"keys_done": keys_done, "n_keys": int(distinct.size)})
+        if position in done:
+            continue
+        rows = order[bounds[position] : bounds[position + 1]]
+        per_key = mixreg.fit_per_key(
+            X[rows],
+            y[rows],
+            keys[rows],
+            spec.n_components,
+            fit_intercept=spec.fit_intercept,
+            small_keys="skip" if keyed.small_keys == "skip" else "k1",
+            global_model=False,
+            random_state=np.random.default_rng([spec.seed, position]),
+        )
+        shards.store(position, _shard_arrays(per_key))
+    stored = shards.load()
+    n_keys = int(stored["keys"].size) if stored else 0
+    summary = mixreg.KeyedMixture(
+        keys=stored.get("keys", distinct[:0]),
+        coef=stored.get("coef", np.zeros((0, spec.n_components, split.n_features))),
+        intercept=stored.get("intercept", np.zeros((0, spec.n_components))),
+        shares=stored.get("shares", np.zeros((0, spec.n_components))),
+        min_loss=stored.get("min_loss", np.zeros(0)),
+        n_rows=stored.get("n_rows", np.zeros(0, dtype=np.int64)),
+        status=stored.get("status", np.zeros(0, dtype=np.int8)),
+        rows_without_key=int(missing.sum()),
+        failures={
+            str(key): mixreg.FAILURE_REASON
+            for key in stored["keys"][stored["status"] == mixreg.STATUSES.index("failed")][
+                : mixreg.MAX_FAILURES_LISTED
+            ]
+        }
+        if n_keys
+        else {},
+    ).summary()
+    return fitted, summary
 
 
 GLOBAL_SHARE = 0.1
 """Share of a keyed fit's progress taken by its global model."""
-
-
-def store_keyed_lines(session: Session, *, model_id: str, keyed: mixreg.KeyedMixture) -> None:
-    """Store every key's lines of ``keyed`` in chunks of ``repository.KEYED_CHUNK_KEYS`` keys."""
-    keys = keyed.keys if keyed.keys.dtype.kind in "iu" else keyed.keys.astype(str)
-    step = repository.KEYED_CHUNK_KEYS
-    for position, start in enumerate(range(0, max(len(keys), 1), step)):
-        chunk = slice(start, start + step)
-        repository.store_keyed_chunk(
-            session,
-            model_id=model_id,
-            position=position,
-            arrays={
-                "keys": keys[chunk],
-                "coef": keyed.coef[chunk],
-                "intercept": keyed.intercept[chunk],
-                "shares": keyed.shares[chunk],
-                "min_loss": keyed.min_loss[chunk],
-                "n_rows": keyed.n_rows[chunk],
-                "status": keyed.status[chunk],
-            },
-        )
 
 
 def sweep_record(fitted: FittedSweep, model_ids: Mapping[int, str]) -> dict[str, Any]:

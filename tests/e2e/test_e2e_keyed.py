@@ -4,17 +4,19 @@ lines, and every bad input a 4xx naming the field."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
 from mixreg import fit_per_key
 from mixreg.datasets import make_shared_accounts
 from mixreg_client import Client
 
-from .conftest import Server
+from .conftest import Server, ServerFactory
 
 pytestmark = pytest.mark.e2e
 
@@ -266,3 +268,65 @@ def test_missing_keys_are_counted_and_one_row_keys_take_one_line(server: Server)
     ).json()["predictions"][0]
     # One row: the key's line passes through it.
     np.testing.assert_allclose(predicted, [y[-1], y[-1]], rtol=1e-8)
+
+
+def keyed_shards(database_url: str, model_id: str) -> list[tuple[int, int, int]]:
+    """(position, keys, attempt that fitted them) of every stored chunk of a keyed model."""
+    engine = create_engine(database_url, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                text(
+                    "SELECT position, n_keys, fitted_attempt FROM keyed_model_chunks "
+                    "WHERE model_id = :model ORDER BY position"
+                ),
+                {"model": model_id},
+            ).all()
+        return [(int(a), int(b), int(c)) for a, b, c in rows]
+    finally:
+        engine.dispose()
+
+
+def killed_mid_keyed_fit(api: Server, kill: Callable[[dict], None], n_accounts: int) -> dict:
+    """Fit ``n_accounts`` accounts in shards of 100 keys, ``kill`` whatever runs the job once
+    two shards are stored, and return the finished job."""
+    X, y, account, _ = make_shared_accounts(
+        n_accounts=n_accounts, n_ratings=40, n_features=2, random_state=3
+    )
+    dataset_id = upload(api, X, y, {"account": account.tolist()})
+    job_id = api.fit(
+        {"dataset_id": dataset_id, "k": 2, "split_by": "account", "keys_per_shard": 100}
+    )
+    running = api.wait_for_job(
+        job_id, until=lambda job: (job["progress"]["keys_done"] or 0) >= 200, timeout=300
+    )
+    assert running["status"] == "running", running
+    kill(running)
+    return api.wait_for_job(job_id, timeout=300)
+
+
+def check_every_key_fitted_once(api: Server, job: dict, database_url: str, n_accounts: int):
+    assert job["status"] == "succeeded", job
+    assert job["attempts"] == 2
+    assert job["keyed"]["keys_by_status"]["fitted"] == n_accounts
+    shards = keyed_shards(database_url, job["model_id"])
+    assert [position for position, _, _ in shards] == list(range(n_accounts // 100))
+    assert sum(keys for _, keys, _ in shards) == n_accounts
+    # The shards stored before the kill were kept, not fitted again.
+    attempts = [attempt for _, _, attempt in shards]
+    assert attempts[:2] == [1, 1] and attempts[-1] == 2
+    lines = api.request("GET", f"/models/{job['model_id']}/keys/{n_accounts - 1}").json()
+    assert lines["status"] == "fitted" and lines["n_rows"] == 40
+
+
+def test_a_server_killed_mid_keyed_fit_fits_only_the_unstored_shards(
+    make_sqlite_server: ServerFactory, sqlite_url: str
+):
+    server = make_sqlite_server()
+
+    def kill_and_restart(job: dict) -> None:
+        server.kill()
+        server.start()
+
+    job = killed_mid_keyed_fit(server, kill_and_restart, 600)
+    check_every_key_fitted_once(server, job, sqlite_url, 600)

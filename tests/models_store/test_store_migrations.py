@@ -30,6 +30,7 @@ APP_TABLES = {
     "model_aliases",
     "model_alias_events",
     "keyed_model_chunks",
+    "keyed_job_shards",
 }
 TABLES_OF_0002 = {"datasets", "jobs", "models"}
 # Procrastinate's queue (revision 0003), on PostgreSQL only.
@@ -491,32 +492,65 @@ def test_revision_0012_stores_keyed_chunks_with_their_model_and_its_downgrade_dr
                 split_by="account",
                 keyed_summary={"n_keys": 2},
             )
+            job = repository.create_job(
+                session,
+                dataset_id=dataset.id,
+                algorithm="auto",
+                n_components=1,
+                params={},
+                fit_intercept=True,
+                holdout_fraction=0.0,
+                max_attempts=2,
+                split_by="account",
+                keys_per_shard=1,
+            )
+            repository.claim_job(session, job_id=job.id, worker_id="w", now=repository.utcnow())
             for position, keys in enumerate((["a"], ["b"])):
-                repository.store_keyed_chunk(
+                assert repository.store_job_shard(
                     session,
-                    model_id=model.id,
+                    job_id=job.id,
+                    worker_id="w",
+                    attempt=1,
                     position=position,
                     arrays={"keys": np.array(keys), "coef": np.full((1, 1, 1), 2.0 + position)},
                 )
-            # A chunk written again replaces itself.
-            repository.store_keyed_chunk(
+            # A shard written again replaces itself; another attempt's write is refused.
+            assert repository.store_job_shard(
                 session,
-                model_id=model.id,
+                job_id=job.id,
+                worker_id="w",
+                attempt=1,
                 position=1,
                 arrays={"keys": np.array(["b"]), "coef": np.full((1, 1, 1), 5.0)},
             )
-            model_id = model.id
+            assert not repository.store_job_shard(
+                session,
+                job_id=job.id,
+                worker_id="w",
+                attempt=2,
+                position=1,
+                arrays={"keys": np.array(["b"]), "coef": np.full((1, 1, 1), 9.0)},
+            )
+            assert repository.stored_job_shards(session, job_id=job.id) == [0, 1]
+            repository.publish_job_shards(session, job_id=job.id, model_id=model.id)
+            assert repository.stored_job_shards(session, job_id=job.id) == []
+            model_id, job_id = model.id, job.id
         with Session(engine) as session:
             arrays = repository.load_keyed_arrays(session, model_id=model_id)
             assert arrays["keys"].tolist() == ["a", "b"]
             assert arrays["coef"].ravel().tolist() == [2.0, 5.0]
-        with pytest.raises(ValueError, match="objects"):
-            repository.store_keyed_chunk(
-                Session(engine), model_id=model_id, position=2, arrays={"keys": np.array([None])}
-            )
+            with pytest.raises(ValueError, match="objects"):
+                repository.store_job_shard(
+                    session,
+                    job_id=job_id,
+                    worker_id="w",
+                    attempt=1,
+                    position=2,
+                    arrays={"keys": np.array([None])},
+                )
 
         migrate.downgrade(database_url, "0008")
-        assert "keyed_model_chunks" not in table_names(database_url)
+        assert not {"keyed_model_chunks", "keyed_job_shards"} & table_names(database_url)
         assert "split_by" not in {c["name"] for c in inspect(engine).get_columns("models")}
         assert "split_by" not in {c["name"] for c in inspect(engine).get_columns("jobs")}
         migrate.upgrade(database_url, "0012")

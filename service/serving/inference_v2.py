@@ -35,10 +35,12 @@ from service.schemas_v2 import (
     RequestInput,
     ResponseOutput,
 )
-from service.serving.prediction import FloatArray, StoredLines, predict_matrix
+from service.serving.prediction import FloatArray, StoredLines, predict_rows
 
 MODEL_VERSION = "1"
 INPUT_NAME = "X"
+KEY_INPUT_NAME = "key"
+"""A keyed model's second input: each row's key, BYTES (text) or INT64, as JSON data."""
 OUTPUT_NAME = "predictions"
 PLATFORM = "mixreg"
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -109,6 +111,8 @@ class ParsedInference:
     request: InferenceRequest
     X: FloatArray
     binary_output: bool
+    keys: list[str | int] | None = None
+    unknown_keys: str = "global"
 
 
 def split_body(body: bytes, header_length: str | None) -> tuple[bytes, bytes]:
@@ -147,10 +151,31 @@ def parse_request(header: bytes) -> InferenceRequest:
 def read_inference(lines: StoredLines, header: bytes, binary: bytes) -> ParsedInference:
     """Check an inference request against the model and read its input rows."""
     request = parse_request(header)
+    key_tensors = [tensor for tensor in request.inputs if tensor.name == KEY_INPUT_NAME]
+    others = [tensor for tensor in request.inputs if tensor.name != KEY_INPUT_NAME]
+    if lines.keyed is not None and len(key_tensors) == 1 and len(others) == 1:
+        X = _input_rows(others[0], binary, n_features=lines.n_features, model_id=lines.model_id)
+        unknown_keys = (request.parameters or {}).get("unknown_keys", "global")
+        if unknown_keys not in ("global", "error"):
+            raise InferenceProtocolError(
+                f"parameters.unknown_keys is {unknown_keys!r}; send 'global' or 'error'"
+            )
+        return ParsedInference(
+            request=request,
+            X=X,
+            binary_output=_binary_output(request),
+            keys=_input_keys(key_tensors[0], n_rows=X.shape[0]),
+            unknown_keys=unknown_keys,
+        )
     if len(request.inputs) != 1:
         names = ", ".join(f"'{tensor.name}'" for tensor in request.inputs) or "none"
+        wanted = (
+            f"the inputs '{INPUT_NAME}' and '{KEY_INPUT_NAME}'"
+            if lines.keyed is not None
+            else f"one input, '{INPUT_NAME}'"
+        )
         raise InferenceProtocolError(
-            f"model {lines.model_id} has one input, '{INPUT_NAME}'; the request has {names}"
+            f"model {lines.model_id} has {wanted}; the request has {names}"
         )
     tensor = request.inputs[0]
     if tensor.name != INPUT_NAME:
@@ -160,6 +185,29 @@ def read_inference(lines: StoredLines, header: bytes, binary: bytes) -> ParsedIn
         )
     X = _input_rows(tensor, binary, n_features=lines.n_features, model_id=lines.model_id)
     return ParsedInference(request=request, X=X, binary_output=_binary_output(request))
+
+
+def _input_keys(tensor: RequestInput, *, n_rows: int) -> list[str | int]:
+    """The keys of the ``key`` input: BYTES (text) or INT64 JSON data, one per row."""
+    if tensor.datatype not in ("BYTES", "INT64"):
+        raise InferenceProtocolError(
+            f"input '{tensor.name}' has datatype {tensor.datatype}; send BYTES or INT64 keys"
+        )
+    if tensor.shape not in ([n_rows], [n_rows, 1]):
+        raise InferenceProtocolError(
+            f"input '{tensor.name}' has shape {tensor.shape}; send [{n_rows}], a key per row"
+        )
+    if tensor.data is None or (tensor.parameters or {}).get("binary_data_size") is not None:
+        raise InferenceProtocolError(f"input '{tensor.name}': send the keys as JSON data")
+    flat = [item[0] if isinstance(item, list) and len(item) == 1 else item for item in tensor.data]
+    kind = str if tensor.datatype == "BYTES" else int
+    if len(flat) != n_rows or not all(type(item) is kind for item in flat):
+        raise InferenceProtocolError(
+            f"input '{tensor.name}' of datatype {tensor.datatype} needs {n_rows} "
+            f"{'strings' if kind is str else 'integers'}"
+        )
+    keys: list[str | int] = flat
+    return keys
 
 
 def _input_rows(
@@ -283,7 +331,7 @@ def infer(
     """Predict and encode the response: the body and, for binary output, the length of its JSON
     header (for ``Inference-Header-Content-Length``). ``name`` is the model's name as the
     client gave it (default its id); the response names the version that answered."""
-    predictions = predict_matrix(lines, parsed.X)
+    predictions = predict_rows(lines, parsed.X, parsed.keys, unknown_keys=parsed.unknown_keys)
     output = ResponseOutput(
         name=OUTPUT_NAME, datatype="FP64", shape=[int(size) for size in predictions.shape]
     )

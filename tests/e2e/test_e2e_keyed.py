@@ -287,22 +287,32 @@ def keyed_shards(database_url: str, model_id: str) -> list[tuple[int, int, int]]
         engine.dispose()
 
 
+SHARD = 50
+"""Keys per shard of the fits killed midway."""
+
+
 def killed_mid_keyed_fit(api: Server, kill: Callable[[dict], None], n_accounts: int) -> dict:
-    """Fit ``n_accounts`` accounts in shards of 100 keys, ``kill`` whatever runs the job once
-    two shards are stored, and return the finished job."""
+    """Fit ``n_accounts`` accounts in shards of :data:`SHARD` keys, ``kill`` whatever runs the
+    job once two shards are stored, and return the finished job."""
     X, y, account, _ = make_shared_accounts(
         n_accounts=n_accounts, n_ratings=40, n_features=2, random_state=3
     )
     dataset_id = upload(api, X, y, {"account": account.tolist()})
     job_id = api.fit(
-        {"dataset_id": dataset_id, "k": 2, "split_by": "account", "keys_per_shard": 100}
+        {
+            "dataset_id": dataset_id,
+            "k": 2,
+            "split_by": "account",
+            "keys_per_shard": SHARD,
+            "params": {"n_init": 4},
+        }
     )
     running = api.wait_for_job(
-        job_id, until=lambda job: (job["progress"]["keys_done"] or 0) >= 200, timeout=300
+        job_id, until=lambda job: (job["progress"]["keys_done"] or 0) >= 2 * SHARD, timeout=200
     )
     assert running["status"] == "running", running
     kill(running)
-    return api.wait_for_job(job_id, timeout=300)
+    return api.wait_for_job(job_id, timeout=200)
 
 
 def check_every_key_fitted_once(api: Server, job: dict, database_url: str, n_accounts: int):
@@ -310,7 +320,7 @@ def check_every_key_fitted_once(api: Server, job: dict, database_url: str, n_acc
     assert job["attempts"] == 2
     assert job["keyed"]["keys_by_status"]["fitted"] == n_accounts
     shards = keyed_shards(database_url, job["model_id"])
-    assert [position for position, _, _ in shards] == list(range(n_accounts // 100))
+    assert [position for position, _, _ in shards] == list(range(n_accounts // SHARD))
     assert sum(keys for _, keys, _ in shards) == n_accounts
     # The shards stored before the kill were kept, not fitted again.
     attempts = [attempt for _, _, attempt in shards]
@@ -328,5 +338,40 @@ def test_a_server_killed_mid_keyed_fit_fits_only_the_unstored_shards(
         server.kill()
         server.start()
 
-    job = killed_mid_keyed_fit(server, kill_and_restart, 600)
-    check_every_key_fitted_once(server, job, sqlite_url, 600)
+    job = killed_mid_keyed_fit(server, kill_and_restart, 6 * SHARD)
+    check_every_key_fitted_once(server, job, sqlite_url, 6 * SHARD)
+
+
+def test_open_inference_protocol_keyed_infer(server: Server):
+    X, y, account, _ = make_shared_accounts(n_accounts=4, n_ratings=50, n_features=2)
+    dataset_id = upload(server, X, y, {"account": [f"a{a}" for a in account.tolist()]})
+    job = server.wait_for_job(
+        server.fit({"dataset_id": dataset_id, "k": 2, "split_by": "account"}), timeout=120
+    )
+    model_id = job["model_id"]
+
+    def infer(keys: dict, parameters: dict | None = None):
+        body = {
+            "inputs": [
+                {"name": "X", "datatype": "FP64", "shape": [2, 2], "data": X[:2].ravel().tolist()},
+                keys,
+            ],
+            **({"parameters": parameters} if parameters else {}),
+        }
+        return server.request("POST", f"/v2/models/{model_id}/infer", json=body)
+
+    asked = [f"a{account[0]}", "nobody"]
+    answer = infer({"name": "key", "datatype": "BYTES", "shape": [2], "data": asked})
+    assert answer.status_code == 200, answer.text
+    served = np.array(answer.json()["outputs"][0]["data"]).reshape(2, 2)
+    json_answer = server.request(
+        "POST", f"/models/{model_id}/predict", json={"X": X[:2].tolist(), "keys": asked}
+    ).json()["predictions"]
+    np.testing.assert_array_equal(served, json_answer)
+    refused = infer(
+        {"name": "key", "datatype": "BYTES", "shape": [2], "data": asked},
+        {"unknown_keys": "error"},
+    )
+    assert refused.status_code == 422 and "'nobody'" in refused.text
+    wrong = infer({"name": "key", "datatype": "INT64", "shape": [2], "data": ["a", "b"]})
+    assert wrong.status_code == 400 and "needs 2 integers" in wrong.text

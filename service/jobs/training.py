@@ -1105,11 +1105,16 @@ def fit_keyed(
     bounds = np.searchsorted(codes[order], first_codes)
     n_shards = -(-distinct.size // keys_per_shard)
     done = shards.stored()
-    for position in range(n_shards):
-        keys_done = min(position * keys_per_shard, distinct.size)
+
+    def key_progress(keys_done: int) -> None:
+        # Called between batches of keys: a cancellation stops the fit there.
         if progress is not None:
             fraction = GLOBAL_SHARE + (1 - GLOBAL_SHARE) * keys_done / max(distinct.size, 1)
             progress(fraction, {"keys_done": keys_done, "n_keys": int(distinct.size)})
+
+    for position in range(n_shards):
+        first_key = position * keys_per_shard
+        key_progress(min(first_key, distinct.size))
         if position in done:
             continue
         rows = order[bounds[position] : bounds[position + 1]]
@@ -1122,6 +1127,7 @@ def fit_keyed(
             small_keys="skip" if keyed.small_keys == "skip" else "k1",
             global_model=False,
             random_state=np.random.default_rng([spec.seed, position]),
+            progress=_offset_progress(key_progress, first_key),
         )
         shards.store(position, _shard_arrays(per_key))
     stored = shards.load()
@@ -1149,6 +1155,16 @@ def fit_keyed(
 
 GLOBAL_SHARE = 0.1
 """Share of a keyed fit's progress taken by its global model."""
+
+
+def _offset_progress(report: Callable[[int], None], first_key: int) -> Callable[[int, int], None]:
+    """``fit_per_key``'s progress (keys done of a shard, keys of the shard) as keys done of
+    the whole job, for a shard starting at key ``first_key``."""
+
+    def progress(keys_done: int, _: int) -> None:
+        report(first_key + keys_done)
+
+    return progress
 
 
 def sweep_record(fitted: FittedSweep, model_ids: Mapping[int, str]) -> dict[str, Any]:

@@ -218,14 +218,15 @@ def predict_rows(
         )
     if lines.key_positions is not None and len(keys) <= SMALL_REQUEST_ROWS:
         table = lines.key_positions
+        if len(keys) == 1 and keys[0] in table:
+            # The single-row hot path: one key's (k, d) lines times the row.
+            at = table[keys[0]]
+            single: FloatArray = X @ lines.keyed.coef[at].T
+            single += lines.keyed.intercept[at]
+            _check_finite_predictions(single)
+            return single
         # A text key asked of an integer-keyed model (or the reverse) is unknown, as below.
         positions = np.array([table.get(key, -1) for key in keys], dtype=np.intp)
-        if len(keys) == 1 and positions[0] >= 0:
-            # The single-row hot path: one key's (k, d) lines times the row.
-            at = int(positions[0])
-            single: FloatArray = lines.keyed.coef[at] @ X[0] + lines.keyed.intercept[at]
-            _check_finite_predictions(single[None])
-            return single[None]
     else:
         positions = lines.keyed.positions(np.asarray(keys))
     unknown = positions < 0

@@ -287,15 +287,15 @@ def keyed_shards(database_url: str, model_id: str) -> list[tuple[int, int, int]]
         engine.dispose()
 
 
-SHARD = 50
-"""Keys per shard of the fits killed midway."""
+SHARD, RATINGS = 50, 24
+"""Keys per shard, and rows per key, of the fits killed midway."""
 
 
 def killed_mid_keyed_fit(api: Server, kill: Callable[[dict], None], n_accounts: int) -> dict:
     """Fit ``n_accounts`` accounts in shards of :data:`SHARD` keys, ``kill`` whatever runs the
     job once two shards are stored, and return the finished job."""
     X, y, account, _ = make_shared_accounts(
-        n_accounts=n_accounts, n_ratings=40, n_features=2, random_state=3
+        n_accounts=n_accounts, n_ratings=RATINGS, n_features=2, random_state=3
     )
     dataset_id = upload(api, X, y, {"account": account.tolist()})
     job_id = api.fit(
@@ -304,7 +304,9 @@ def killed_mid_keyed_fit(api: Server, kill: Callable[[dict], None], n_accounts: 
             "k": 2,
             "split_by": "account",
             "keys_per_shard": SHARD,
+            # The global model is not what is tested: a short search.
             "params": {"n_init": 4},
+            "time_budget_s": 1.0,
         }
     )
     running = api.wait_for_job(
@@ -326,7 +328,7 @@ def check_every_key_fitted_once(api: Server, job: dict, database_url: str, n_acc
     attempts = [attempt for _, _, attempt in shards]
     assert attempts[:2] == [1, 1] and attempts[-1] == 2
     lines = api.request("GET", f"/models/{job['model_id']}/keys/{n_accounts - 1}").json()
-    assert lines["status"] == "fitted" and lines["n_rows"] == 40
+    assert lines["status"] == "fitted" and lines["n_rows"] == RATINGS
 
 
 def test_a_server_killed_mid_keyed_fit_fits_only_the_unstored_shards(

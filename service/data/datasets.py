@@ -225,6 +225,11 @@ async def read_upload(
     limits = limits_of(settings)
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "application/json":
+        if options.keep:
+            raise InvalidInputError(
+                "keep names columns of a CSV, Parquet or NPZ upload; a JSON body gives its extra "
+                "columns as columns: {name: [values...]}"
+            )
         fields, parsed = await _read_json_dataset(request)
         staged = await run_in_threadpool(stage_parsed, parsed, limits=limits)
         return Upload(staged, fields.name)

@@ -189,6 +189,13 @@ def test_bad_keep_options_are_422s_naming_the_column(server: Server):
     )
     assert_422(
         server.request(
+            "POST", "/datasets", params={"keep": "g"}, json={"X": X.tolist(), "y": y.tolist()}
+        ),
+        "keep names columns of a CSV, Parquet or NPZ upload; a JSON body gives its extra columns "
+        "as columns: {name: [values...]}",
+    )
+    assert_422(
+        server.request(
             "POST",
             "/datasets",
             json={"X": X.tolist(), "y": y.tolist(), "columns": {"g": [1.0, "a"] * (N_ROWS // 2)}},
@@ -208,3 +215,21 @@ def test_the_client_sends_a_dataframes_kept_columns(server: Server, database_pat
     stored = stored_columns(database_path, dataset.id, ["user", "w"])
     assert stored["user"].tolist() == USERS.tolist()
     np.testing.assert_array_equal(stored["w"], weights())
+
+
+def test_an_idempotent_retry_replays_only_the_same_kept_columns(server: Server):
+    X, y = mixture_data(n_rows=N_ROWS, seed=6)
+    X = X[:, :2]
+    body = {
+        "content": csv_text(X, y),
+        "headers": {"content-type": "text/csv", "Idempotency-Key": "kept-retry"},
+    }
+    first = server.request("POST", "/datasets", params={"target": "y", "keep": "user,w"}, **body)
+    assert first.status_code == 201, first.text
+    again = server.request("POST", "/datasets", params={"target": "y", "keep": "user,w"}, **body)
+    assert again.status_code == 201, again.text
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.json()["id"] == first.json()["id"]
+    # The same rows with the kept columns in another order are another upload.
+    other = server.request("POST", "/datasets", params={"target": "y", "keep": "w,user"}, **body)
+    assert other.status_code == 409, other.text

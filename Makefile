@@ -79,6 +79,7 @@ bench: install ## run the benchmarks and write bench/RESULTS.md
 	$(MAKE) --no-print-directory bench-hard
 	$(MAKE) --no-print-directory bench-peers
 	$(MAKE) --no-print-directory bench-scaleout
+	$(MAKE) --no-print-directory bench-keyed
 	$(MAKE) --no-print-directory bench-serving
 	$(MAKE) --no-print-directory bench-load
 	$(MAKE) --no-print-directory bench-registry
@@ -101,6 +102,10 @@ bench-load: install ## 32 clients (predicts, fits, listings) on SQLite and Postg
 .PHONY: bench-scaleout
 bench-scaleout: install ## fits per minute: embedded worker, 1 and 2 Procrastinate workers (PostgreSQL)
 	$(BIN)/python -m bench.scaleout
+
+.PHONY: bench-keyed
+bench-keyed: install ## keyed fits: 10^5 accounts x 200 ratings vs a loop of the default fit; keyed predict among 10^6 keys
+	$(BIN)/python -m bench.keyed
 
 .PHONY: bench-serving
 bench-serving: install wrk ## predict throughput beside a bare endpoint, batches, big uploads (installs wrk)

@@ -5,7 +5,8 @@ Regressions in the Non-Realizable Setting": gradient alternating minimization (A
 the sub-sample algorithms (Algorithms 2 and 3, with least-squares or RANSAC fits) and their
 combination, plus classical AM and EM for a Gaussian mixture of regressions, and the default
 ``"auto"``, which polishes candidates from all of them by classical AM and keeps the best;
-``select_n_components`` chooses k by BIC.
+``select_n_components`` chooses k by BIC; ``fit_per_key`` fits a mixture per key (per account)
+for many keys at once.
 """
 
 from ._estimator import (
@@ -18,6 +19,16 @@ from ._estimator import (
     minimum_rows_per_line,
 )
 from ._inference import BootstrapResult
+from ._keyed import (
+    FAILURE_REASON,
+    MAX_FAILURES_LISTED,
+    STATUSES,
+    KeyedMixture,
+    UnknownKeyError,
+    fit_per_key,
+    key_array,
+    missing_keys,
+)
 from ._loss import gate_probabilities, min_loss, predict_lines
 from ._selection import (
     ComponentsFit,
@@ -37,23 +48,31 @@ from ._validation import ALGORITHM_PARAMETERS, ALGORITHMS
 __all__ = [
     "ALGORITHMS",
     "ALGORITHM_PARAMETERS",
+    "FAILURE_REASON",
     "GROUPED_ALGORITHMS",
     "MAX_ABS_Y",
     "MAX_EXHAUSTIVE_PARTITIONS",
+    "MAX_FAILURES_LISTED",
+    "STATUSES",
     "BootstrapResult",
     "ComponentsFit",
     "DegenerateFitWarning",
     "InferenceSummary",
+    "KeyedMixture",
     "MixtureOfLinearRegressions",
     "MixtureScore",
     "NComponentsSelection",
     "StandardErrorWarning",
     "SummaryRow",
+    "UnknownKeyError",
     "check_n_components_list",
     "component_order",
+    "fit_per_key",
     "gate_probabilities",
+    "key_array",
     "min_loss",
     "minimum_rows_per_line",
+    "missing_keys",
     "mixture_score",
     "nested_scores",
     "predict_lines",

@@ -18,6 +18,7 @@ __all__ = [
     "make_friedman",
     "make_gated",
     "make_realizable",
+    "make_shared_accounts",
     "make_two_regressions",
 ]
 
@@ -361,3 +362,89 @@ def _draw_separated_lines(
         f"could not draw {n_components} lines at least {min_distance} apart in "
         f"{n_features + int(fit_intercept)} parameters; use fewer components or more features."
     )
+
+
+def make_shared_accounts(
+    n_accounts: int = 100,
+    n_ratings: int = 200,
+    n_features: int = 4,
+    people: tuple[int, int] = (2, 3),
+    n_items: int = 2000,
+    noise: float = 0.3,
+    random_state: RandomState = None,
+) -> tuple[FloatArray, FloatArray, IntArray, IntArray]:
+    """Ratings of shared accounts: each account's rows come from 2 to 3 people of distinct tastes.
+
+    As in the paper's MovieLens experiment, an item is an embedding vector and a person's
+    rating of it is a line of the embedding (the person's taste and bias) plus noise; an
+    account mixes the ratings of a few people, so a mixture of lines fitted to the account
+    recovers its people's tastes. Item embeddings are standard normal; every person's taste
+    is standard normal scaled by 2 and bias uniform in [2, 4]; the tastes within an account
+    are redrawn until every two are at least 2 apart (separated tastes). Every rating is by a
+    person of the account drawn uniformly.
+
+    Parameters
+    ----------
+    n_accounts : int, default=100
+    n_ratings : int, default=200
+        Ratings (rows) per account.
+    n_features : int, default=4
+        Dimension d of the item embeddings.
+    people : tuple of two ints, default=(2, 3)
+        Fewest and most people per account (each account draws its number uniformly).
+    n_items : int, default=2000
+        Items in the catalog the ratings are drawn from.
+    noise : float, default=0.3
+        Standard deviation of the Gaussian noise of every rating.
+    random_state : None, int or numpy.random.Generator, default=None
+
+    Returns
+    -------
+    X : ndarray of shape (n_accounts * n_ratings, n_features)
+        The rated item's embedding.
+    y : ndarray of shape (n_accounts * n_ratings,)
+        The rating.
+    account : ndarray of shape (n_accounts * n_ratings,)
+        The account of each row (0 to n_accounts - 1); rows are shuffled across accounts.
+    person : ndarray of shape (n_accounts * n_ratings,)
+        Which of the account's people gave the rating (0 to people[1] - 1).
+
+    Raises
+    ------
+    ValueError
+        If a size, ``people`` or the noise is invalid.
+    """
+    _check_positive_int(n_accounts, "n_accounts")
+    _check_positive_int(n_ratings, "n_ratings")
+    _check_positive_int(n_features, "n_features")
+    _check_positive_int(n_items, "n_items")
+    _check_non_negative(noise, "noise")
+    fewest, most = people
+    _check_positive_int(fewest, "people[0]")
+    _check_positive_int(most, "people[1]", minimum=fewest)
+    rng = np.random.default_rng(random_state)
+    items = rng.standard_normal((n_items, n_features))
+    tastes = 2.0 * rng.standard_normal((n_accounts, most, n_features))
+    biases = rng.uniform(2.0, 4.0, size=(n_accounts, most))
+    # Redraw, all at once, every account whose people are not pairwise separated.
+    for _ in range(_MAX_SEPARATION_DRAWS):
+        params = np.concatenate([tastes, biases[:, :, None]], axis=2)
+        distances = np.linalg.norm(params[:, :, None] - params[:, None, :], axis=-1)
+        distances[:, np.arange(most), np.arange(most)] = np.inf
+        close = distances.min(axis=(1, 2)) < 2.0
+        if not close.any():
+            break
+        tastes[close] = 2.0 * rng.standard_normal((int(close.sum()), most, n_features))
+        biases[close] = rng.uniform(2.0, 4.0, size=(int(close.sum()), most))
+    n_people = rng.integers(fewest, most + 1, size=n_accounts)
+    n_rows = n_accounts * n_ratings
+    account = np.repeat(np.arange(n_accounts, dtype=np.int64), n_ratings)
+    person = (rng.random(n_rows) * n_people[account]).astype(np.int64)
+    X = items[rng.integers(0, n_items, size=n_rows)]
+    y = (
+        np.einsum("nd,nd->n", X, tastes[account, person])
+        + biases[account, person]
+        + noise * rng.standard_normal(n_rows)
+    )
+    order = rng.permutation(n_rows)
+    return X[order], y[order], account[order], person[order]

@@ -206,6 +206,8 @@ class AsyncClient:
         n_bootstrap: int = 0,
         bootstrap: str = "parametric",
         gating: str | Sequence[str] | None = None,
+        split_by: str | None = None,
+        small_keys: str | None = None,
     ) -> AsyncFitJob:
         """Queue a fit of a stored dataset and return its job.
 
@@ -220,6 +222,8 @@ class AsyncClient:
         ``"empirical"``) ask for the lines' standard errors (``Model.summary()``).
         ``gating`` fits a gate, mixing probabilities that depend on each row: ``"features"``
         or the names of number columns the dataset kept.
+        ``split_by`` (a column kept with the dataset) fits a mixture per key in one job;
+        ``small_keys`` ("k1" or "skip") says what keys too small for k lines get.
         """
         job = await self._drive(
             _core.fit(
@@ -240,6 +244,8 @@ class AsyncClient:
                 n_bootstrap=n_bootstrap,
                 bootstrap=bootstrap,
                 gating=gating,
+                split_by=split_by,
+                small_keys=small_keys,
             )
         )
         return AsyncFitJob(self, job)
@@ -280,16 +286,34 @@ class AsyncClient:
 
     @overload
     async def predict(
-        self, model: str | Model | ModelSummary, X: Any, groups: None = None
+        self,
+        model: str | Model | ModelSummary,
+        X: Any,
+        groups: None = None,
+        *,
+        keys: Sequence[str | int] | None = None,
+        unknown_keys: str | None = None,
     ) -> np.ndarray: ...
 
     @overload
     async def predict(
-        self, model: str | Model | ModelSummary, X: Any, groups: Any
+        self,
+        model: str | Model | ModelSummary,
+        X: Any,
+        groups: Any,
+        *,
+        keys: None = None,
+        unknown_keys: None = None,
     ) -> GroupPredictions: ...
 
     async def predict(
-        self, model: str | Model | ModelSummary, X: Any, groups: Any = None
+        self,
+        model: str | Model | ModelSummary,
+        X: Any,
+        groups: Any = None,
+        *,
+        keys: Sequence[str | int] | None = None,
+        unknown_keys: str | None = None,
     ) -> np.ndarray | GroupPredictions:
         """Predictions of every line for every row: an array of shape ``(n, k)``.
 
@@ -297,11 +321,14 @@ class AsyncClient:
         whose columns are matched to the features by name (a missing or unknown column raises
         ValueError). With ``groups`` (one label per row, for a model fitted with groups), a
         :class:`GroupPredictions`: the predictions and the line of each row's group (-1 for a
-        group the fit never saw).
+        group the fit never saw). A keyed model (fitted with ``split_by``) needs each row's key
+        in ``keys``; ``unknown_keys`` ("global" or "error") says what a key without lines gets.
         """
         if groups is not None:
+            if keys is not None:
+                raise ValueError("give groups (a grouped model) or keys (a keyed model), not both")
             return await self._drive(_core.predict_groups(model, X, groups))
-        return await self._drive(_core.predict(model, X))
+        return await self._drive(_core.predict(model, X, keys, unknown_keys))
 
     async def predict_gated(
         self, model: str | Model | ModelSummary, X: Any, concomitant: Any = None

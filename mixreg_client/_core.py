@@ -248,6 +248,8 @@ def fit(
     n_bootstrap: int = 0,
     bootstrap: str = "parametric",
     gating: str | Sequence[str] | None = None,
+    split_by: str | None = None,
+    small_keys: str | None = None,
 ) -> Operation[Job]:
     """Queue a fit of a stored dataset; the job as accepted."""
     body: dict[str, Any] = {
@@ -279,6 +281,10 @@ def fit(
         body["groups"] = groups
     if gating is not None:
         body["gating"] = gating if isinstance(gating, str) else list(gating)
+    if split_by is not None:
+        body["split_by"] = split_by
+    if small_keys is not None:
+        body["small_keys"] = small_keys
     accepted = _json(_response((yield Call("POST", "/fit", json=body, headers=_idempotency_key()))))
     return (yield from get_job(accepted["job_id"]))
 
@@ -366,10 +372,19 @@ def _rows_in_model_order(model: str | Model | ModelSummary, X: Any) -> Operation
     return _data.columns_in_model_order(X, fitted.feature_names)
 
 
-def predict(model: str | Model | ModelSummary, X: Any) -> Operation[np.ndarray]:
-    """k values per row, shape ``(n, k)``."""
+def predict(
+    model: str | Model | ModelSummary,
+    X: Any,
+    keys: Sequence[str | int] | None = None,
+    unknown_keys: str | None = None,
+) -> Operation[np.ndarray]:
+    """k values per row, shape ``(n, k)``; of a keyed model, each row by its key's lines."""
     rows = yield from _rows_in_model_order(model, X)
-    body = {"X": _data.feature_matrix(rows)}
+    body: dict[str, Any] = {"X": _data.feature_matrix(rows)}
+    if keys is not None:
+        body["keys"] = [key if isinstance(key, str) else int(key) for key in keys]
+    if unknown_keys is not None:
+        body["unknown_keys"] = unknown_keys
     answer = _json(_response((yield Call("POST", f"/models/{_id_of(model)}/predict", json=body))))
     return np.asarray(answer["predictions"], dtype=np.float64)
 

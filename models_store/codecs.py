@@ -159,3 +159,25 @@ def decode_group_table(b: bytes) -> tuple[npt.NDArray[Any], npt.NDArray[np.intp]
     if labels.shape != lines.shape:
         raise ValueError("a stored group table's labels and lines differ in length")
     return labels, lines
+
+
+def encode_arrays(arrays: Mapping[str, npt.ArrayLike]) -> bytes:
+    """Encode named arrays of numbers or fixed-width text as one ``.npz`` archive (no pickle:
+    an object array is refused)."""
+    import io
+
+    buffer = io.BytesIO()
+    plain = {name: np.asarray(values) for name, values in arrays.items()}
+    for name, array in plain.items():
+        if array.dtype.hasobject:
+            raise ValueError(f"array '{name}' holds Python objects; store numbers or fixed text")
+    np.savez(buffer, allow_pickle=False, **plain)
+    return buffer.getvalue()
+
+
+def decode_arrays(b: bytes) -> dict[str, npt.NDArray[Any]]:
+    """Decode the arrays :func:`encode_arrays` wrote (never unpickling anything)."""
+    import io
+
+    with np.load(io.BytesIO(b), allow_pickle=False) as archive:
+        return {name: archive[name] for name in archive.files}

@@ -38,10 +38,12 @@ from models_store.codecs import (
     COLUMN_TYPES,
     NUMBER,
     STRING,
+    decode_arrays,
     decode_columns,
     decode_group_table,
     decode_matrix,
     decode_vector,
+    encode_arrays,
     encode_columns,
     encode_group_table,
     encode_matrix,
@@ -54,6 +56,8 @@ from models_store.tables import (
     Dataset,
     DatasetChunk,
     Job,
+    KeyedJobShard,
+    KeyedModelChunk,
     Model,
 )
 
@@ -685,6 +689,9 @@ def create_job(
     groups_column: str | None = None,
     uncertainty: Mapping[str, Any] | None = None,
     gating: str | Sequence[str] | None = None,
+    split_by: str | None = None,
+    small_keys: str | None = None,
+    keys_per_shard: int | None = None,
 ) -> Job:
     """Queue a fit of ``dataset_id``; ``params`` are the validated algorithm parameters.
 
@@ -699,6 +706,9 @@ def create_job(
     ``bootstrap``).
     ``gating`` asks for a gate: ``"features"`` or the names of the dataset's extra columns it
     reads.
+    ``split_by`` makes it a
+    keyed fit (a mixture per value of that dataset column); ``small_keys`` says what keys too
+    small for k lines get.
     """
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -731,6 +741,9 @@ def create_job(
         groups_column=groups_column,
         uncertainty=None if uncertainty is None else to_json_value(dict(uncertainty)),
         gating=gating if gating is None or isinstance(gating, str) else list(gating),
+        split_by=split_by,
+        small_keys=small_keys,
+        keys_per_shard=keys_per_shard,
     )
     session.add(job)
     session.flush()
@@ -871,16 +884,21 @@ def update_progress(
     now: datetime,
     n_components: int | None = None,
     attempt: int | None = None,
+    keys_done: int | None = None,
+    n_keys: int | None = None,
 ) -> bool:
     """Record progress (which also counts as a heartbeat); False if the job (or its attempt
     ``attempt``, if given) is not owned.
 
-    ``n_components`` is the k being fitted (of a k sweep).
+    ``n_components`` is the k being fitted (of a k sweep); a keyed fit counts ``keys_done`` of
+    its ``n_keys`` keys.
     """
+    keyed = {} if n_keys is None else {"keys_done": keys_done, "n_keys": n_keys}
     return _update_job(
         session,
         job_id,
         *_owned_by(worker_id, attempt),
+        **keyed,
         progress_fraction=fraction,
         progress_iteration=iteration,
         progress_candidates=candidates,
@@ -1207,6 +1225,8 @@ def create_model(
     group_metrics: Mapping[str, Any] | None = None,
     uncertainty: Mapping[str, Any] | None = None,
     gate: Mapping[str, Any] | None = None,
+    split_by: str | None = None,
+    keyed_summary: Mapping[str, Any] | None = None,
 ) -> Model:
     """Store a fitted model; arrays are kept as JSON lists of exactly the same float64 values.
 
@@ -1272,6 +1292,8 @@ def create_model(
         group_metrics=None if group_metrics is None else to_json_value(dict(group_metrics)),
         uncertainty=None if uncertainty is None else to_json_value(dict(uncertainty)),
         gate=None if gate is None else to_json_value(dict(gate)),
+        split_by=split_by,
+        keyed_summary=None if keyed_summary is None else to_json_value(dict(keyed_summary)),
     )
     session.add(model)
     session.flush()
@@ -1315,3 +1337,107 @@ def load_group_table(
     """A grouped model's (group labels, line of each), or None for a model without groups."""
     stored = session.scalar(select(Model.group_table).where(Model.id == model_id))
     return None if stored is None else decode_group_table(stored)
+
+
+def record_keyed_summary(session: Session, *, job_id: str, summary: Mapping[str, Any]) -> None:
+    """Record a keyed job's per-key counts, failures and min-loss quantiles; every key done."""
+    n_keys = int(summary.get("n_keys", 0))
+    session.execute(
+        update(Job)
+        .where(Job.id == job_id)
+        .values(keyed_summary=to_json_value(dict(summary)), keys_done=n_keys, n_keys=n_keys)
+    )
+
+
+def load_keyed_arrays(session: Session, *, model_id: str) -> dict[str, npt.NDArray[Any]]:
+    """Every chunk of the keyed model ``model_id`` joined in key order: name -> array."""
+    parts: dict[str, list[npt.NDArray[Any]]] = {}
+    rows = session.execute(
+        select(KeyedModelChunk.data)
+        .where(KeyedModelChunk.model_id == model_id)
+        .order_by(KeyedModelChunk.position),
+        execution_options={"yield_per": 1},
+    )
+    for (data,) in rows:
+        for name, array in decode_arrays(bytes(data)).items():
+            parts.setdefault(name, []).append(array)
+    return {name: np.concatenate(arrays) for name, arrays in parts.items()}
+
+
+def store_job_shard(
+    session: Session,
+    *,
+    job_id: str,
+    worker_id: str,
+    attempt: int,
+    position: int,
+    arrays: Mapping[str, npt.ArrayLike],
+) -> bool:
+    """Store the fitted shard ``position`` of the running keyed job ``job_id``, replacing any
+    earlier copy (so a shard is stored once whatever the retries); False, storing nothing, if
+    the job is no longer run by ``worker_id``'s attempt ``attempt``."""
+    owner = session.execute(
+        select(Job.id).where(Job.id == job_id, *_owned_by(worker_id, attempt)).with_for_update()
+    ).first()
+    if owner is None:
+        return False
+    session.execute(
+        delete(KeyedJobShard).where(
+            KeyedJobShard.job_id == job_id, KeyedJobShard.position == position
+        )
+    )
+    session.add(
+        KeyedJobShard(
+            job_id=job_id,
+            position=position,
+            n_keys=len(np.asarray(arrays["keys"])),
+            fitted_attempt=attempt,
+            data=encode_arrays(arrays),
+        )
+    )
+    session.flush()
+    return True
+
+
+def stored_job_shards(session: Session, *, job_id: str) -> list[int]:
+    """The positions of the shards the keyed job ``job_id`` has stored, in order."""
+    return list(
+        session.scalars(
+            select(KeyedJobShard.position)
+            .where(KeyedJobShard.job_id == job_id)
+            .order_by(KeyedJobShard.position)
+        )
+    )
+
+
+def load_job_shards(session: Session, *, job_id: str) -> dict[str, npt.NDArray[Any]]:
+    """Every stored shard of the keyed job ``job_id`` joined in key order: name -> array."""
+    parts: dict[str, list[npt.NDArray[Any]]] = {}
+    rows = session.execute(
+        select(KeyedJobShard.data)
+        .where(KeyedJobShard.job_id == job_id)
+        .order_by(KeyedJobShard.position),
+        execution_options={"yield_per": 1},
+    )
+    for (data,) in rows:
+        for name, array in decode_arrays(bytes(data)).items():
+            parts.setdefault(name, []).append(array)
+    return {name: np.concatenate(arrays) for name, arrays in parts.items()}
+
+
+def publish_job_shards(session: Session, *, job_id: str, model_id: str) -> None:
+    """Make the keyed job's stored shards the chunks of its model ``model_id`` (in the
+    database, nothing passes through Python) and delete them from the job."""
+    session.execute(
+        insert(KeyedModelChunk).from_select(
+            ["model_id", "position", "n_keys", "fitted_attempt", "data"],
+            select(
+                literal(model_id),
+                KeyedJobShard.position,
+                KeyedJobShard.n_keys,
+                KeyedJobShard.fitted_attempt,
+                KeyedJobShard.data,
+            ).where(KeyedJobShard.job_id == job_id),
+        )
+    )
+    session.execute(delete(KeyedJobShard).where(KeyedJobShard.job_id == job_id))

@@ -153,6 +153,14 @@ class Job(Base):
     uncertainty: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # Added in revision 0010: None (no gate), "features", or the extra columns the gate reads.
     gating: Mapped[str | list[str] | None] = mapped_column(JSON)
+    # Added in revision 0012: a keyed fit (one mixture per value of this dataset column), what
+    # keys with too few rows get ("k1" or "skip"), and its progress counted in keys.
+    split_by: Mapped[str | None] = mapped_column(String)
+    small_keys: Mapped[str | None] = mapped_column(String(8))
+    keys_done: Mapped[int | None]
+    n_keys: Mapped[int | None]
+    keyed_summary: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    keys_per_shard: Mapped[int | None]
 
 
 class Model(Base):
@@ -204,6 +212,47 @@ class Model(Base):
     # Added in revision 0011: per line, the estimates with standard errors, z, p and
     # intervals (None: computed for no fit stored before, nor when not asked for).
     uncertainty: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Added in revision 0012: a keyed model's key column and its per-key counts, failures and
+    # min-loss quantiles; its lines are in ``KeyedModelChunk`` (the model's own lines above are
+    # the global model, for keys it does not know).
+    split_by: Mapped[str | None] = mapped_column(String)
+    keyed_summary: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class KeyedModelChunk(Base):
+    """Consecutive keys of a keyed model (in key order) and their lines (revision 0012).
+
+    ``data`` is an ``.npz`` archive (read without pickle) of the arrays ``keys`` (int64 or
+    fixed-width unicode), ``coef`` (n_keys, k, d), ``intercept`` and ``shares`` (n_keys, k),
+    ``min_loss``, ``n_rows`` and ``status`` (n_keys,).
+    """
+
+    __tablename__ = "keyed_model_chunks"
+
+    model_id: Mapped[str] = mapped_column(
+        String(ID_LENGTH), ForeignKey("models.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    n_keys: Mapped[int]
+    # The attempt of the job that fitted these keys (None: stored at once by the model's job).
+    fitted_attempt: Mapped[int | None]
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class KeyedJobShard(Base):
+    """A shard of consecutive keys that a running keyed job has fitted (revision 0012): kept
+    until the job stores its model, so that an attempt after a lost worker fits only the
+    shards not stored yet. ``data`` as ``KeyedModelChunk.data``."""
+
+    __tablename__ = "keyed_job_shards"
+
+    job_id: Mapped[str] = mapped_column(
+        String(ID_LENGTH), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    n_keys: Mapped[int]
+    fitted_attempt: Mapped[int]
+    data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class RegisteredModel(Base):

@@ -486,13 +486,31 @@ class _FitBase(_Strict):
                     "standard_errors: standard errors and the bootstrap are for fits without a "
                     "gate; leave out standard_errors and n_bootstrap with gating"
                 )
+        if self.split_by is not None:
+            for field in ("groups", "weights", "gating"):
+                if getattr(self, field) is not None:
+                    raise _invalid(
+                        f"{field}: a keyed fit (split_by) takes neither groups, weights nor gating"
+                    )
+            if self.n_bootstrap or (
+                "standard_errors" in self.model_fields_set and self.standard_errors
+            ):
+                raise _invalid(
+                    "standard_errors: a keyed fit (split_by) computes no standard errors; leave "
+                    "out standard_errors and n_bootstrap"
+                )
         return self
 
     @property
     def wants_standard_errors(self) -> bool:
-        """Standard errors by default, except for grouped rows and gated fits (they are for
-        ungrouped, ungated ones)."""
-        return self.standard_errors and self.groups is None and self.gating is None
+        """Standard errors by default, except for grouped rows, gated and keyed fits (they are
+        for one ungrouped, ungated mixture)."""
+        return (
+            self.standard_errors
+            and self.groups is None
+            and self.gating is None
+            and self.split_by is None
+        )
 
     standard_errors: bool = Field(
         default=True,
@@ -521,6 +539,25 @@ class _FitBase(_Strict):
         "the names of number columns the dataset kept at upload; the algorithm's lines start EM "
         "for the gated mixture",
     )
+    split_by: Text | None = Field(
+        default=None,
+        description="a keyed fit: the name of a kept column of the stored dataset (text or "
+        "integer keys, e.g. an account); one mixture of k lines is fitted per key, all in one "
+        "job, plus the global model of all rows (with `algorithm`) for keys it does not know",
+    )
+    keys_per_shard: int = Field(
+        default=65_536,
+        ge=1,
+        le=1_000_000,
+        strict=True,
+        description="a keyed fit fits and stores its keys this many at a time: a worker lost "
+        "mid-fit loses only the shard it was fitting, which the next attempt fits again",
+    )
+    small_keys: Literal["k1", "skip"] = Field(
+        default="k1",
+        description="a keyed fit's keys with fewer rows than k lines need (k * (d + 1)): one "
+        "least-squares line (k1), or skipped (predicted by the global model)",
+    )
 
     @model_validator(mode="after")
     def _one_data_source(self) -> _FitBase:
@@ -535,6 +572,13 @@ class _FitBase(_Strict):
             repeated = sorted({name for name in self.gating if self.gating.count(name) > 1})
             if repeated:
                 raise _invalid(f"gating names the column '{repeated[0]}' more than once")
+        if self.split_by is not None and self.dataset_id is None:
+            raise _invalid(
+                "split_by names a column of a stored dataset: upload the data with its key "
+                "column kept (POST /datasets with keep=...) and fit its dataset_id"
+            )
+        if self.split_by is not None and isinstance(self.n_components, list):
+            raise _invalid("split_by fits one k per key; k must be one number")
         if not self.keep_data and self.data is None:
             raise _invalid(
                 "keep_data: false applies to inline data; a stored dataset is deleted with "
@@ -639,6 +683,23 @@ class Progress(BaseModel):
     n_components: int | None = Field(
         default=None, description="the k being fitted (of a k sweep: its progress is overall)"
     )
+    keys_done: int | None = Field(default=None, description="a keyed fit's keys fitted so far")
+    n_keys: int | None = Field(default=None, description="a keyed fit's keys in all")
+
+
+class KeyedSummary(BaseModel):
+    """A keyed fit's keys: counts by status, failures and min-loss quantiles."""
+
+    n_keys: int
+    n_rows: int = Field(description="rows with a key")
+    rows_without_key: int = Field(description="rows whose key is missing or empty, left out")
+    keys_by_status: dict[str, int] = Field(
+        description="fitted (k lines), k1 (one line: too few rows), skipped (too few rows), failed"
+    )
+    failures: dict[str, str] = Field(description="why each failed key failed (the first 100)")
+    min_loss_quantiles: dict[str, float] = Field(
+        description="quantiles q00 (min), q50, q90, q99, q100 (max) of the keys' training min-loss"
+    )
 
 
 class SweepModel(BaseModel):
@@ -703,6 +764,11 @@ class JobOut(BaseModel):
     model_id: str | None = Field(description="the model; of a k sweep, the one BIC prefers")
     model_url: str | None
     sweep: Sweep | None = Field(description="a k sweep's models and scores; null for a single k")
+    split_by: str | None = Field(default=None, description="a keyed fit's key column")
+    small_keys: str | None = Field(default=None, description="what a keyed fit's small keys get")
+    keyed: KeyedSummary | None = Field(
+        default=None, description="a keyed fit's keys, once it succeeded"
+    )
     warnings: list[str] = Field(description="what the fit found poor (the job still succeeds)")
     url: str
 
@@ -878,6 +944,11 @@ class ModelSummary(BaseModel):
     bic: float | None = Field(description="Bayesian information criterion; lower is better")
     n_parameters: int | None
     warnings: list[str] = Field(description="what the fit found poor")
+    split_by: str | None = Field(
+        default=None,
+        description="a keyed model's key column: predictions need a key per row "
+        "(its lines above are the global model's, for keys it does not know)",
+    )
     dataset_id: str
     job_id: str | None
     created_at: datetime
@@ -919,6 +990,8 @@ class ModelOut(ModelSummary):
         default=None, description="the gate of a gated fit; null without one"
     )
 
+    keyed: KeyedSummary | None = Field(default=None, description="a keyed model's keys")
+
 
 class GroupMetrics(BaseModel):
     """A grouped fit's groups and min-losses at the group level (weighted, with weights)."""
@@ -934,7 +1007,21 @@ class GroupMetrics(BaseModel):
     )
 
 
+class KeyLines(BaseModel):
+    """One key's lines in a keyed model."""
+
+    model_id: str
+    key: str | int
+    status: str = Field(description="fitted, k1, skipped or failed")
+    n_rows: int
+    min_loss: float | None
+    components: list[Component]
+
+
 # --- predict ---
+
+
+KeyValue = Annotated[int, Field(strict=True, ge=-(2**63), le=2**63 - 1)] | Text
 
 
 class _PredictBody(_Strict):
@@ -950,6 +1037,16 @@ class _PredictBody(_Strict):
         description="for a model whose gate reads dataset columns: their values, as rows "
         "(one value per column, in the order of the model's gate.concomitant) or as named "
         "columns {name: values}",
+    )
+    keys: list[KeyValue] | None = Field(
+        default=None,
+        description="a keyed model (fitted with split_by): each row's key (text or integer); "
+        "the row is predicted by its key's lines",
+    )
+    unknown_keys: Literal["global", "error"] = Field(
+        default="global",
+        description="a key the keyed model has no lines for (never seen, skipped or failed): "
+        "predicted by the global model of all rows, or a 422 naming it",
     )
 
     @model_validator(mode="after")
@@ -969,6 +1066,8 @@ class _PredictBody(_Strict):
                         f"concomitant column '{name}' has {len(values)} values but X has "
                         f"{len(self.X)} rows"
                     )
+        if self.keys is not None and len(self.keys) != len(self.X):
+            raise _invalid(f"keys has {len(self.keys)} values but X has {len(self.X)} rows")
         return self
 
 

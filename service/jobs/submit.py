@@ -243,6 +243,8 @@ def submit_fit(
     if request.init_model is not None:
         spec = warm_start(session, spec, request.init_model, feature_names=feature_names)
     params = check_fit(spec, n_rows=n_rows, n_features=n_features)
+    if request.split_by is not None:
+        check_key_column(dataset, request.split_by)
     try:
         # A savepoint: a concurrent request with the same key wins the unique constraint, and
         # this one's dataset and job are undone together.
@@ -280,6 +282,9 @@ def submit_fit(
                 groups_column=spec.groups_column,
                 uncertainty=spec.uncertainty,
                 gating=spec.gating,
+                split_by=request.split_by,
+                small_keys=request.small_keys if request.split_by is not None else None,
+                keys_per_shard=request.keys_per_shard if request.split_by is not None else None,
             )
             if enqueue is not None:
                 enqueue(session, job.id)
@@ -360,6 +365,22 @@ def check_concomitant_columns(dataset: Dataset, names: Sequence[str]) -> None:
 def _listed(names: Sequence[str]) -> str:
     shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
     return f"[{shown}] ({len(names)})"
+
+
+def check_key_column(dataset: Dataset, name: str) -> None:
+    """Raise ``InvalidInputError`` naming ``split_by`` unless ``name`` is a kept column of
+    ``dataset`` whose values are keys: text, or numbers that are all integers."""
+    kinds = columns.check_columns(dataset, {"split_by": name})
+    if kinds["split_by"] != columns.NUMBER:
+        return
+    values = columns.load_columns(dataset, {"split_by": name})["split_by"]
+    given = values[np.isfinite(values)]
+    fractional = given[given != np.round(given)]
+    if fractional.size:
+        raise InvalidInputError(
+            f"split_by names '{name}' whose numbers are not all integers (e.g. "
+            f"{fractional[0]:g}); keys are text or integers"
+        )
 
 
 def _existing_dataset(session: Session, dataset_id: str) -> Dataset:

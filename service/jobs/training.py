@@ -961,6 +961,8 @@ class JobProgress:
                 candidates=info.get("candidates_tried"),
                 best_loss=_finite_or_none(info.get("best_loss")),
                 n_components=info.get("n_components"),
+                keys_done=info.get("keys_done"),
+                n_keys=info.get("n_keys"),
                 now=repository.database_now(session),
             )
             job = repository.get_job(session, job_id=self._job_id)
@@ -1099,6 +1101,38 @@ class _Attempt:
     attempt: int
 
 
+DEFAULT_KEYS_PER_SHARD = 65_536
+"""Keys a keyed job fits and stores at a time: a lost worker loses at most this many."""
+
+
+@dataclass(frozen=True)
+class KeyedData:
+    """A keyed fit's key column split as the rows are (``TrainHoldout``), and its settings."""
+
+    split_by: str
+    small_keys: str
+    keys_per_shard: int
+    keys_train: NDArray[Any]
+    keys_holdout: NDArray[Any]
+
+    @classmethod
+    def of_column(cls, job: Job, values: NDArray[Any]) -> KeyedData:
+        """The keys of ``job``'s dataset column ``values`` (a number column: float with NaN
+        where missing; text: str, None where missing); an empty text is a missing key."""
+        if values.dtype == object:
+            values = values.copy()
+            values[values == ""] = None
+        train, holdout = holdout_split(values.shape[0], job.holdout_fraction, job.seed or 0)
+        assert job.split_by is not None
+        return cls(
+            split_by=job.split_by,
+            small_keys=job.small_keys or "k1",
+            keys_per_shard=job.keys_per_shard or DEFAULT_KEYS_PER_SHARD,
+            keys_train=values[train],
+            keys_holdout=values[holdout],
+        )
+
+
 @dataclass(frozen=True)
 class _ClaimedJob:
     worker_id: str
@@ -1109,6 +1143,7 @@ class _ClaimedJob:
     data: TrainHoldout
     feature_names: list[str]
     registered_model: str | None
+    keyed: KeyedData | None = None
 
 
 def _current_attempt(
@@ -1160,6 +1195,10 @@ def _load_claimed_job(
             data = data.with_concomitant(
                 np.column_stack([gate_columns[name] for name in spec.concomitant_names]), spec
             )
+        keyed = None
+        if job.split_by is not None:
+            values = repository.load_dataset_columns(dataset, [job.split_by])[job.split_by]
+            keyed = KeyedData.of_column(job, values)
         return _ClaimedJob(
             worker_id=owner.worker_id,
             attempt=owner.attempt,
@@ -1169,6 +1208,7 @@ def _load_claimed_job(
             data=data,
             feature_names=list(dataset.feature_names),
             registered_model=job.registered_model,
+            keyed=keyed,
         )
 
 
@@ -1218,7 +1258,22 @@ def _run_job(
             os.getpid(),
         )
         try:
-            fitted = fit_split(data, spec, progress=progress)
+            if claimed.keyed is None:
+                fitted, keyed = fit_split(data, spec, progress=progress), None
+            else:
+                fitted, keyed = fit_keyed(
+                    data,
+                    claimed.keyed,
+                    spec,
+                    ShardStore(
+                        session_factory,
+                        job_id=job_id,
+                        worker_id=owner.worker_id,
+                        attempt=owner.attempt,
+                    ),
+                    keys_per_shard=claimed.keyed.keys_per_shard,
+                    progress=progress,
+                )
         except JobLostError:
             return "lost"
         except FitCancelledError:
@@ -1231,7 +1286,7 @@ def _run_job(
         else:
             heartbeat.stop()
             try:
-                _store_models(session_factory, job_id, claimed, fitted)
+                _store_models(session_factory, job_id, claimed, fitted, keyed)
             except JobLostError:
                 return "lost"
             return "succeeded"
@@ -1256,9 +1311,10 @@ def _store_models(
     job_id: str,
     claimed: _ClaimedJob,
     fitted: FittedSweep,
+    keyed: dict[str, Any] | None = None,
 ) -> None:
-    """Store the model of every k and finish the job together; roll all back if the job was
-    taken away."""
+    """Store the model of every k (of a keyed fit: the global model and every key's lines in
+    chunks) and finish the job together; roll all back if the job was taken away."""
     spec = claimed.spec
     with session_scope(session_factory) as session:
         model_ids: dict[int, str] = {}
@@ -1299,7 +1355,14 @@ def _store_models(
                 group_metrics=fit.group_metrics,
                 uncertainty=fit.uncertainty,
                 gate=fit.gate,
+                split_by=None if claimed.keyed is None else claimed.keyed.split_by,
+                keyed_summary=keyed,
             ).id
+        if keyed is not None:
+            repository.publish_job_shards(
+                session, job_id=job_id, model_id=model_ids[spec.n_components]
+            )
+            repository.record_keyed_summary(session, job_id=job_id, summary=keyed)
         if spec.k_values is None:
             sweep, job_warnings = None, fitted.best.warnings
         else:
@@ -1329,6 +1392,149 @@ def _store_models(
         ):
             raise JobLostError(job_id)
         repository.discard_job_data(session, job_id=job_id)
+
+
+class ShardStore:
+    """Where a keyed job keeps the shards of keys it has fitted: the database, as the job's
+    running attempt (a shard stored by an earlier attempt is not fitted again)."""
+
+    def __init__(
+        self, session_factory: sessionmaker[Session], *, job_id: str, worker_id: str, attempt: int
+    ) -> None:
+        self._session_factory = session_factory
+        self._job_id, self._worker_id, self._attempt = job_id, worker_id, attempt
+
+    def stored(self) -> set[int]:
+        """Positions of the shards already stored."""
+        with read_scope(self._session_factory) as session:
+            return set(repository.stored_job_shards(session, job_id=self._job_id))
+
+    def store(self, position: int, arrays: Mapping[str, NDArray[Any]]) -> None:
+        """Store a fitted shard; ``JobLostError`` if the attempt is no longer the job's."""
+        with session_scope(self._session_factory) as session:
+            if not repository.store_job_shard(
+                session,
+                job_id=self._job_id,
+                worker_id=self._worker_id,
+                attempt=self._attempt,
+                position=position,
+                arrays=arrays,
+            ):
+                raise JobLostError(self._job_id)
+
+    def load(self) -> dict[str, NDArray[Any]]:
+        """Every stored shard, joined in key order."""
+        with read_scope(self._session_factory) as session:
+            return repository.load_job_shards(session, job_id=self._job_id)
+
+
+def _shard_arrays(keyed: mixreg.KeyedMixture) -> dict[str, NDArray[Any]]:
+    """The stored arrays of a fitted shard (text keys as fixed-width text: never pickled)."""
+    return {
+        "keys": keyed.keys if keyed.keys.dtype.kind in "iu" else keyed.keys.astype(str),
+        "coef": keyed.coef,
+        "intercept": keyed.intercept,
+        "shares": keyed.shares,
+        "min_loss": keyed.min_loss,
+        "n_rows": keyed.n_rows,
+        "status": keyed.status,
+    }
+
+
+def fit_keyed(
+    split: TrainHoldout,
+    keyed: KeyedData,
+    spec: FitSpec,
+    shards: ShardStore,
+    *,
+    keys_per_shard: int,
+    progress: ProgressCallback | None = None,
+) -> tuple[FittedSweep, dict[str, Any]]:
+    """A keyed fit: the global model of the job's spec on the split (a tenth of the progress),
+    then a mixture per key on all rows (:func:`mixreg.fit_per_key`), shard by shard of
+    ``keys_per_shard`` consecutive keys, each stored as soon as it is fitted; shards already
+    stored (by an attempt that lost its worker) are skipped. Each shard draws from its own
+    seed (the job's seed and its position), so a shard fits the same whichever attempt fits it.
+    Progress counts keys. Returns the global fit and the keys' summary (counts by status,
+    failures, min-loss quantiles).
+    """
+
+    def global_progress(fraction: float, info: dict[str, Any]) -> None:
+        if progress is not None:
+            progress(fraction * GLOBAL_SHARE, info)
+
+    fitted = fit_split(split, spec, progress=global_progress)
+    X = np.concatenate([split.X_train, split.X_holdout])
+    y = np.concatenate([split.y_train, split.y_holdout])
+    keys = np.concatenate([keyed.keys_train, keyed.keys_holdout])
+    missing = mixreg.missing_keys(keys)
+    X, y, keys = X[~missing], y[~missing], keys[~missing]
+    distinct, codes = np.unique(mixreg.key_array(keys), return_inverse=True)
+    order = np.argsort(codes, kind="stable")
+    first_codes = np.arange(0, distinct.size + keys_per_shard, keys_per_shard)
+    bounds = np.searchsorted(codes[order], first_codes)
+    n_shards = -(-distinct.size // keys_per_shard)
+    done = shards.stored()
+
+    def key_progress(keys_done: int) -> None:
+        # Called between batches of keys: a cancellation stops the fit there.
+        if progress is not None:
+            fraction = GLOBAL_SHARE + (1 - GLOBAL_SHARE) * keys_done / max(distinct.size, 1)
+            progress(fraction, {"keys_done": keys_done, "n_keys": int(distinct.size)})
+
+    for position in range(n_shards):
+        first_key = position * keys_per_shard
+        key_progress(min(first_key, distinct.size))
+        if position in done:
+            continue
+        rows = order[bounds[position] : bounds[position + 1]]
+        per_key = mixreg.fit_per_key(
+            X[rows],
+            y[rows],
+            keys[rows],
+            spec.n_components,
+            fit_intercept=spec.fit_intercept,
+            small_keys="skip" if keyed.small_keys == "skip" else "k1",
+            global_model=False,
+            random_state=np.random.default_rng([spec.seed, position]),
+            progress=_offset_progress(key_progress, first_key),
+        )
+        shards.store(position, _shard_arrays(per_key))
+    stored = shards.load()
+    n_keys = int(stored["keys"].size) if stored else 0
+    summary = mixreg.KeyedMixture(
+        keys=stored.get("keys", distinct[:0]),
+        coef=stored.get("coef", np.zeros((0, spec.n_components, split.n_features))),
+        intercept=stored.get("intercept", np.zeros((0, spec.n_components))),
+        shares=stored.get("shares", np.zeros((0, spec.n_components))),
+        min_loss=stored.get("min_loss", np.zeros(0)),
+        n_rows=stored.get("n_rows", np.zeros(0, dtype=np.int64)),
+        status=stored.get("status", np.zeros(0, dtype=np.int8)),
+        rows_without_key=int(missing.sum()),
+        failures={
+            str(key): mixreg.FAILURE_REASON
+            for key in stored["keys"][stored["status"] == mixreg.STATUSES.index("failed")][
+                : mixreg.MAX_FAILURES_LISTED
+            ]
+        }
+        if n_keys
+        else {},
+    ).summary()
+    return fitted, summary
+
+
+GLOBAL_SHARE = 0.1
+"""Share of a keyed fit's progress taken by its global model."""
+
+
+def _offset_progress(report: Callable[[int], None], first_key: int) -> Callable[[int, int], None]:
+    """``fit_per_key``'s progress (keys done of a shard, keys of the shard) as keys done of
+    the whole job, for a shard starting at key ``first_key``."""
+
+    def progress(keys_done: int, _: int) -> None:
+        report(first_key + keys_done)
+
+    return progress
 
 
 def sweep_record(fitted: FittedSweep, model_ids: Mapping[int, str]) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from service.serving.prediction import (
     gate_columns,
     load_lines,
     predict_gated,
-    predict_matrix,
+    predict_rows,
     score_predictions,
 )
 from service.serving.references import ReferenceResolver, is_reference_like, version_label
@@ -56,13 +56,16 @@ event loop; larger ones in the thread pool (a small body can ask for a big answe
 
 @dataclass(frozen=True)
 class PredictInput:
-    """What a predict request asks: rows ``X``, optional targets ``y``, the model's id."""
+    """What a predict request asks: rows ``X``, optional targets ``y``, the model's id, and
+    for a keyed model each row's key and what an unknown key gets."""
 
     model_id: str | None
     X: FloatArray
     y: FloatArray | None
     groups: list[str | int | float] | None = None
     concomitant: Concomitant | None = None
+    keys: list[str | int] | None = None
+    unknown_keys: str = "global"
 
 
 # A reference in the body is checked by the schema's ``Text`` rule beyond this length.
@@ -113,7 +116,7 @@ def _read_plain_json(body: bytes, *, named_in_body: bool) -> PredictInput | None
         return None
     if type(data) is not dict or "X" not in data:
         return None
-    if not data.keys() <= ({"model_id", "X", "y"} if named_in_body else {"X", "y"}):
+    if not data.keys() <= ({"model_id", "X", "y"} if named_in_body else {"X", "y"}) | KEYED:
         return None
     model_id = data.get("model_id")
     if named_in_body and not (
@@ -130,7 +133,31 @@ def _read_plain_json(body: bytes, *, named_in_body: bool) -> PredictInput | None
         y = _number_vector(data["y"], len(X))
         if y is None:
             return None
-    return PredictInput(model_id=model_id, X=X, y=y)
+    keys = data.get("keys")
+    unknown_keys = data.get("unknown_keys", "global")
+    if keys is not None and not _plain_keys(keys, len(X)):
+        return None
+    if unknown_keys not in ("global", "error"):
+        return None
+    return PredictInput(model_id=model_id, X=X, y=y, keys=keys, unknown_keys=unknown_keys)
+
+
+KEYED = {"keys", "unknown_keys"}
+"""The fields of a keyed prediction."""
+
+
+def _plain_keys(keys: object, length: int) -> bool:
+    """Whether ``keys`` is a list of ``length`` short strings or 64-bit integers (not booleans);
+    anything else the schema reads and explains."""
+    return (
+        type(keys) is list
+        and len(keys) == length
+        and all(
+            (type(key) is str and 0 < len(key) <= MAX_REFERENCE_LENGTH and "\x00" not in key)
+            or (type(key) is int and -(2**63) <= key < 2**63)
+            for key in keys
+        )
+    )
 
 
 def read_body(body: bytes, *, content_type: str, named_in_body: bool) -> PredictInput:
@@ -178,6 +205,8 @@ def read_body(body: bytes, *, content_type: str, named_in_body: bool) -> Predict
         y=None if request.y is None else np.asarray(request.y, dtype=np.float64),
         groups=request.groups,
         concomitant=concomitant,
+        keys=request.keys,
+        unknown_keys=request.unknown_keys,
     )
 
 
@@ -190,7 +219,7 @@ def answer(
 ) -> Response:
     """Predict ``data`` with ``lines`` and encode the answer (``.npy`` of ``output`` if
     ``npy``)."""
-    predictions = predict_matrix(lines, data.X)
+    predictions = predict_rows(lines, data.X, data.keys, unknown_keys=data.unknown_keys)
     group_line = None if data.groups is None else lines.lines_of_groups(data.groups)
     # Also refuses concomitant values sent to a model without a gate.
     columns = gate_columns(lines, data.X, data.concomitant)

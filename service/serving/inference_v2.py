@@ -44,11 +44,13 @@ from service.serving.prediction import (
     StoredLines,
     gate_columns,
     predict_gated,
-    predict_matrix,
+    predict_rows,
 )
 
 MODEL_VERSION = "1"
 INPUT_NAME = "X"
+KEY_INPUT_NAME = "key"
+"""A keyed model's second input: each row's key, BYTES (text) or INT64, as JSON data."""
 OUTPUT_NAME = "predictions"
 CONCOMITANT_NAME = "concomitant"
 GATED_OUTPUTS = {
@@ -125,6 +127,8 @@ def model_metadata(
 
 
 def _input_names(lines: StoredLines) -> list[str]:
+    if lines.keyed is not None:
+        return [INPUT_NAME, KEY_INPUT_NAME]
     if lines.gate is not None and lines.gate.concomitant is not None:
         return [INPUT_NAME, CONCOMITANT_NAME]
     return [INPUT_NAME]
@@ -159,6 +163,8 @@ class ParsedInference:
     outputs: list[tuple[str, bool]]
     """The outputs to answer, in order, each with whether it travels as binary data."""
     concomitant: FloatArray | None = None
+    keys: list[str | int] | None = None
+    unknown_keys: str = "global"
 
     @property
     def binary_output(self) -> bool:
@@ -214,8 +220,8 @@ def read_inference(lines: StoredLines, header: bytes, binary: bytes) -> ParsedIn
         )
     if sorted(has) != sorted(expected):
         raise InferenceProtocolError(
-            f"model {lines.model_id} has the inputs {_quoted(expected)} (its gate reads "
-            f"columns); the request has {_quoted(has)}"
+            f"model {lines.model_id} has the inputs {_quoted(expected)}; the request has "
+            f"{_quoted(has)}"
         )
     tensors = {tensor.name: tensor for tensor in request.inputs}
     parts = _binary_parts(request.inputs, binary)
@@ -237,8 +243,21 @@ def read_inference(lines: StoredLines, header: bytes, binary: bytes) -> ParsedIn
                 f"input '{CONCOMITANT_NAME}' has {concomitant.shape[0]} rows but '{INPUT_NAME}' "
                 f"has {X.shape[0]}"
             )
+    keys, unknown_keys = None, "global"
+    if KEY_INPUT_NAME in tensors:
+        keys = _input_keys(tensors[KEY_INPUT_NAME], n_rows=X.shape[0])
+        unknown_keys = (request.parameters or {}).get("unknown_keys", "global")
+        if unknown_keys not in ("global", "error"):
+            raise InferenceProtocolError(
+                f"parameters.unknown_keys is {unknown_keys!r}; send 'global' or 'error'"
+            )
     return ParsedInference(
-        request=request, X=X, outputs=_outputs(request, lines), concomitant=concomitant
+        request=request,
+        X=X,
+        outputs=_outputs(request, lines),
+        concomitant=concomitant,
+        keys=keys,
+        unknown_keys=unknown_keys,
     )
 
 
@@ -260,6 +279,29 @@ def _binary_parts(inputs: list[RequestInput], binary: bytes) -> dict[str, bytes]
             f"binary_data_size add up to {offset}"
         )
     return parts
+
+
+def _input_keys(tensor: RequestInput, *, n_rows: int) -> list[str | int]:
+    """The keys of the ``key`` input: BYTES (text) or INT64 JSON data, one per row."""
+    if tensor.datatype not in ("BYTES", "INT64"):
+        raise InferenceProtocolError(
+            f"input '{tensor.name}' has datatype {tensor.datatype}; send BYTES or INT64 keys"
+        )
+    if tensor.shape not in ([n_rows], [n_rows, 1]):
+        raise InferenceProtocolError(
+            f"input '{tensor.name}' has shape {tensor.shape}; send [{n_rows}], a key per row"
+        )
+    if tensor.data is None or (tensor.parameters or {}).get("binary_data_size") is not None:
+        raise InferenceProtocolError(f"input '{tensor.name}': send the keys as JSON data")
+    flat = [item[0] if isinstance(item, list) and len(item) == 1 else item for item in tensor.data]
+    kind = str if tensor.datatype == "BYTES" else int
+    if len(flat) != n_rows or not all(type(item) is kind for item in flat):
+        raise InferenceProtocolError(
+            f"input '{tensor.name}' of datatype {tensor.datatype} needs {n_rows} "
+            f"{'strings' if kind is str else 'integers'}"
+        )
+    keys: list[str | int] = flat
+    return keys
 
 
 def _input_rows(
@@ -396,7 +438,7 @@ def infer(
     """Predict and encode the response: the body and, for binary output, the length of its JSON
     header (for ``Inference-Header-Content-Length``). ``name`` is the model's name as the
     client gave it (default its id); the response names the version that answered."""
-    predictions = predict_matrix(lines, parsed.X)
+    predictions = predict_rows(lines, parsed.X, parsed.keys, unknown_keys=parsed.unknown_keys)
     values: dict[str, NDArray[Any]] = {OUTPUT_NAME: predictions}
     if lines.gate is not None:
         gated = predict_gated(lines, predictions, gate_columns(lines, parsed.X, parsed.concomitant))

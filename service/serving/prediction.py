@@ -5,20 +5,20 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 from sqlalchemy.orm import Session, sessionmaker
 
-from mixreg import gate_probabilities, min_loss, predict_lines
+from mixreg import STATUSES, KeyedMixture, gate_probabilities, min_loss, predict_lines
 from models_store import registry, repository
 from models_store.codecs import decode_group_table
 from models_store.session import read_scope, session_scope
 from models_store.tables import Model, ModelVersion
 from service.errors import ConflictError, InvalidInputError, NotFoundError
-from service.schemas import PredictResponse
+from service.schemas import Component, KeyLines, PredictResponse
 from service.serving import references
 
 FloatArray = NDArray[np.float64]
@@ -58,6 +58,13 @@ class StoredLines:
     group_labels: NDArray[Any] | None = None
     group_lines: NDArray[np.intp] | None = None
     gate: StoredGate | None = None
+    # A keyed model: its key column and every key's lines, decoded once from their chunks
+    # (the lines above are then the global model's, for keys it does not know).
+    split_by: str | None = None
+    keyed: KeyedMixture | None = None
+    # Each key with lines -> its position in ``keyed``: a hash lookup for small requests, where
+    # a binary search's array set-up would cost more than the prediction.
+    key_positions: dict[str | int, int] | None = None
 
     @classmethod
     def of_model(cls, model: Model, version: ModelVersion | None = None) -> StoredLines:
@@ -179,8 +186,132 @@ def load_lines(
         if model is None:
             raise NotFoundError(f"model {model_id} does not exist")
         lines = StoredLines.of_model(model, registry.version_of_model(session, model_id=model.id))
+        if model.split_by is not None:
+            keyed = keyed_lines(repository.load_keyed_arrays(session, model_id=model.id))
+            lines = replace(
+                lines, split_by=model.split_by, keyed=keyed, key_positions=positions_of(keyed)
+            )
     cache.put(lines)
     return lines
+
+
+def keyed_lines(arrays: dict[str, NDArray[Any]]) -> KeyedMixture:
+    """Every key's lines of a keyed model from its stored arrays (keys in sorted order)."""
+    return KeyedMixture(
+        keys=arrays["keys"],
+        coef=arrays["coef"],
+        intercept=arrays["intercept"],
+        shares=arrays["shares"],
+        min_loss=arrays["min_loss"],
+        n_rows=arrays["n_rows"],
+        status=arrays["status"],
+    )
+
+
+def key_lines(lines: StoredLines, key: str) -> KeyLines:
+    """One key's lines of a keyed model (a key of an integer-keyed model written in decimal);
+    404 if the model has no such key, 422 if it is not keyed."""
+    keyed = lines.keyed
+    if keyed is None:
+        raise InvalidInputError(f"model {lines.model_id} is not keyed (fitted without split_by)")
+    asked: str | int = key
+    if keyed.keys.dtype.kind in "iu":
+        try:
+            asked = int(key)
+        except ValueError:
+            raise NotFoundError(
+                f"model {lines.model_id} has integer keys; '{key[:100]}' is none of them"
+            ) from None
+    found = np.searchsorted(keyed.keys, np.asarray([asked]))[0]
+    if found >= keyed.keys.size or keyed.keys[found] != asked:
+        raise NotFoundError(f"model {lines.model_id} has no key {asked!r}")
+    status = STATUSES[int(keyed.status[found])]
+    has_lines = status in ("fitted", "k1")
+    loss = float(keyed.min_loss[found])
+    return KeyLines(
+        model_id=lines.model_id,
+        key=asked,
+        status=status,
+        n_rows=int(keyed.n_rows[found]),
+        min_loss=loss if np.isfinite(loss) else None,
+        components=[
+            Component(coef=coef.tolist(), intercept=float(intercept), share=float(share))
+            for coef, intercept, share in zip(
+                keyed.coef[found], keyed.intercept[found], keyed.shares[found], strict=True
+            )
+        ]
+        if has_lines
+        else [],
+    )
+
+
+def positions_of(keyed: KeyedMixture) -> dict[str | int, int]:
+    """Each key that has lines (fitted, or one line) -> its position."""
+    with_lines = np.flatnonzero(keyed.status <= STATUSES.index("k1"))
+    return dict(zip(keyed.keys[with_lines].tolist(), with_lines.tolist(), strict=True))
+
+
+SMALL_REQUEST_ROWS = 16
+"""Keyed requests of up to this many rows find their keys by hash lookups; larger ones by one
+binary search over the sorted keys."""
+
+
+def predict_rows(
+    lines: StoredLines,
+    X: FloatArray,
+    keys: Sequence[str | int] | None,
+    *,
+    unknown_keys: str = "global",
+) -> FloatArray:
+    """The (n, k) predictions of ``X``: of a keyed model, each row by its key's lines (an
+    unknown key by the global model's, or a 422 naming it); 422 for keys to a model without
+    them, or none to a keyed model."""
+    if lines.keyed is None:
+        if keys is not None:
+            raise InvalidInputError(
+                f"keys: model {lines.model_id} is not keyed (fitted without split_by); "
+                f"predict without keys"
+            )
+        return predict_matrix(lines, X)
+    if keys is None:
+        raise InvalidInputError(
+            f"keys: model {lines.model_id} has lines per '{lines.split_by}'; give each row's "
+            f"key in keys (unknown_keys: global predicts by the model of all rows)"
+        )
+    if X.shape[1] != lines.n_features:
+        raise InvalidInputError(
+            f"model {lines.model_id} expects {lines.n_features} features, got {X.shape[1]}"
+        )
+    if lines.key_positions is not None and len(keys) <= SMALL_REQUEST_ROWS:
+        table = lines.key_positions
+        if len(keys) == 1 and keys[0] in table:
+            # The single-row hot path: one key's (k, d) lines times the row.
+            at = table[keys[0]]
+            single: FloatArray = X @ lines.keyed.coef[at].T
+            single += lines.keyed.intercept[at]
+            _check_finite_predictions(single)
+            return single
+        # A text key asked of an integer-keyed model (or the reverse) is unknown, as below.
+        positions = np.array([table.get(key, -1) for key in keys], dtype=np.intp)
+    else:
+        positions = lines.keyed.positions(np.asarray(keys))
+    unknown = positions < 0
+    if unknown.any() and unknown_keys == "error":
+        missing = list(dict.fromkeys(keys[int(i)] for i in np.flatnonzero(unknown)))
+        shown = missing[:5]
+        raise InvalidInputError(
+            f"keys: {len(missing)} keys have no lines in "
+            f"model {lines.model_id} (e.g. {', '.join(map(repr, shown))}); unknown_keys: "
+            f"global predicts them by the model of all rows"
+        )
+    found = np.where(unknown, 0, positions)
+    with np.errstate(over="ignore", invalid="ignore"):
+        predictions: FloatArray = np.einsum("nd,nkd->nk", X, lines.keyed.coef[found])
+        predictions += lines.keyed.intercept[found]
+        if unknown.any():
+            predictions[unknown] = predict_lines(X[unknown], lines.coef, lines.intercept)
+    _check_finite_predictions(predictions)
+    return predictions
 
 
 def predict(
@@ -191,7 +322,7 @@ def predict(
     ``X_rows`` must already be a finite rectangular matrix (the request schema checks it).
     """
     X = np.asarray(X_rows, dtype=np.float64)
-    predictions = predict_matrix(lines, X)
+    predictions = predict_rows(lines, X, None)
     response = PredictResponse(
         model_id=lines.model_id,
         registered_model=lines.registered_model,

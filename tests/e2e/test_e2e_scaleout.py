@@ -29,6 +29,7 @@ from tests.postgres import empty_postgres_database
 
 from .conftest import FAST_WORKER, REPO, TERMINAL, Server, mixture_data
 from .test_e2e_jobs import is_fitting
+from .test_e2e_keyed import SHARD, check_every_key_fitted_once, killed_mid_keyed_fit
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
@@ -429,3 +430,14 @@ def test_a_worker_killed_mid_fit_loses_no_job(stack: Stack):
             lambda pid=fit_process: not process_exists(pid), timeout=10, what="orphan fit ended"
         )
     assert survivor.process is not None and survivor.process.poll() is None
+
+
+def test_a_worker_killed_mid_keyed_fit_loses_only_its_unstored_shards(stack: Stack):
+    def kill_its_worker(job: dict[str, Any]) -> None:
+        os.kill(stack.worker_of(job).pid, signal.SIGKILL)
+        stack.make_worker()
+
+    job = killed_mid_keyed_fit(stack.api, kill_its_worker, 6 * SHARD)
+    url = stack.database.url.render_as_string(hide_password=False)
+    check_every_key_fitted_once(stack.api, job, url, 6 * SHARD)
+    assert stack.unfinished_jobs() == 0

@@ -4,7 +4,12 @@ import numpy as np
 import pytest
 from sklearn.linear_model import LinearRegression
 
-from mixreg.datasets import make_friedman, make_realizable, make_two_regressions
+from mixreg.datasets import (
+    make_friedman,
+    make_realizable,
+    make_shared_accounts,
+    make_two_regressions,
+)
 
 
 @pytest.mark.parametrize(
@@ -220,3 +225,25 @@ def test_realizable_refuses_lines_that_cannot_be_separated():
 def test_realizable_rejects_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         make_realizable(**kwargs)
+
+
+def test_shared_accounts_mix_people_whose_ratings_are_lines_of_the_item():
+    X, y, account, person = make_shared_accounts(
+        n_accounts=20, n_ratings=150, n_features=3, noise=0.2, random_state=8
+    )
+    assert X.shape == (3000, 3) and y.shape == account.shape == person.shape == (3000,)
+    assert np.all(np.bincount(account) == 150)
+    people_per_account = [len(np.unique(person[account == a])) for a in range(20)]
+    assert set(people_per_account) <= {2, 3} and len(set(people_per_account)) == 2
+    for a in range(20):
+        for p in np.unique(person[account == a]):
+            rows = (account == a) & (person == p)
+            line = LinearRegression().fit(X[rows], y[rows])
+            residuals = y[rows] - line.predict(X[rows])
+            assert 0.1 < residuals.std() < 0.3
+    again = make_shared_accounts(
+        n_accounts=20, n_ratings=150, n_features=3, noise=0.2, random_state=8
+    )
+    np.testing.assert_array_equal(again[1], y)
+    with pytest.raises(ValueError, match="people"):
+        make_shared_accounts(people=(3, 2))

@@ -9,11 +9,13 @@ from typing import Any
 import numpy as np
 import procrastinate
 import psycopg
+import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, make_url, text
+from sqlalchemy.orm import Session
 
 from models_store import Base, migrate, repository
 from models_store.session import make_engine, make_sessionmaker, session_scope
@@ -627,5 +629,113 @@ def test_revision_0010_gives_old_jobs_and_models_no_gate_and_its_downgrade_drops
         assert "gate" not in {column["name"] for column in inspect(engine).get_columns("models")}
         with engine.connect() as connection:
             assert connection.execute(text("SELECT id, coef FROM models")).one()[0] == "m1"
+    finally:
+        engine.dispose()
+
+
+def test_revision_0012_stores_keyed_chunks_with_their_model_and_its_downgrade_drops_them(
+    database_url,
+):
+    migrate.upgrade(database_url, "0012")
+    engine = make_engine(database_url)
+    try:
+        with Session(engine) as session, session.begin():
+            dataset = repository.create_dataset(
+                session,
+                X=np.zeros((4, 1)),
+                y=np.zeros(4),
+                feature_names=["x0"],
+                target_name=None,
+                name=None,
+            )
+            model = repository.create_model(
+                session,
+                job_id=None,
+                dataset_id=dataset.id,
+                name=None,
+                algorithm="auto",
+                n_components=1,
+                n_features=1,
+                feature_names=["x0"],
+                fit_intercept=True,
+                params={},
+                seed=0,
+                coef=[[1.0]],
+                intercept=[0.0],
+                shares=[1.0],
+                train_min_loss=0.0,
+                holdout_min_loss=None,
+                baseline={"coef": [1.0], "intercept": 0.0, "train_min_loss": 0.0},
+                n_train=4,
+                n_holdout=0,
+                loss_history=[0.0],
+                n_iter=1,
+                fit_seconds=0.0,
+                split_by="account",
+                keyed_summary={"n_keys": 2},
+            )
+            job = repository.create_job(
+                session,
+                dataset_id=dataset.id,
+                algorithm="auto",
+                n_components=1,
+                params={},
+                fit_intercept=True,
+                holdout_fraction=0.0,
+                max_attempts=2,
+                split_by="account",
+                keys_per_shard=1,
+            )
+            repository.claim_job(session, job_id=job.id, worker_id="w", now=repository.utcnow())
+            for position, keys in enumerate((["a"], ["b"])):
+                assert repository.store_job_shard(
+                    session,
+                    job_id=job.id,
+                    worker_id="w",
+                    attempt=1,
+                    position=position,
+                    arrays={"keys": np.array(keys), "coef": np.full((1, 1, 1), 2.0 + position)},
+                )
+            # A shard written again replaces itself; another attempt's write is refused.
+            assert repository.store_job_shard(
+                session,
+                job_id=job.id,
+                worker_id="w",
+                attempt=1,
+                position=1,
+                arrays={"keys": np.array(["b"]), "coef": np.full((1, 1, 1), 5.0)},
+            )
+            assert not repository.store_job_shard(
+                session,
+                job_id=job.id,
+                worker_id="w",
+                attempt=2,
+                position=1,
+                arrays={"keys": np.array(["b"]), "coef": np.full((1, 1, 1), 9.0)},
+            )
+            assert repository.stored_job_shards(session, job_id=job.id) == [0, 1]
+            repository.publish_job_shards(session, job_id=job.id, model_id=model.id)
+            assert repository.stored_job_shards(session, job_id=job.id) == []
+            model_id, job_id = model.id, job.id
+        with Session(engine) as session:
+            arrays = repository.load_keyed_arrays(session, model_id=model_id)
+            assert arrays["keys"].tolist() == ["a", "b"]
+            assert arrays["coef"].ravel().tolist() == [2.0, 5.0]
+            with pytest.raises(ValueError, match="objects"):
+                repository.store_job_shard(
+                    session,
+                    job_id=job_id,
+                    worker_id="w",
+                    attempt=1,
+                    position=2,
+                    arrays={"keys": np.array([None])},
+                )
+
+        migrate.downgrade(database_url, "0008")
+        assert not {"keyed_model_chunks", "keyed_job_shards"} & table_names(database_url)
+        assert "split_by" not in {c["name"] for c in inspect(engine).get_columns("models")}
+        assert "split_by" not in {c["name"] for c in inspect(engine).get_columns("jobs")}
+        migrate.upgrade(database_url, "0012")
+        assert "keyed_model_chunks" in table_names(database_url)
     finally:
         engine.dispose()

@@ -86,6 +86,8 @@ def test_fit_a_stored_dataset_queues_a_job(client, data, count_rows):
         "candidates_tried": None,
         "best_min_loss": None,
         "n_components": None,
+        "keys_done": None,
+        "n_keys": None,
     }
     assert (job["k_values"], job["sweep"], job["warnings"]) == (None, None, [])
     assert count_rows() == {"datasets": 1, "jobs": 1, "models": 0}

@@ -20,6 +20,7 @@ from service.api.deps import (
 from service.api.routers.predict import PREDICT_RESPONSES, predict_body
 from service.schemas import (
     MAX_OFFSET,
+    KeyLines,
     ModelOut,
     ModelPredictRequest,
     ModelSummary,
@@ -27,7 +28,7 @@ from service.schemas import (
     PredictResponse,
 )
 from service.serving import exports, formats, prediction, references
-from service.serving.endpoint import serve_predict
+from service.serving.endpoint import lines_of, serve_predict
 from service.views import model_out, model_summary, model_url
 
 router = APIRouter(prefix="/models", tags=["models"])
@@ -183,6 +184,20 @@ def delete(model_id: ModelId, cache: ModelCacheDep, session_factory: SessionFact
     """Delete a model; its job keeps the (now dangling) model id. A registered version that an
     alias points at is not deleted (409): move the alias first."""
     prediction.delete_model(cache=cache, session_factory=session_factory, reference=model_id)
+
+
+@router.get(
+    "/{model_id}/keys/{key}",
+    response_model=KeyLines,
+    responses={404: {"description": "no such model, or the model has no such key"}},
+)
+async def get_key(
+    model_id: ModelId,
+    key: Annotated[str, Path(description="a key (an integer key in decimal)", max_length=256)],
+    request: Request,
+) -> KeyLines:
+    """One key's lines of a keyed model (fitted with ``split_by``), its rows and min-loss."""
+    return prediction.key_lines(await lines_of(request, model_id), key)
 
 
 @router.post(

@@ -1,0 +1,304 @@
+"""Keyed fits: a mixture per shared account, for many accounts at once.
+
+Generated shared accounts (``mixreg.datasets.make_shared_accounts``: 2 to 3 people of
+distinct tastes per account, d = 4) are fitted with k = 2 by ``mixreg.fit_per_key`` (the
+keyed job's estimator, batched across keys) and, on a sample of the same accounts, by a loop
+of the default estimator (``MixtureOfLinearRegressions``, ``auto``) one account at a time;
+the loop's time is extrapolated to every account. Each sampled account's min-loss is compared
+(ratio of the keyed fit's to the default's). The keyed single-row predict (the serving path's
+lookup of the row's key among 10^6 loaded keys, then its lines) is timed beside the plain
+single-row predict of one model. Peak memory (max RSS) of the fitting process is reported.
+
+``python -m bench.keyed`` writes the section ``keyed`` of bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import resource
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from bench.sections import Report, load_average, log, machine_lines, write_section
+from mixreg import MixtureOfLinearRegressions, fit_per_key, min_loss
+from mixreg.datasets import make_shared_accounts
+from service.serving.prediction import StoredLines, keyed_lines, positions_of, predict_rows
+
+SECTION = "keyed"
+DEFAULT_OUTPUT = Path(__file__).with_name("RESULTS.md")
+
+
+def _default_loop(
+    X: np.ndarray, y: np.ndarray, account: np.ndarray, sample: np.ndarray
+) -> tuple[float, np.ndarray]:
+    """Seconds per account of the default estimator fitted on each sampled account alone, and
+    each one's min-loss."""
+    order = np.argsort(account, kind="stable")
+    bounds = np.searchsorted(account[order], [sample, sample + 1])
+    losses = []
+    started = time.perf_counter()
+    for position, key in enumerate(sample):
+        rows = order[bounds[0][position] : bounds[1][position]]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fitted = MixtureOfLinearRegressions(n_components=2, random_state=int(key)).fit(
+                X[rows], y[rows]
+            )
+        losses.append(min_loss(y[rows], fitted.predict(X[rows])))
+    return (time.perf_counter() - started) / len(sample), np.array(losses)
+
+
+def _predict_seconds(n_keys: int, rounds: int) -> tuple[float, float]:
+    """Median seconds of one single-row keyed predict among ``n_keys`` keys, and of one plain
+    single-row predict, by the serving code (after the body is parsed)."""
+    rng = np.random.default_rng(0)
+    k, d = 2, 4
+    keys = np.array([f"account-{i:07d}" for i in range(n_keys)])
+    keyed = keyed_lines(
+        {
+            "keys": np.sort(keys),
+            "coef": rng.standard_normal((n_keys, k, d)),
+            "intercept": rng.standard_normal((n_keys, k)),
+            "shares": np.full((n_keys, k), 0.5),
+            "min_loss": np.ones(n_keys),
+            "n_rows": np.full(n_keys, 200),
+            "status": np.zeros(n_keys, dtype=np.int8),
+        }
+    )
+    plain = StoredLines(model_id="plain", coef=rng.standard_normal((k, d)), intercept=np.zeros(k))
+    with_keys = StoredLines(
+        model_id="keyed",
+        coef=plain.coef,
+        intercept=plain.intercept,
+        split_by="a",
+        keyed=keyed,
+        key_positions=positions_of(keyed),
+    )
+    row = rng.standard_normal((1, d))
+    asked = [[str(keys[i])] for i in rng.integers(0, n_keys, size=rounds)]
+    timings: dict[str, list[float]] = {"plain": [], "keyed": []}
+    for index in range(rounds):
+        started = time.perf_counter()
+        predict_rows(plain, row, None)
+        timings["plain"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        predict_rows(with_keys, row, asked[index])
+        timings["keyed"].append(time.perf_counter() - started)
+    return statistics.median(timings["keyed"]), statistics.median(timings["plain"])
+
+
+def _endpoint_seconds(n_keys: int, rounds: int, folder: Path) -> tuple[float, float]:
+    """Median seconds of one single-row ``POST /models/{id}/predict`` through the whole app (in
+    process: routing, body parsing, lookup, serialization; no network), for a keyed model of
+    ``n_keys`` keys stored in its chunks and for a plain model, alternating."""
+    from fastapi.testclient import TestClient
+
+    from models_store import migrate, repository
+    from models_store.session import make_engine, make_sessionmaker, session_scope
+    from service.config import Settings
+    from service.main import create_app
+
+    url = f"sqlite:///{folder / 'keyed.db'}"
+    migrate.upgrade(url)
+    engine = make_engine(url)
+    rng = np.random.default_rng(0)
+    k, d = 2, 4
+    lines = {
+        "coef": [[1.0, 2.0, 3.0, 4.0], [0.5, 0.5, 0.5, 0.5]],
+        "intercept": [0.0, 1.0],
+        "shares": [0.5, 0.5],
+    }
+    scores = {
+        "train_min_loss": 1.0,
+        "holdout_min_loss": None,
+        "baseline": {"coef": [0.0] * d, "intercept": 0.0, "train_min_loss": 2.0},
+        "n_train": 10,
+        "n_holdout": 0,
+        "loss_history": [1.0],
+        "n_iter": 1,
+        "fit_seconds": 0.0,
+    }
+    keys = np.array([f"account-{i:07d}" for i in range(n_keys)])
+    with session_scope(make_sessionmaker(engine)) as session:
+        dataset = repository.create_dataset(
+            session,
+            X=np.zeros((10, d)),
+            y=np.zeros(10),
+            feature_names=None,
+            target_name=None,
+            name=None,
+        )
+        common = {
+            "job_id": None,
+            "dataset_id": dataset.id,
+            "name": None,
+            "algorithm": "auto",
+            "n_components": k,
+            "n_features": d,
+            "feature_names": [f"x{j}" for j in range(d)],
+            "fit_intercept": True,
+            "params": {},
+            "seed": 0,
+            **lines,
+            **scores,
+        }
+        plain_id = repository.create_model(session, **common).id
+        keyed_id = repository.create_model(session, **common, split_by="account").id
+        job = repository.create_job(
+            session,
+            dataset_id=dataset.id,
+            algorithm="auto",
+            n_components=k,
+            params={},
+            fit_intercept=True,
+            holdout_fraction=0.0,
+            max_attempts=1,
+            split_by="account",
+        )
+        repository.claim_job(session, job_id=job.id, worker_id="bench", now=repository.utcnow())
+        shard = 65_536
+        for position, start in enumerate(range(0, n_keys, shard)):
+            count = min(shard, n_keys - start)
+            repository.store_job_shard(
+                session,
+                job_id=job.id,
+                worker_id="bench",
+                attempt=1,
+                position=position,
+                arrays={
+                    "keys": keys[start : start + count],
+                    "coef": rng.standard_normal((count, k, d)),
+                    "intercept": rng.standard_normal((count, k)),
+                    "shares": np.full((count, k), 0.5),
+                    "min_loss": np.ones(count),
+                    "n_rows": np.full(count, 200),
+                    "status": np.zeros(count, dtype=np.int8),
+                },
+            )
+        repository.publish_job_shards(session, job_id=job.id, model_id=keyed_id)
+    engine.dispose()
+    row = rng.standard_normal(d).tolist()
+    asked = keys[rng.integers(0, n_keys, size=rounds)].tolist()
+    timings: dict[str, list[float]] = {"plain": [], "keyed": []}
+    settings = Settings(database_url=url, embedded_worker=False)
+    # The client logs every request at INFO: thousands of lines, and time, that are not the app's.
+    logging.disable(logging.INFO)
+    with TestClient(create_app(settings), base_url="http://127.0.0.1") as client:
+        # The first request of each model loads it into the cache.
+        client.post(f"/models/{plain_id}/predict", json={"X": [row]})
+        client.post(f"/models/{keyed_id}/predict", json={"X": [row], "keys": [asked[0]]})
+        for key in asked:
+            started = time.perf_counter()
+            answer = client.post(f"/models/{plain_id}/predict", json={"X": [row]})
+            timings["plain"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            keyed = client.post(f"/models/{keyed_id}/predict", json={"X": [row], "keys": [key]})
+            timings["keyed"].append(time.perf_counter() - started)
+            assert answer.status_code == keyed.status_code == 200, keyed.text
+    logging.disable(logging.NOTSET)
+    return statistics.median(timings["keyed"]), statistics.median(timings["plain"])
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.keyed",
+        description="Keyed fits vs a loop of the default estimator; keyed single-row predict; "
+        "write the keyed section of bench/RESULTS.md.",
+    )
+    parser.add_argument("--accounts", type=int, default=100_000)
+    parser.add_argument("--ratings", type=int, default=200)
+    parser.add_argument("--sample", type=int, default=100, help="accounts of the default loop")
+    parser.add_argument("--predict-keys", type=int, default=1_000_000)
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    args = parser.parse_args(argv)
+    command = " ".join(["python -m bench.keyed", *(sys.argv[1:] if argv is None else argv)])
+    report = Report()
+    n_rows = args.accounts * args.ratings
+    report.add(
+        f"## Keyed fits ({args.accounts:,} accounts x {args.ratings} ratings = {n_rows:,} rows, "
+        "d = 4, k = 2)",
+        "",
+    )
+    report.add("Machine and run:", "", *machine_lines(command), "")
+    log("generating the accounts")
+    X, y, account, _ = make_shared_accounts(
+        n_accounts=args.accounts, n_ratings=args.ratings, n_features=4, random_state=0
+    )
+    log("fit_per_key over every account")
+    started = time.perf_counter()
+    keyed = fit_per_key(X, y, account, 2, random_state=0, global_model=False)
+    keyed_seconds = time.perf_counter() - started
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    sample = np.sort(
+        np.random.default_rng(1).choice(args.accounts, size=args.sample, replace=False)
+    )
+    log(f"the default estimator on {args.sample} accounts, one at a time")
+    per_account, default_losses = _default_loop(X, y, account, sample)
+    ratios = keyed.min_loss[sample] / default_losses
+    keys_per_second = args.accounts / keyed_seconds
+    loop_keys_per_second = 1 / per_account
+    speedup = keys_per_second / loop_keys_per_second
+    log(f"single-row predicts among {args.predict_keys:,} keys")
+    keyed_predict, plain_predict = _predict_seconds(args.predict_keys, 20_000)
+    log(f"single-row requests through the app among {args.predict_keys:,} keys")
+    with tempfile.TemporaryDirectory(prefix="mixreg-bench-keyed-") as folder:
+        keyed_request, plain_request = _endpoint_seconds(args.predict_keys, 3000, Path(folder))
+    ratio_q = np.quantile(ratios, [0.5, 0.99, 1.0])
+    report.table(
+        ["measure", "value"],
+        [
+            ["fit_per_key, every account", f"{keyed_seconds:.1f} s ({keys_per_second:.0f} keys/s)"],
+            [
+                f"default estimator, {args.sample} sampled accounts one at a time",
+                f"{per_account:.2f} s per account ({loop_keys_per_second:.2f} keys/s; "
+                f"{args.accounts * per_account / 3600:.1f} h extrapolated to every account)",
+            ],
+            ["speed-up of fit_per_key", f"{speedup:.0f}x"],
+            [
+                "min-loss ratio keyed / default on the sample (median, q99, max)",
+                ", ".join(f"{value:.5f}" for value in ratio_q),
+            ],
+            ["sampled accounts with ratio <= 1.001", f"{np.mean(ratios <= 1.001):.1%}"],
+            ["peak memory (max RSS) of the fitting process", f"{peak_mib:.0f} MiB"],
+            [
+                f"single-row predict, keyed among {args.predict_keys:,} keys (serving code)",
+                f"{keyed_predict * 1e6:.1f} us",
+            ],
+            ["single-row predict, plain model (serving code)", f"{plain_predict * 1e6:.1f} us"],
+            [
+                f"single-row POST /models/{{id}}/predict through the app, keyed among "
+                f"{args.predict_keys:,} keys",
+                f"{keyed_request * 1e6:.0f} us",
+            ],
+            [
+                "single-row POST /models/{id}/predict through the app, plain model",
+                f"{plain_request * 1e6:.0f} us",
+            ],
+        ],
+    )
+    report.target("keyed fit speed-up", ">= 20x", f"{speedup:.0f}x", speedup >= 20)
+    report.target(
+        "median min-loss ratio", "<= 1.001", f"{ratio_q[0]:.5f}", bool(ratio_q[0] <= 1.001)
+    )
+    throughput = plain_request / keyed_request
+    report.target(
+        "keyed / plain single-row predict throughput (requests through the app)",
+        ">= 0.9x",
+        f"{throughput:.2f}x",
+        throughput >= 0.9,
+    )
+    report.targets_table(report.targets)
+    report.add(f"Load average (1, 5, 15 min) at the end: {load_average()}", "")
+    write_section(args.output, SECTION, "\n".join(report.lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,638 @@
+"""A mixture of k lines per key, fitted for many keys at once: :func:`fit_per_key`.
+
+A recommender fits one small mixture per shared account: hundreds of thousands of data sets
+of a few hundred rows each. A Python loop of estimator fits spends its time in overhead, so
+here every step of classical AM runs for a whole batch of keys (and several random starts
+of each) as one computation:
+
+- rows are sorted by key; every row carries the outer product ``w wᵀ`` of ``w = (z, y)``;
+- the normal equations of every (key, start, line) are segment sums of these products over
+  the rows assigned to it: one sparse indicator matrix (a row's column is its key, start and
+  line) times the products — memory is the products of the batch, never one copy per start;
+- the stack of normal equations is solved at once (:func:`solve_normal_equations`);
+- every row's residual to its key's lines, for every start, is one gathered ``einsum``.
+
+As in ``auto``, half the starts are least-squares lines of random partitions and half are
+lines of a few random rows; every start runs :data:`SCREEN_ITERATIONS` iterations, the
+:data:`SURVIVORS` best of each key go on to a fixed point (or ``max_iter``), and each key
+keeps its best. Keys with too few rows for k lines get one least-squares line or are
+skipped; keys with non-finite rows fail alone. A global model of all rows (the default
+estimator) answers for keys the model does not know.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import scipy.sparse
+from numpy.typing import ArrayLike, NDArray
+
+from ._estimator import MixtureOfLinearRegressions, as_generator, minimum_rows_per_line
+from ._loss import smallest_by_line
+from ._lstsq import solve_normal_equations
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+STATUSES = ("fitted", "k1", "skipped", "failed")
+"""Per-key status: k lines fitted; one line (too few rows for k); skipped (too few rows, by
+``small_keys="skip"``); failed (a non-finite feature or target in the key's rows)."""
+MIN_N_INIT, MAX_N_INIT = 32, 100
+"""Bounds on the random starts per key (half random partitions, half lines of random rows)."""
+_ROWS_TIMES_STARTS = 3200
+"""Rows times starts per key the default ``n_init`` aims at: tiny keys, whose min-loss has
+many local minima among few rows, get many cheap starts; keys of hundreds of rows fewer
+(their rounds of moves find what more starts would)."""
+SCREEN_ITERATIONS = 5
+SURVIVORS = 4
+"""Starts of each key that go on after the screening iterations."""
+RESEED_ROUNDS, RESEEDS = 3, 8
+"""Rounds of moves from each key's best line set, and moves per round: one line replaced
+by a line where the others fit worst (see :meth:`_Problem._reseeded`)."""
+BATCH_ELEMENTS = 1 << 22
+"""Bound on a batch's largest intermediate (rows * starts * lines * parameters floats):
+keys are fitted in batches of whole keys whose rows fit in it (a key larger than it alone)."""
+LOSS_QUANTILES = (0.0, 0.5, 0.9, 0.99, 1.0)
+
+SmallKeys = Literal["k1", "skip"]
+Progress = Callable[[int, int], None]
+"""Called with (keys done, keys in all) after every batch; raising from it stops the fit."""
+
+
+class UnknownKeyError(KeyError):
+    """Keys a keyed model has no lines for, asked with ``unknown="error"``."""
+
+    def __init__(self, keys: list[Any]) -> None:
+        super().__init__(keys)
+        self.keys = keys
+
+    def __str__(self) -> str:
+        shown = ", ".join(repr(key) for key in self.keys[:5])
+        more = f" and {len(self.keys) - 5} more" if len(self.keys) > 5 else ""
+        return f"unknown keys: {shown}{more}"
+
+
+@dataclass
+class KeyedMixture:
+    """Every key's lines, shares and min-loss, and a global model of all rows.
+
+    Attributes
+    ----------
+    keys : ndarray of shape (n_keys,)
+        Sorted distinct keys (integers or strings).
+    coef : ndarray of shape (n_keys, n_components, n_features)
+        A key fitted with one line (status ``"k1"``) has it in every slot; a skipped or
+        failed key has zeros.
+    intercept : ndarray of shape (n_keys, n_components)
+    shares : ndarray of shape (n_keys, n_components)
+        Share of the key's rows nearest each line (a ``"k1"`` key: 1 then zeros).
+    min_loss : ndarray of shape (n_keys,)
+        Training min-loss of each key (NaN where skipped or failed).
+    n_rows : ndarray of shape (n_keys,)
+    status : ndarray of shape (n_keys,)
+        Indices into :data:`STATUSES`.
+    global_model : MixtureOfLinearRegressions or None
+        The default estimator fitted on all rows with finite values.
+    rows_without_key : int
+        Rows left out because their key was missing (None or NaN).
+    """
+
+    keys: NDArray[Any]
+    coef: FloatArray
+    intercept: FloatArray
+    shares: FloatArray
+    min_loss: FloatArray
+    n_rows: IntArray
+    status: NDArray[np.int8]
+    global_model: MixtureOfLinearRegressions | None = None
+    rows_without_key: int = 0
+    failures: dict[str, str] = field(default_factory=dict)
+    """Reason of each failed key (its key as a string), for the first
+    :data:`MAX_FAILURES_LISTED` failed keys."""
+
+    @property
+    def n_components(self) -> int:
+        return int(self.coef.shape[1])
+
+    @property
+    def n_features(self) -> int:
+        return int(self.coef.shape[2])
+
+    def positions(self, keys: ArrayLike) -> NDArray[np.intp]:
+        """Index of each key in :attr:`keys`; -1 where the key is unknown, skipped or failed.
+
+        A binary search in the sorted key array: O(log n_keys) per key, no hashing.
+        """
+        asked = key_array(keys)
+        text = "OU"
+        if self.keys.dtype.kind in text and asked.dtype.kind in text + "iu":
+            # Text keys (stored as fixed-width or Python strings) compare as text; never cast
+            # to the stored width, which would cut a longer key down to a stored one.
+            asked = asked.astype(str)
+            if self.keys.dtype.kind == "O":
+                asked = asked.astype(object)
+        if self.keys.size == 0 or asked.size == 0 or asked.dtype.kind != self.keys.dtype.kind:
+            return np.full(asked.shape[0], -1, dtype=np.intp)
+        found = np.searchsorted(self.keys, asked)
+        found = np.minimum(found, self.keys.size - 1)
+        known = self.keys[found] == asked
+        known &= self.status[found] <= STATUSES.index("k1")
+        return np.where(known, found, -1)
+
+    def predict(
+        self, X: ArrayLike, keys: ArrayLike, unknown: Literal["global", "error"] = "global"
+    ) -> FloatArray:
+        """Every line's prediction for each row, from the lines of the row's key.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        keys : array-like of shape (n_samples,)
+        unknown : {"global", "error"}, default="global"
+            A key without lines (never seen, skipped or failed) is predicted by the global
+            model, or raises :class:`UnknownKeyError` naming it.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_components)
+        """
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.n_features:
+            raise ValueError(
+                f"X must have shape (n_samples, {self.n_features}), got {np.shape(X)}."
+            )
+        positions = self.positions(keys)
+        if positions.shape[0] != X.shape[0]:
+            raise ValueError(f"keys has {positions.shape[0]} entries for {X.shape[0]} rows.")
+        missing = positions < 0
+        if missing.any() and (unknown == "error" or self.global_model is None):
+            raise UnknownKeyError(list(dict.fromkeys(key_array(keys)[missing].tolist())))
+        found = np.where(missing, 0, positions)
+        predictions: FloatArray = np.einsum("nd,nkd->nk", X, self.coef[found])
+        predictions += self.intercept[found]
+        if missing.any():
+            assert self.global_model is not None
+            predictions[missing] = self.global_model.predict(X[missing])
+        return predictions
+
+    def summary(self) -> dict[str, Any]:
+        """Counts of keys by status, rows, failures and min-loss quantiles of fitted keys."""
+        counts = np.bincount(self.status, minlength=len(STATUSES))
+        losses = self.min_loss[np.isfinite(self.min_loss)]
+        return {
+            "n_keys": int(self.keys.size),
+            "n_rows": int(self.n_rows.sum()),
+            "rows_without_key": self.rows_without_key,
+            "keys_by_status": {name: int(n) for name, n in zip(STATUSES, counts, strict=True)},
+            "failures": dict(self.failures),
+            "min_loss_quantiles": (
+                {f"q{round(q * 100):02d}": float(np.quantile(losses, q)) for q in LOSS_QUANTILES}
+                if losses.size
+                else {}
+            ),
+        }
+
+
+MAX_FAILURES_LISTED = 100
+FAILURE_REASON = "a feature or the target is not a finite number"
+
+
+def key_array(keys: ArrayLike) -> NDArray[Any]:
+    """Keys as a 1-D array of integers or of strings."""
+    array = np.asarray(keys)
+    if array.ndim != 1:
+        raise ValueError(f"keys must be one-dimensional, got shape {array.shape}.")
+    if array.dtype.kind in "iu":
+        return array.astype(np.int64, copy=False)
+    if array.dtype.kind == "b":
+        return array.astype(np.int64)
+    if array.dtype.kind == "f":
+        finite = array[np.isfinite(array)]
+        if np.any(finite != np.round(finite)):
+            raise ValueError("keys must be integers or strings; got non-integer numbers.")
+        return array
+    return array.astype(object)
+
+
+def missing_keys(keys: NDArray[Any]) -> NDArray[np.bool_]:
+    """Where ``keys`` (as :func:`key_array` gives them) is missing: NaN or None."""
+    if keys.dtype.kind == "f":
+        missing: NDArray[np.bool_] = ~np.isfinite(keys)
+        return missing
+    if keys.dtype == object:
+        return np.fromiter((key is None for key in keys), dtype=bool, count=keys.size)
+    return np.zeros(keys.shape[0], dtype=bool)
+
+
+def fit_per_key(
+    X: ArrayLike,
+    y: ArrayLike,
+    keys: ArrayLike,
+    n_components: int = 2,
+    *,
+    fit_intercept: bool = True,
+    n_init: int | None = None,
+    max_iter: int = 100,
+    small_keys: SmallKeys = "k1",
+    global_model: bool = True,
+    random_state: Any = None,
+    progress: Progress | None = None,
+) -> KeyedMixture:
+    """Fit an independent mixture of ``n_components`` lines for every distinct key.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+    y : array-like of shape (n_samples,)
+    keys : array-like of shape (n_samples,)
+        Integers or strings; rows with a missing key (None, NaN) are left out and counted.
+    n_components : int, default=2
+    fit_intercept : bool, default=True
+    n_init : int or None, default=None
+        Random starts per key (at least 2); None: 3200 divided by the median rows per key,
+        between 32 and 100.
+    max_iter : int, default=100
+        Classical AM iterations per start at most.
+    small_keys : {"k1", "skip"}, default="k1"
+        A key with fewer rows than k lines need (``k * (n_features + 1)``) gets one line, or
+        is skipped.
+    global_model : bool, default=True
+        Also fit the default estimator on all rows, for keys the model does not know.
+    random_state : None, int or numpy.random.Generator
+    progress : callable, optional
+        Called with (keys done, keys in all) after each batch; an exception raised from it
+        stops the fit and propagates.
+
+    Returns
+    -------
+    KeyedMixture
+    """
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"X must be two-dimensional, got shape {X.shape}.")
+    if y.shape != (X.shape[0],):
+        raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}.")
+    if isinstance(n_components, bool) or not isinstance(n_components, int) or n_components < 1:
+        raise ValueError(f"n_components must be an integer >= 1, got {n_components!r}.")
+    if n_init is not None and (
+        isinstance(n_init, bool) or not isinstance(n_init, int) or n_init < 2
+    ):
+        raise ValueError(f"n_init must be an integer >= 2, got {n_init!r}.")
+    if small_keys not in ("k1", "skip"):
+        raise ValueError(f"small_keys must be 'k1' or 'skip', got {small_keys!r}.")
+    key_values = key_array(keys)
+    if key_values.shape[0] != X.shape[0]:
+        raise ValueError(f"keys has {key_values.shape[0]} entries for {X.shape[0]} rows.")
+    rng = as_generator(random_state)
+    without_key = missing_keys(key_values)
+    if without_key.any():
+        keep = ~without_key
+        X, y, key_values = X[keep], y[keep], key_values[keep]
+    if key_values.dtype.kind == "f":
+        key_values = key_values.astype(np.int64)
+    distinct, codes = np.unique(key_values, return_inverse=True)
+    order = np.argsort(codes, kind="stable")
+    X, y, codes = X[order], y[order], codes[order].astype(np.intp)
+    n_rows = np.bincount(codes, minlength=distinct.size).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(n_rows)])
+
+    n_keys, n_features = distinct.size, X.shape[1]
+    n_params = n_features + int(fit_intercept)
+    finite_rows = np.isfinite(X).all(axis=1) & np.isfinite(y)
+    failed = np.bincount(codes, weights=~finite_rows, minlength=n_keys) > 0
+    enough = n_rows >= n_components * minimum_rows_per_line(n_params)
+    status = np.where(enough, 0, 1 if small_keys == "k1" else 2).astype(np.int8)
+    status[failed] = STATUSES.index("failed")
+    if n_components == 1:
+        status[status == 0] = 1
+
+    result = KeyedMixture(
+        keys=distinct,
+        coef=np.zeros((n_keys, n_components, n_features)),
+        intercept=np.zeros((n_keys, n_components)),
+        shares=np.zeros((n_keys, n_components)),
+        min_loss=np.full(n_keys, np.nan),
+        n_rows=n_rows,
+        status=status,
+        rows_without_key=int(without_key.sum()),
+        failures={
+            str(distinct[key]): FAILURE_REASON
+            for key in np.flatnonzero(failed)[:MAX_FAILURES_LISTED]
+        },
+    )
+    if n_init is None:
+        typical = float(np.median(n_rows)) if n_keys else 1.0
+        n_init = int(np.clip(_ROWS_TIMES_STARTS // max(typical, 1.0), MIN_N_INIT, MAX_N_INIT))
+    problem = _Problem(X, y, offsets, fit_intercept, n_components, rng)
+    done = 0
+    for batch in _batches(n_rows, status, n_init * n_components * n_params):
+        problem.fit_batch(batch, status[batch], result, n_init, max_iter)
+        done += batch.size
+        if progress is not None:
+            progress(done, n_keys)
+    if progress is not None and done < n_keys:
+        progress(n_keys, n_keys)
+    if global_model and finite_rows.any():
+        result.global_model = MixtureOfLinearRegressions(
+            n_components=n_components,
+            fit_intercept=fit_intercept,
+            random_state=int(rng.integers(0, 2**31 - 1)),
+        ).fit(X[finite_rows], y[finite_rows])
+    return result
+
+
+def _batches(
+    n_rows: IntArray, status: NDArray[np.int8], elements_per_row: int
+) -> list[NDArray[np.intp]]:
+    """Consecutive runs of fittable keys whose rows fill at most :data:`BATCH_ELEMENTS`
+    intermediate floats (k-line keys and one-line keys in batches of their own)."""
+    batches: list[NDArray[np.intp]] = []
+    for wanted, per_row in ((0, elements_per_row), (1, elements_per_row)):
+        members = np.flatnonzero(status == wanted)
+        if members.size == 0:
+            continue
+        rows_per_batch = max(1, BATCH_ELEMENTS // per_row)
+        # A batch ends where the running row count crosses a multiple of the batch size.
+        ends = np.cumsum(n_rows[members])
+        cuts = np.flatnonzero(np.diff(ends // rows_per_batch)) + 1
+        batches += np.split(members, cuts)
+    return [batch for batch in batches if batch.size]
+
+
+class _Problem:
+    """The sorted rows of all keys, and the batched steps of classical AM on some of them."""
+
+    def __init__(
+        self,
+        X: FloatArray,
+        y: FloatArray,
+        offsets: IntArray,
+        fit_intercept: bool,
+        n_components: int,
+        rng: np.random.Generator,
+    ) -> None:
+        self.X, self.y, self.offsets = X, y, offsets
+        self.fit_intercept = fit_intercept
+        self.n_components = n_components
+        self.rng = rng
+
+    def fit_batch(
+        self,
+        batch: NDArray[np.intp],
+        status: NDArray[np.int8],
+        result: KeyedMixture,
+        n_init: int,
+        max_iter: int,
+    ) -> None:
+        """Fit the keys ``batch`` (all of one status, in increasing order) into ``result``."""
+        rows = _rows_of(self.offsets, batch)
+        n_batch = batch.size
+        codes = np.repeat(np.arange(n_batch), self.offsets[batch + 1] - self.offsets[batch])
+        counts = np.bincount(codes, minlength=n_batch).astype(np.float64)
+        X, y = self.X[rows], self.y[rows]
+        # Centred per key: the normal equations stay well conditioned whatever the offsets.
+        x_mean = np.zeros((n_batch, X.shape[1]))
+        y_mean = np.zeros(n_batch)
+        if self.fit_intercept:
+            x_mean = _segment_sums(X, codes, n_batch) / counts[:, None]
+            y_mean = np.bincount(codes, weights=y, minlength=n_batch) / counts
+            X = X - x_mean[codes]
+            y = y - y_mean[codes]
+            Z = np.hstack([X, np.ones((X.shape[0], 1))])
+        else:
+            Z = X
+        steps = _Steps(Z, y, codes, n_batch)
+        k = self.n_components
+        if status[0] == STATUSES.index("k1"):
+            one_part = np.zeros((Z.shape[0], 1), dtype=np.intp)
+            theta = steps.solve(one_part, 1, np.zeros((n_batch, 1, 1, Z.shape[1])))
+            theta = np.repeat(theta, k, axis=2)
+            losses, labels = steps.losses(theta)
+            best = np.zeros(n_batch, dtype=np.intp)
+            shares = np.zeros((n_batch, k))
+            shares[:, 0] = 1.0
+        else:
+            theta, losses, labels = self._search(steps, self._starts(steps, n_init), max_iter)
+            for _ in range(RESEED_ROUNDS):
+                best = np.argmin(losses, axis=1)
+                kept = theta[np.arange(n_batch), best]
+                moved = np.concatenate(
+                    [kept[:, None], self._reseeded(steps, kept, RESEEDS)], axis=1
+                )
+                theta, losses, labels = self._search(steps, moved, max_iter)
+            best = np.argmin(losses, axis=1)
+            chosen_labels = np.take_along_axis(labels, best[codes, None], axis=1)[:, 0]
+            nearest_counts = np.bincount(codes * k + chosen_labels, minlength=n_batch * k)
+            shares = nearest_counts.reshape(n_batch, k) / counts[:, None]
+        chosen = theta[np.arange(n_batch), best]
+        coef = chosen[:, :, : X.shape[1]]
+        intercept = chosen[:, :, -1] if self.fit_intercept else np.zeros((n_batch, k))
+        result.coef[batch] = coef
+        # Back from the key's centred data: b = mean(y) + b_centred - <mean(x), coef>.
+        shift = y_mean[:, None] - np.einsum("kd,kjd->kj", x_mean, coef)
+        result.intercept[batch] = intercept + shift
+        result.shares[batch] = shares
+        result.min_loss[batch] = losses[np.arange(n_batch), best]
+
+    @staticmethod
+    def _search(
+        steps: _Steps, starts: FloatArray, max_iter: int
+    ) -> tuple[FloatArray, FloatArray, NDArray[np.intp]]:
+        """Screen ``starts`` for a few iterations, then polish each key's best few."""
+        theta, losses, _ = steps.iterate(starts, SCREEN_ITERATIONS)
+        survivors = np.argsort(losses, axis=1, kind="stable")[:, :SURVIVORS]
+        theta = np.take_along_axis(theta, survivors[:, :, None, None], axis=1)
+        return steps.iterate(theta, max_iter - SCREEN_ITERATIONS)
+
+    def _reseeded(self, steps: _Steps, theta: FloatArray, count: int) -> FloatArray:
+        """``count`` line sets per key with one line replaced where the others fit worst.
+
+        As :func:`mixreg._moves.reseed_by_residual`, for every key at once: the new line is
+        the least-squares line of ``2 * n_params`` rows of the key drawn (with replacement)
+        with probability proportional to their smallest squared residual, by inverting the
+        running sum of these residuals over the sorted rows.
+
+        Parameters
+        ----------
+        theta : ndarray of shape (n_keys, k, p)
+
+        Returns
+        -------
+        ndarray of shape (n_keys, count, k, p)
+        """
+        k = self.n_components
+        nearest, _ = steps.nearest(theta[:, None])
+        weights = nearest[:, 0] + np.finfo(np.float64).tiny
+        running = np.cumsum(weights)
+        before = running[steps.offsets[:-1]] - weights[steps.offsets[:-1]]
+        totals = running[steps.offsets[1:] - 1] - before
+        size = 2 * steps.n_params
+        targets = (
+            before[:, None, None]
+            + self.rng.random((steps.n_keys, count, size)) * (totals[:, None, None])
+        )
+        picked = np.searchsorted(running, targets, side="right")
+        picked = np.clip(picked, steps.offsets[:-1, None, None], steps.offsets[1:, None, None] - 1)
+        sums = steps.products[picked].sum(axis=2)
+        new_lines = steps.solve_sums(
+            sums.reshape(-1, sums.shape[-1]), np.full(sums.shape[:2], size).ravel(), None
+        ).reshape(steps.n_keys, count, steps.n_params)
+        moved = np.repeat(theta[:, None], count, axis=1)
+        replaced = self.rng.integers(0, k, size=(steps.n_keys, count))
+        moved[np.arange(steps.n_keys)[:, None], np.arange(count)[None, :], replaced] = new_lines
+        return moved
+
+    def _starts(self, steps: _Steps, n_init: int) -> FloatArray:
+        """Starting lines (n_keys, n_init, k, p): half of random partitions, half of random
+        rows (each line of twice as many rows as it has parameters)."""
+        k, n = self.n_components, steps.Z.shape[0]
+        n_partitions = n_init - n_init // 2
+        labels = self.rng.integers(0, k, size=(n, n_partitions))
+        previous = np.zeros((steps.n_keys, n_partitions, k, steps.n_params))
+        from_partitions = steps.solve(labels, n_partitions, previous)
+        n_rows_starts = n_init // 2
+        size = 2 * steps.n_params
+        counts = np.diff(steps.offsets)
+        draws = self.rng.random((steps.n_keys, n_rows_starts, k, size))
+        picked = steps.offsets[:-1, None, None, None] + (
+            draws * counts[:, None, None, None]
+        ).astype(np.intp)
+        sums = steps.products[picked].sum(axis=3)
+        from_rows = steps.solve_sums(
+            sums.reshape(-1, sums.shape[-1]), np.full(sums.shape[:3], size).ravel(), previous=None
+        ).reshape(steps.n_keys, n_rows_starts, k, steps.n_params)
+        return np.concatenate([from_partitions, from_rows], axis=1)
+
+
+def _rows_of(offsets: IntArray, batch: NDArray[np.intp]) -> NDArray[np.intp]:
+    """Positions of the rows of the consecutive-in-order keys ``batch``."""
+    lengths = offsets[batch + 1] - offsets[batch]
+    starts = np.repeat(offsets[batch] - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    rows: NDArray[np.intp] = (np.arange(lengths.sum()) + starts).astype(np.intp)
+    return rows
+
+
+def _segment_sums(values: FloatArray, codes: NDArray[np.intp], n_segments: int) -> FloatArray:
+    """Sums of ``values`` rows by their (sorted) segment ``codes``."""
+    starts = np.searchsorted(codes, np.arange(n_segments))
+    sums: FloatArray = np.add.reduceat(values, starts, axis=0)
+    return sums
+
+
+class _Steps:
+    """Classical AM for every key of a batch and every start at once."""
+
+    def __init__(self, Z: FloatArray, y: FloatArray, codes: NDArray[np.intp], n_keys: int):
+        self.Z, self.y, self.codes, self.n_keys = Z, y, codes, n_keys
+        self.n_params = Z.shape[1]
+        self.offsets = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=n_keys))])
+        augmented = np.hstack([Z, y[:, None]])
+        # Each row's (z, y)(z, y)ᵀ: the segment sums of its blocks are every part's Gram
+        # matrix and Zᵀy.
+        self.products = np.einsum("ni,nj->nij", augmented, augmented).reshape(Z.shape[0], -1)
+
+    def solve_sums(
+        self, sums: FloatArray, counts: FloatArray, previous: FloatArray | None
+    ) -> FloatArray:
+        """Least-squares lines from summed products (n_parts, (p + 1)²) of ``counts`` rows.
+
+        Parts with at least p rows are solved by one batched LU of the equilibrated normal
+        equations (an ``eigh`` per part costs ten times more); fewer rows, or an exactly
+        singular system, by the pseudo-inverse of :func:`solve_normal_equations`. A part with
+        no rows keeps its ``previous`` line (zeros when there is none).
+        """
+        p = self.n_params
+        blocks = sums.reshape(-1, p + 1, p + 1)
+        gram, rhs = blocks[:, :p, :p], blocks[:, :p, p]
+        diagonal = np.diagonal(gram, axis1=1, axis2=2)
+        full = (counts >= p) & np.all(diagonal > 0, axis=1)
+        theta = np.zeros((blocks.shape[0], p))
+        scale = 1.0 / np.sqrt(diagonal[full])
+        equilibrated = gram[full] * scale[:, :, None] * scale[:, None, :]
+        try:
+            solved = np.linalg.solve(equilibrated, (rhs[full] * scale)[:, :, None])[:, :, 0]
+            theta[full] = solved * scale
+        except np.linalg.LinAlgError:
+            full[:] = False
+        if not full.all():
+            theta[~full] = solve_normal_equations(gram[~full], rhs[~full])
+        if previous is not None:
+            empty = counts == 0
+            theta[empty] = previous.reshape(-1, p)[empty]
+        return theta
+
+    def solve(self, labels: NDArray[np.intp], n_starts: int, previous: FloatArray) -> FloatArray:
+        """Every (key, start, line)'s least-squares line from the rows ``labels`` give it.
+
+        Parameters
+        ----------
+        labels : ndarray of shape (n_rows, n_starts)
+        n_starts : int
+        previous : ndarray of shape (n_keys, n_starts, k, p)
+            Lines kept by parts that get no rows.
+
+        Returns
+        -------
+        ndarray of shape (n_keys, n_starts, k, p)
+        """
+        k = previous.shape[2]
+        n = self.Z.shape[0]
+        parts = (self.codes[:, None] * n_starts + np.arange(n_starts)) * k + labels
+        indicator = scipy.sparse.csr_matrix(
+            (np.ones(n * n_starts), parts.ravel(), np.arange(0, n * n_starts + 1, n_starts)),
+            shape=(n, self.n_keys * n_starts * k),
+        )
+        sums = np.asarray(indicator.T @ self.products)
+        counts = np.bincount(parts.ravel(), minlength=indicator.shape[1]).astype(np.float64)
+        return self.solve_sums(sums, counts, previous).reshape(previous.shape)
+
+    def nearest(self, theta: FloatArray) -> tuple[FloatArray, NDArray[np.intp]]:
+        """Every row's smallest squared residual to its key's lines, and that line, for every
+        start: both of shape (n_rows, n_starts).
+
+        ``theta`` has shape (n_keys, n_starts, k, p).
+        """
+        # Lines first: the nearest line is then k - 1 elementwise minima of contiguous slices.
+        squared = np.einsum("np,nskp->kns", self.Z, theta[self.codes])
+        np.subtract(self.y[None, :, None], squared, out=squared)
+        np.square(squared, out=squared)
+        return smallest_by_line(squared, axis=0)
+
+    def losses(self, theta: FloatArray) -> tuple[FloatArray, NDArray[np.intp]]:
+        """Min-loss of every (key, start) and every row's nearest line for each start."""
+        nearest, labels = self.nearest(theta)
+        n_starts = theta.shape[1]
+        sums = np.bincount(
+            (self.codes[:, None] * n_starts + np.arange(n_starts)).ravel(),
+            weights=nearest.ravel(),
+            minlength=self.n_keys * n_starts,
+        ).reshape(self.n_keys, n_starts)
+        counts = np.diff(self.offsets).astype(np.float64)
+        return sums / counts[:, None], labels
+
+    def iterate(
+        self, theta: FloatArray, iterations: int
+    ) -> tuple[FloatArray, FloatArray, NDArray[np.intp]]:
+        """Up to ``iterations`` rounds of assign-then-refit, until no row changes its line.
+
+        Returns the lines, the min-loss of each (key, start) and the rows' labels.
+        """
+        losses, labels = self.losses(theta)
+        n_starts = theta.shape[1]
+        for _ in range(iterations):
+            refitted = self.solve(labels, n_starts, theta)
+            new_losses, new_labels = self.losses(refitted)
+            # Classical AM never increases the min-loss; a refit that would (a pseudo-inverse
+            # of a near-singular part) is not taken, and that start stops where it was.
+            worse = new_losses > losses
+            new_labels = np.where(worse[self.codes], labels, new_labels)
+            theta = np.where(worse[:, :, None, None], theta, refitted)
+            losses = np.minimum(new_losses, losses)
+            if np.array_equal(new_labels, labels):
+                break
+            labels = new_labels
+        return theta, losses, labels

@@ -16,8 +16,7 @@ from models_store import repository
 from models_store.tables import Dataset, Job
 from service.data import ingest
 from service.errors import ConflictError, InvalidInputError, NotFoundError
-from service.jobs.supervisor import fit_process_context
-from service.jobs.training import FitSpec, holdout_size, send_resolved_parameters
+from service.jobs.training import FitSpec, holdout_size
 from service.schemas import FitVariant
 from service.serving import references
 
@@ -110,61 +109,6 @@ def too_few_training_rows(spec: FitSpec, k: int, *, n_rows: int) -> str:
     )
 
 
-# Algorithms whose parameter resolution counts partitions of the sub-sample: its cost grows
-# with k and subsample_size, so it runs in a child process that is stopped after a deadline.
-_RESOLVED_IN_A_CHILD = frozenset({"subsample-exhaustive"})
-RESOLVE_DEADLINE_S = 2.0
-"""How long the resolution of one k's parameters may take before the request is refused."""
-_PROCESS_START_S = 60.0
-
-
-def _resolve_in_a_child(spec: FitSpec, k: int, n_train: int, n_features: int) -> dict[str, Any]:
-    """``resolved_parameters`` in a child process given RESOLVE_DEADLINE_S once it runs: a
-    request thread is never held longer, and whatever the resolution allocates goes with the
-    child. Raises ``InvalidInputError`` naming the parameters if it fails or takes too long."""
-    context = fit_process_context()
-    reader, writer = context.Pipe(duplex=False)
-    process = context.Process(
-        target=send_resolved_parameters,
-        args=(writer, spec, k, n_train, n_features),
-        name="mixreg-resolve-parameters",
-        daemon=True,
-    )
-    process.start()
-    writer.close()
-    size = spec.params.get("subsample_size")
-    asked = f"k={k}" + ("" if size is None else f" and params.subsample_size={size}")
-    try:
-        if reader.poll(_PROCESS_START_S) and reader.recv() == ("started",):
-            if reader.poll(RESOLVE_DEADLINE_S):
-                outcome = reader.recv()
-                if outcome[0] == "ok":
-                    params: dict[str, Any] = outcome[1]
-                    return params
-                if outcome[0] == "invalid":
-                    raise InvalidInputError(outcome[1])
-                raise InvalidInputError(
-                    f"{spec.algorithm} with {asked}: {outcome[1]}; lower params.subsample_size "
-                    f"or use algorithm 'subsample'"
-                )
-            raise InvalidInputError(
-                f"{spec.algorithm} with {asked}: counting the partitions of its sub-sample takes "
-                f"longer than {RESOLVE_DEADLINE_S:g} s; give a smaller params.subsample_size or "
-                f"use algorithm 'subsample', which tries n_partitions random partitions"
-            )
-    except EOFError:
-        pass
-    finally:
-        process.kill()
-        process.join()
-        reader.close()
-    raise InvalidInputError(
-        f"{spec.algorithm} with {asked}: resolving its parameters failed (the process "
-        f"ended with {process.exitcode}); lower params.subsample_size or use algorithm "
-        f"'subsample'"
-    )
-
-
 def check_fit(spec: FitSpec, *, n_rows: int, n_features: int) -> dict[str, Any]:
     """Raise ``InvalidInputError`` for anything the fit of ``n_rows`` rows would fail on.
 
@@ -190,10 +134,9 @@ def check_fit(spec: FitSpec, *, n_rows: int, n_features: int) -> dict[str, Any]:
         except ValueError as exc:
             raise InvalidInputError(str(exc)) from None
     resolved: dict[str, Any] = {}
+    # Each k's resolution is one pass of bounded cost (a few milliseconds at the limits, even
+    # counting the partitions of the largest sub-sample): it runs in the request's thread.
     for k in spec.k_values or (spec.n_components,):
-        if spec.algorithm in _RESOLVED_IN_A_CHILD:
-            resolved = _resolve_in_a_child(spec, k, n_train, n_features)
-            continue
         try:
             resolved = spec.estimator(k).resolved_parameters(n_train, n_features)
         except ValueError as exc:

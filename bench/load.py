@@ -64,13 +64,22 @@ DEFAULT_OUTPUT = REPO_ROOT / "bench" / "RESULTS.md"
 SECTION = "load"
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
-OPERATIONS = ("predict", "fit", "job", "list")
+OPERATIONS = ("predict", "fit", "job", "list jobs", "list models", "list datasets")
 # Share of each operation in a client's loop (the rest are predicts).
 FIT_SHARE = 0.05
 JOB_SHARE = 0.10
 LIST_SHARE = 0.20
 PREDICT_SHARE = 1 - FIT_SHARE - JOB_SHARE - LIST_SHARE
-LIST_PATHS = ("/jobs?limit=20", "/models?limit=20", "/datasets?limit=20")
+# Each listing is an operation of its own: GET /jobs has targets of its own.
+LIST_PATHS = {
+    "list jobs": "/jobs?limit=20",
+    "list models": "/models?limit=20",
+    "list datasets": "/datasets?limit=20",
+}
+JOBS_P99_TARGET_S = 0.100
+"""``GET /jobs`` p99 without big bodies must stay under this."""
+DURING_RATIO_TARGET = 2.0
+"""The p99 of predicts and of ``GET /jobs`` during big bodies: at most this times before."""
 
 # The worker's rhythm of the e2e tests: a killed server's fits are retried within seconds.
 SERVER_SETTINGS = {
@@ -329,7 +338,8 @@ class Load:
                     job_id = rng.choice(list(self.tally.accepted_jobs.values()))
                     await self._send(client, "job", "GET", f"/jobs/{job_id}")
                 elif draw < FIT_SHARE + JOB_SHARE + LIST_SHARE:
-                    await self._send(client, "list", "GET", rng.choice(LIST_PATHS))
+                    listing = rng.choice(list(LIST_PATHS))
+                    await self._send(client, listing, "GET", LIST_PATHS[listing])
                 else:
                     await self._send(
                         client,
@@ -730,12 +740,58 @@ def big_body_lines(outcome: Outcome) -> list[str]:
         "| p99 ms | before | during big bodies | ratio |",
         "|---|---|---|---|",
     ]
-    for operation in ("predict", "list", "job"):
+    for operation in ("predict", "list jobs", "job"):
         before, during = _p99(latencies[operation]), _p99(latencies[operation + DURING])
         lines.append(
             f"| {operation} | {before * 1000:.1f} | {during * 1000:.1f} | {during / before:.1f} |"
         )
+    lines += ["", "| target | goal | measured | met |", "|---|---|---|---|"]
+    lines += [
+        f"| {name} | {goal} | {measured} | {'yes' if met else '**no**'} |"
+        for name, goal, measured, met in big_body_targets(outcome)
+    ]
     return [*lines, ""]
+
+
+def big_body_targets(outcome: Outcome) -> list[tuple[str, str, str, bool]]:
+    """What a run with big bodies must show: (name, goal, measured, met)."""
+    big = outcome.big
+    assert big is not None
+    latencies = outcome.tally.latencies
+    jobs_before = _p99(latencies["list jobs"])
+    targets = [
+        (
+            "`GET /jobs` p99 without big bodies",
+            f"< {JOBS_P99_TARGET_S * 1000:.0f} ms",
+            f"{jobs_before * 1000:.1f} ms",
+            jobs_before < JOBS_P99_TARGET_S,
+        )
+    ]
+    for operation, name in (("list jobs", "`GET /jobs`"), ("predict", "single-row predict")):
+        before, during = _p99(latencies[operation]), _p99(latencies[operation + DURING])
+        targets.append(
+            (
+                f"{name} p99 during big bodies",
+                f"at most {DURING_RATIO_TARGET:g} times before",
+                f"{during / before:.2f} times",
+                during <= DURING_RATIO_TARGET * before,
+            )
+        )
+    stale_after_s = float(BIG_BODIES_STALE_AFTER_S)
+    problems = len(outcome.tally.server_errors) + len(big.problems)
+    lost = len(outcome.lost_jobs) + len(outcome.unfinished_jobs)
+    targets += [
+        (
+            "the big dataset loads for longer than `MIXREG_STALE_AFTER_S`",
+            f"> {stale_after_s:g} s",
+            f"{big.load_s:.1f} s",
+            big.load_s > stale_after_s,
+        ),
+        ("errors (5xx, failed big requests)", "0", str(problems), problems == 0),
+        ("requeued jobs", "0", str(len(outcome.requeued_jobs)), not outcome.requeued_jobs),
+        ("jobs lost or not final", "0", str(lost), lost == 0),
+    ]
+    return targets
 
 
 def section(outcomes: Sequence[Outcome], machine: Sequence[str]) -> str:

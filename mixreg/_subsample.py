@@ -46,6 +46,9 @@ def capped_stirling2(n: int, k: int, cap: int) -> int:
 def _stirling2_row(n: int, k: int, cap: int | None) -> int:
     if k == 0 or k > n:
         return int(n == k)
+    if k == 1:
+        # One part: one partition, whatever n (rows of it would take n steps to say so).
+        return 1
     row = [1] + [0] * k  # S(0, j)
     for m in range(1, n + 1):
         _next_stirling2_row(row, m, k, cap)

@@ -444,6 +444,57 @@ def iter_dataset_blocks(
         )
 
 
+MIN_SAMPLED_CHUNKS = 4
+"""A sample of a dataset's rows is drawn from at least this many chunks (all of them if it has
+fewer): rows of one chunk are consecutive in the upload, and a sorted file would otherwise show
+one stretch of it."""
+
+
+def sample_dataset_rows(
+    session: Session, *, dataset: Dataset, max_rows: int, seed: int = 0
+) -> tuple[FloatArray, FloatArray]:
+    """``max_rows`` rows of ``dataset`` drawn at random (seeded), in stored order; all of its
+    rows if it has no more.
+
+    Only the chunks the sample needs are read, one at a time: chunks drawn at random until
+    they hold ``max_rows`` rows (at least ``MIN_SAMPLED_CHUNKS``), then the rows among them.
+    Time and memory grow with the sample and the chunk size, not with the dataset.
+    """
+    if dataset.n_rows <= max_rows:
+        return load_dataset_arrays(dataset)
+    sizes = session.execute(
+        select(DatasetChunk.position, DatasetChunk.n_rows)
+        .where(DatasetChunk.dataset_id == dataset.id)
+        .order_by(DatasetChunk.position)
+    ).all()
+    positions = np.array([position for position, _ in sizes], dtype=np.int64)
+    counts = np.array([n_rows for _, n_rows in sizes], dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(positions))
+    holding_enough = int(np.searchsorted(np.cumsum(counts[order]), max_rows)) + 1
+    chosen = np.sort(order[: max(holding_enough, MIN_SAMPLED_CHUNKS)])
+    offsets = np.concatenate(([0], np.cumsum(counts[chosen])))
+    drawn = np.sort(rng.choice(int(offsets[-1]), size=max_rows, replace=False))
+    drawn_per_chunk = np.split(drawn, np.searchsorted(drawn, offsets[1:-1]))
+    rows = session.execute(
+        select(DatasetChunk.n_rows, DatasetChunk.x_data, DatasetChunk.y_data)
+        .where(
+            DatasetChunk.dataset_id == dataset.id,
+            DatasetChunk.position.in_(positions[chosen].tolist()),
+        )
+        .order_by(DatasetChunk.position),
+        execution_options={"yield_per": 1},
+    )
+    X_parts, y_parts = [], []
+    for (n_rows, x_data, y_data), offset, drawn_here in zip(
+        rows, offsets[:-1], drawn_per_chunk, strict=True
+    ):
+        mine = drawn_here - offset
+        X_parts.append(decode_matrix(bytes(x_data), n_rows, dataset.n_features)[mine])
+        y_parts.append(decode_vector(bytes(y_data), n_rows)[mine])
+    return np.concatenate(X_parts), np.concatenate(y_parts)
+
+
 def load_dataset_arrays(dataset: Dataset) -> tuple[FloatArray, FloatArray]:
     """Decode the stored ``(X, y)`` arrays of ``dataset``, read through its session."""
     session = object_session(dataset)

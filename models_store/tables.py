@@ -43,6 +43,8 @@ class Dataset(Base):
         UniqueConstraint(
             "idempotency_scope", "idempotency_key", name="uq_datasets_idempotency_scope_key"
         ),
+        # Revision 0013: lists are newest first, a page read from the index, not a sort.
+        Index("ix_datasets_created_at_id", "created_at", "id"),
     )
 
     id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
@@ -96,6 +98,7 @@ class Job(Base):
         UniqueConstraint(
             "idempotency_scope", "idempotency_key", name="uq_jobs_idempotency_scope_key"
         ),
+        Index("ix_jobs_created_at_id", "created_at", "id"),
     )
 
     id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
@@ -167,6 +170,7 @@ class Model(Base):
     """A fitted mixture: the k lines as plain JSON numbers, with metrics and provenance."""
 
     __tablename__ = "models"
+    __table_args__ = (Index("ix_models_created_at_id", "created_at", "id"),)
 
     id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
     job_id: Mapped[str | None] = mapped_column(

@@ -25,6 +25,9 @@ class Settings(BaseSettings):
     embedded_worker: bool = True
     worker_concurrency: int = Field(default=2, ge=1)
     job_time_limit_s: float = Field(default=3600.0, gt=0)
+    # How long a fit process may take to start and load its dataset, before the job time limit
+    # starts counting.
+    load_time_limit_s: float = Field(default=600.0, gt=0)
     heartbeat_interval_s: float = Field(default=1.0, gt=0)
     stale_after_s: float = Field(default=15.0, gt=0)
     max_attempts: int = Field(default=3, ge=1)

@@ -159,16 +159,13 @@ def check_upload_names(
     check_names(list(kept), field="keep")
 
 
-def check_fit_request(request: FitVariant, *, settings: Settings) -> None:
-    """Raise if a fit asks for more than the limits: 413 for inline data, else 422 listing
-    every parameter above its limit."""
-    if request.data is not None:
-        check_data_shape(
-            len(request.data.X),
-            len(request.data.X[0]) if request.data.X else None,
-            settings=settings,
-            what="data.X",
-        )
+def check_fit_request(
+    request: FitVariant, *, data_shape: tuple[int, int] | None, settings: Settings
+) -> None:
+    """Raise if a fit asks for more than the limits: 413 for inline data of ``data_shape``
+    (rows, features), else 422 listing every parameter above its limit."""
+    if data_shape is not None:
+        check_data_shape(*data_shape, settings=settings, what="data.X")
     errors: list[dict[str, Any]] = []
     k = request.n_components
     if isinstance(k, list) and len(k) > settings.max_k_sweep:
@@ -241,6 +238,7 @@ def check_fit_admission(
     session: Session,
     *,
     request: FitVariant,
+    data_shape: tuple[int, int] | None,
     idempotency_key: str | None,
     api_key_id: str | None,
     settings: Settings,
@@ -251,7 +249,7 @@ def check_fit_admission(
     The quota's lock is taken first and held until the request's transaction ends, when the
     new job is committed: concurrent fits of one key are counted one after the other.
     """
-    check_fit_request(request, settings=settings)
+    check_fit_request(request, data_shape=data_shape, settings=settings)
     repository.lock_job_quota(session, api_key_id=api_key_id)
     replay = idempotency_key is not None and (
         repository.get_job_by_idempotency_key(session, api_key_id=api_key_id, key=idempotency_key)

@@ -1,4 +1,5 @@
-"""Routes whose big JSON bodies are parsed and validated in a worker thread, not on the loop."""
+"""The fit route, whose big JSON bodies are parsed and validated in a child process, not on
+the event loop."""
 
 from __future__ import annotations
 
@@ -6,13 +7,12 @@ from collections.abc import AsyncGenerator, Callable, Coroutine
 from typing import Any
 
 from fastapi import Request, Response
-from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic import TypeAdapter, ValidationError
 from starlette.types import Receive, Scope
 
-OFF_LOOP_BODY_BYTES = 64 * 1024
-"""JSON bodies larger than this are parsed and validated in the thread pool."""
+from service.data import json_bodies
+from service.jobs.submit import PreparedFit
 
 
 class _ValidatedBodyRequest(Request):
@@ -40,38 +40,44 @@ class _ValidatedBodyRequest(Request):
         return await super().json()
 
 
-async def _validate_big_json(request: Request, body: bytes, adapter: TypeAdapter[Any]) -> Any:
-    """The body validated in a worker thread if it is big JSON; None if it is not, or does not
-    validate (the route's own parsing then reports it in the usual way)."""
+async def _prepare_big_json(request: Request, body: bytes) -> PreparedFit | None:
+    """The fit of a big JSON body, validated and prepared in a child process; None for any
+    other body (the route's own parsing takes it). Raises ``RequestValidationError`` for a big
+    body that does not validate, so that it is not parsed once more on the loop."""
     media_type = request.headers.get("content-type", "application/json").split(";")[0].strip()
-    if len(body) <= OFF_LOOP_BODY_BYTES or not media_type.lower().endswith("json"):
+    if len(body) <= json_bodies.PARSE_IN_A_CHILD_BYTES or not media_type.lower().endswith("json"):
         return None
-    try:
-        return await run_in_threadpool(adapter.validate_json, body)
-    except ValidationError:
-        return None
+    prepared = await json_bodies.parse_fit_body_in_a_child(body)
+    if isinstance(prepared, list):
+        raise RequestValidationError(prepared)
+    return prepared
 
 
-def off_loop_json_route(body_type: Any) -> type[APIRoute]:
-    """A route class whose routes take a JSON body of ``body_type`` and parse and validate a big
-    one in the thread pool: tens of megabytes of inline data take seconds, during which the
-    event loop would answer nobody. The OpenAPI description stays the route's own."""
-    adapter: TypeAdapter[Any] = TypeAdapter(body_type)
+def prepared_fit(request: Request) -> PreparedFit | None:
+    """The fit :class:`OffLoopFitRoute` prepared from a big body; None for a small body."""
+    prepared: PreparedFit | None = getattr(request.state, "prepared_fit", None)
+    return prepared
 
-    class OffLoopJSONRoute(APIRoute):
-        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-            handler = super().get_route_handler()
 
-            async def handle(request: Request) -> Response:
-                # Read through the request the error handlers see, which keeps the body.
-                body = await request.body()
-                validated = await _validate_big_json(request, body, adapter)
-                return await handler(
-                    _ValidatedBodyRequest(
-                        request.scope, request.receive, body=body, validated=validated
-                    )
+class OffLoopFitRoute(APIRoute):
+    """A route taking a fit request whose big JSON body (tens of megabytes of inline data take
+    seconds to parse, and hold the GIL all along) is parsed, validated and turned into arrays
+    in a child process; the route finds the result with :func:`prepared_fit`. The OpenAPI
+    description stays the route's own."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            # Read through the request the error handlers see, which keeps the body.
+            body = await request.body()
+            prepared = await _prepare_big_json(request, body)
+            request.state.prepared_fit = prepared
+            validated = prepared.request if prepared is not None else None
+            return await handler(
+                _ValidatedBodyRequest(
+                    request.scope, request.receive, body=body, validated=validated
                 )
+            )
 
-            return handle
-
-    return OffLoopJSONRoute
+        return handle

@@ -1,8 +1,8 @@
-"""Big JSON dataset bodies parsed in a child process.
+"""Big JSON bodies (datasets, fits with inline data) parsed in a child process.
 
 Parsing tens of megabytes of JSON into Python floats holds the GIL for seconds (``json`` and
 pydantic alike), so a worker thread would still stop the event loop; a process does not. The
-child validates the body and turns it into arrays, which travel back as raw bytes.
+child validates the body and turns its rows into arrays, which travel back as raw bytes.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ import threading
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from service.data import ingest
-from service.schemas import DatasetIn
+from service.jobs.submit import PreparedFit, prepare_fit
+from service.schemas import DatasetIn, FitRequest, FitVariant
 
 PARSE_IN_A_CHILD_BYTES = 64 * 1024
-"""JSON dataset bodies larger than this are parsed in a child process."""
+"""JSON dataset and fit bodies larger than this are parsed in a child process."""
 
 # Two bodies parsed at once; more wait. Started on first use, never at import.
 _PARSERS = 2
@@ -47,7 +48,16 @@ def stop_parsers() -> None:
         executor.shutdown(wait=True, cancel_futures=True)
 
 
-ParsedBody = tuple[DatasetIn, ingest.ParsedDataset] | list[dict[str, Any]]
+ValidationErrors = list[dict[str, Any]]
+"""The validation errors of a body's schema (with ``loc`` starting at ``"body"``)."""
+
+
+def _located_in_the_body(exc: ValidationError) -> ValidationErrors:
+    # Without the input: it can be the whole body, and it would travel back from the child.
+    return [{**error, "loc": ("body", *error["loc"])} for error in exc.errors(include_input=False)]
+
+
+ParsedBody = tuple[DatasetIn, ingest.ParsedDataset] | ValidationErrors
 """A body's fields (its arrays emptied) and its arrays, or the validation errors of its
 schema (with ``loc`` starting at ``"body"``)."""
 
@@ -58,7 +68,7 @@ def parse_dataset_body(body: bytes) -> ParsedBody:
     try:
         dataset = DatasetIn.model_validate_json(body)
     except ValidationError as exc:
-        return [{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]
+        return _located_in_the_body(exc)
     parsed = ingest.parse_arrays(dataset.X, dataset.y, dataset.feature_names, dataset.columns)
     # The lists are not sent back: the arrays hold the same values in a fraction of the bytes.
     return dataset.model_copy(update={"X": [], "y": [], "columns": None}), parsed
@@ -67,3 +77,22 @@ def parse_dataset_body(body: bytes) -> ParsedBody:
 async def parse_dataset_body_in_a_child(body: bytes) -> ParsedBody:
     """:func:`parse_dataset_body` in a child process, awaited without blocking the loop."""
     return await asyncio.wrap_future(_parsers().submit(parse_dataset_body, body))
+
+
+_FIT_REQUEST: TypeAdapter[FitVariant] = TypeAdapter(FitRequest)
+
+
+def parse_fit_body(body: bytes) -> PreparedFit | ValidationErrors:
+    """Validate a JSON fit body and prepare it (``service.jobs.submit.prepare_fit``: its hash,
+    and its inline rows as arrays; raises ``InvalidInputError`` for rows that cannot be
+    fitted)."""
+    try:
+        request = _FIT_REQUEST.validate_json(body)
+    except ValidationError as exc:
+        return _located_in_the_body(exc)
+    return prepare_fit(request)
+
+
+async def parse_fit_body_in_a_child(body: bytes) -> PreparedFit | ValidationErrors:
+    """:func:`parse_fit_body` in a child process, awaited without blocking the loop."""
+    return await asyncio.wrap_future(_parsers().submit(parse_fit_body, body))

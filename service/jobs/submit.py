@@ -18,8 +18,7 @@ from models_store.tables import Dataset, Job
 from service.data import columns, ingest
 from service.errors import ConflictError, InvalidInputError, NotFoundError
 from service.jobs.fit_columns import check_fit_columns, wanted_columns
-from service.jobs.supervisor import fit_process_context
-from service.jobs.training import FitSpec, gating_of, holdout_size, send_resolved_parameters
+from service.jobs.training import FitSpec, gating_of, holdout_size
 from service.schemas import FitVariant
 from service.serving import references
 
@@ -38,6 +37,41 @@ def request_hash(request: FitVariant) -> str:
         request.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), allow_nan=False
     )
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class PreparedFit:
+    """A fit request ready to submit: its hash as sent, and its inline data (if any) as arrays,
+    with the request's own rows emptied (the arrays hold the same numbers in a fraction of the
+    memory, and they cross a process boundary cheaply)."""
+
+    request: FitVariant
+    digest: str
+    data: ingest.ParsedDataset | None
+
+    @property
+    def data_shape(self) -> tuple[int, int] | None:
+        """Rows and features of the inline data; None for a stored dataset."""
+        if self.data is None:
+            return None
+        n_rows, n_features = self.data.X.shape
+        return n_rows, n_features
+
+
+def prepare_fit(request: FitVariant) -> PreparedFit:
+    """Hash ``request`` and convert its inline data to arrays; raise ``InvalidInputError``
+    for rows that cannot be fitted. Pure CPU work on the request alone: a big body's runs in a
+    child process (``service.data.json_bodies``)."""
+    digest = request_hash(request)
+    if request.data is None:
+        return PreparedFit(request=request, digest=digest, data=None)
+    data = request.data
+    try:
+        parsed = ingest.parse_arrays(data.X, data.y, data.feature_names)
+    except ingest.IngestError as exc:
+        raise InvalidInputError(str(exc)) from None
+    emptied = request.model_copy(update={"data": data.model_copy(update={"X": [], "y": []})})
+    return PreparedFit(request=emptied, digest=digest, data=parsed)
 
 
 def fit_spec(request: FitVariant) -> FitSpec:
@@ -83,61 +117,6 @@ def too_few_training_rows(spec: FitSpec, k: int, *, n_rows: int) -> str:
     )
 
 
-# Algorithms whose parameter resolution counts partitions of the sub-sample: its cost grows
-# with k and subsample_size, so it runs in a child process that is stopped after a deadline.
-_RESOLVED_IN_A_CHILD = frozenset({"subsample-exhaustive"})
-RESOLVE_DEADLINE_S = 2.0
-"""How long the resolution of one k's parameters may take before the request is refused."""
-_PROCESS_START_S = 60.0
-
-
-def _resolve_in_a_child(spec: FitSpec, k: int, n_train: int, n_features: int) -> dict[str, Any]:
-    """``resolved_parameters`` in a child process given RESOLVE_DEADLINE_S once it runs: a
-    request thread is never held longer, and whatever the resolution allocates goes with the
-    child. Raises ``InvalidInputError`` naming the parameters if it fails or takes too long."""
-    context = fit_process_context()
-    reader, writer = context.Pipe(duplex=False)
-    process = context.Process(
-        target=send_resolved_parameters,
-        args=(writer, spec, k, n_train, n_features),
-        name="mixreg-resolve-parameters",
-        daemon=True,
-    )
-    process.start()
-    writer.close()
-    size = spec.params.get("subsample_size")
-    asked = f"k={k}" + ("" if size is None else f" and params.subsample_size={size}")
-    try:
-        if reader.poll(_PROCESS_START_S) and reader.recv() == ("started",):
-            if reader.poll(RESOLVE_DEADLINE_S):
-                outcome = reader.recv()
-                if outcome[0] == "ok":
-                    params: dict[str, Any] = outcome[1]
-                    return params
-                if outcome[0] == "invalid":
-                    raise InvalidInputError(outcome[1])
-                raise InvalidInputError(
-                    f"{spec.algorithm} with {asked}: {outcome[1]}; lower params.subsample_size "
-                    f"or use algorithm 'subsample'"
-                )
-            raise InvalidInputError(
-                f"{spec.algorithm} with {asked}: counting the partitions of its sub-sample takes "
-                f"longer than {RESOLVE_DEADLINE_S:g} s; give a smaller params.subsample_size or "
-                f"use algorithm 'subsample', which tries n_partitions random partitions"
-            )
-    except EOFError:
-        pass
-    finally:
-        process.kill()
-        process.join()
-        reader.close()
-    raise InvalidInputError(
-        f"{spec.algorithm} with {asked}: resolving its parameters failed (the process "
-        f"ended with {process.exitcode}); lower params.subsample_size or use algorithm "
-        f"'subsample'"
-    )
-
-
 def check_fit(spec: FitSpec, *, n_rows: int, n_features: int) -> dict[str, Any]:
     """Raise ``InvalidInputError`` for anything the fit of ``n_rows`` rows would fail on.
 
@@ -163,10 +142,9 @@ def check_fit(spec: FitSpec, *, n_rows: int, n_features: int) -> dict[str, Any]:
         except ValueError as exc:
             raise InvalidInputError(str(exc)) from None
     resolved: dict[str, Any] = {}
+    # Each k's resolution is one pass of bounded cost (a few milliseconds at the limits, even
+    # counting the partitions of the largest sub-sample): it runs in the request's thread.
     for k in spec.k_values or (spec.n_components,):
-        if spec.algorithm in _RESOLVED_IN_A_CHILD:
-            resolved = _resolve_in_a_child(spec, k, n_train, n_features)
-            continue
         try:
             resolved = spec.estimator(k).resolved_parameters(n_train, n_features)
         except ValueError as exc:
@@ -190,14 +168,14 @@ def _replay(job: Job, digest: str, key: str) -> Submission:
 def submit_fit(
     session: Session,
     *,
-    request: FitVariant,
+    fit: PreparedFit,
     idempotency_key: str | None,
     max_attempts: int,
     max_k_sweep: int,
     api_key_id: str | None = None,
     enqueue: Callable[[Session, str], object] | None = None,
 ) -> Submission:
-    """Queue the fit ``request`` (storing inline data as a dataset first) in ``session``.
+    """Queue the fit ``fit`` (storing inline data as a dataset first) in ``session``.
 
     The same ``idempotency_key`` from the same caller (``api_key_id``; callers without a key
     share one scope) with the same request returns the existing job; with a different request
@@ -207,29 +185,25 @@ def submit_fit(
     given, hands a new job to a task queue in the same transaction (Procrastinate's defer), so
     the job and its task are committed together or not at all.
     """
+    request = fit.request
     spec = fit_spec(request)
     check_sweep_size(spec, max_k_sweep=max_k_sweep)
-    digest = request_hash(request)
+    digest = fit.digest
     if idempotency_key is not None:
         existing = repository.get_job_by_idempotency_key(
             session, api_key_id=api_key_id, key=idempotency_key
         )
         if existing is not None:
             return _replay(existing, digest, idempotency_key)
-    parsed: ingest.ParsedDataset | None = None
+    parsed = fit.data
     wanted = wanted_columns(request.weights, request.groups)
-    if request.data is not None:
+    if parsed is not None:
         if wanted:
             raise InvalidInputError(
                 f"{' and '.join(wanted)} name columns of a stored dataset; inline data carry "
                 f"no extra columns: upload the rows with their columns (POST /datasets, keep="
                 f"{','.join(wanted.values())}) and fit by dataset_id"
             )
-        data = request.data
-        try:
-            parsed = ingest.parse_arrays(data.X, data.y, data.feature_names)
-        except ingest.IngestError as exc:
-            raise InvalidInputError(str(exc)) from None
         n_rows, n_features = parsed.X.shape
         feature_names = parsed.feature_names
     else:

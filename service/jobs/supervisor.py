@@ -3,9 +3,9 @@
 Both workers use this: the embedded worker (a thread in an API process that polls the
 ``jobs`` table) and the Procrastinate worker (``mixreg worker``). Whichever claimed the job, the
 child runs :func:`service.jobs.training.run_job`, and the supervisor stops a fit whose
-cancellation was requested, kills one that exceeds the job time limit, fails the job of a fit
-process that died, and hands running jobs back on a clean shutdown. Every write is conditional
-on the job still being the worker's own (see ``models_store.repository``).
+cancellation was requested, kills one that exceeds the load or the job time limit, fails the
+job of a fit process that died, and hands running jobs back on a clean shutdown. Every write is
+conditional on the job still being the worker's own (see ``models_store.repository``).
 """
 
 from __future__ import annotations
@@ -86,6 +86,12 @@ class RunningFit:
     # Set by the child once the job's data are loaded: the job time limit counts from then.
     data_loaded: EventType
     fit_started: float | None = None
+
+    def loading_for(self) -> float:
+        """Seconds since the fit process was started, while it loads the data (0 after)."""
+        if self.data_loaded.is_set():
+            return 0.0
+        return time.monotonic() - self.started
 
     def fitting_for(self) -> float:
         """Seconds since the fit process finished loading the data (0 while it loads)."""
@@ -182,9 +188,10 @@ class FitSupervisor:
         """One look at a running fit; return the job's final status once the fit is over.
 
         A fit process that exited is collected (its job failed if it did not finish it); a fit
-        whose cancellation was requested is stopped and its job cancelled; one that has fitted
-        for longer than the job time limit (loading the data does not count) is killed and its
-        job failed. None while the fit goes on.
+        whose cancellation was requested is stopped and its job cancelled; one that has loaded
+        its data for longer than the load time limit, or fitted for longer than the job time
+        limit (loading the data does not count), is killed and its job failed. None while the
+        fit goes on.
         """
         if not fit.process.is_alive():
             fit.process.join()
@@ -208,6 +215,18 @@ class FitSupervisor:
                 return self._observe(fit, "cancelled")
             # The fit finished (or lost) the job just before it was stopped.
             return self._observe(fit, self._status_of(fit.job_id))
+        load_limit = self._settings.load_time_limit_s
+        if fit.loading_for() > load_limit:
+            self.end_process(fit)
+            return self._observe(
+                fit,
+                self._fail_if_still_running(
+                    fit,
+                    f"loading the dataset took longer than the load time limit of "
+                    f"{load_limit:g} s (MIXREG_LOAD_TIME_LIMIT_S); raise the limit or fit a "
+                    f"smaller dataset",
+                ),
+            )
         limit = self._settings.job_time_limit_s
         if fit.fitting_for() > limit:
             self.end_process(fit)

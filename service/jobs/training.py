@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import resource
 import threading
 import time
 import warnings
@@ -871,43 +870,6 @@ def check_finite_result(fitted: FittedMixture) -> None:
     for what, values in results:
         if values is not None and not np.all(np.isfinite(np.asarray(values, dtype=np.float64))):
             raise ValueError(f"the fit produced non-finite numbers ({what}); {RESCALE_HINT}")
-
-
-# Address space a parameter resolution may add to its child process (see below).
-_RESOLVE_MEMORY_BYTES = 1024**3
-
-
-def _limit_memory(extra_bytes: int) -> None:
-    """Let this process map at most ``extra_bytes`` more than it has (Linux; else no limit)."""
-    try:
-        with open("/proc/self/statm") as statm:
-            mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        soft = mapped + extra_bytes
-        resource.setrlimit(resource.RLIMIT_AS, (soft if hard < 0 else min(soft, hard), hard))
-    except (OSError, ValueError):
-        pass
-
-
-def send_resolved_parameters(
-    connection: Connection, spec: FitSpec, n_components: int, n_train: int, n_features: int
-) -> None:
-    """Send ``("started",)``, then ``("ok", params)`` (the estimator's resolved parameters for
-    ``n_train`` rows), ``("invalid", message)`` (the estimator's ``ValueError``) or
-    ``("error", message)`` (it ran out of memory or recursion depth) on ``connection``: the
-    body of a child process that bounds a resolution whose cost grows with the request's
-    numbers (see ``service.jobs.submit``)."""
-    _limit_memory(_RESOLVE_MEMORY_BYTES)
-    connection.send(("started",))
-    try:
-        params = spec.estimator(n_components).resolved_parameters(n_train, n_features)
-    except ValueError as exc:
-        connection.send(("invalid", str(exc)))
-    except (RecursionError, MemoryError) as exc:
-        connection.send(("error", f"{type(exc).__name__} while resolving the parameters"))
-    else:
-        connection.send(("ok", params))
-    connection.close()
 
 
 class FitCancelledError(Exception):

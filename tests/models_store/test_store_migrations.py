@@ -739,3 +739,67 @@ def test_revision_0012_stores_keyed_chunks_with_their_model_and_its_downgrade_dr
         assert "keyed_model_chunks" in table_names(database_url)
     finally:
         engine.dispose()
+
+
+NEWEST_FIRST_INDEXES = {
+    table: f"ix_{table}_created_at_id" for table in ("datasets", "jobs", "models")
+}
+
+
+def newest_first_indexes(url: str) -> dict[str, list[str]]:
+    """The (created_at, id) indexes of revision 0013 found on each table, with their columns."""
+    engine = make_engine(url)
+    try:
+        inspector = inspect(engine)
+        return {
+            table: index["column_names"]
+            for table, name in NEWEST_FIRST_INDEXES.items()
+            for index in inspector.get_indexes(table)
+            if index["name"] == name
+        }
+    finally:
+        engine.dispose()
+
+
+def test_revision_0013_pages_newest_first_from_an_index_and_its_downgrade_keeps_rows(
+    database_url,
+):
+    migrate.upgrade(database_url, "0007")
+    assert newest_first_indexes(database_url) == {}
+    engine = make_engine(database_url)
+    try:
+        with engine.begin() as connection:
+            for number in range(3):
+                connection.execute(
+                    text(
+                        "INSERT INTO datasets (id, n_rows, n_features, feature_names, created_at)"
+                        " VALUES (:id, 1, 1, '[\"x0\"]', :at)"
+                    ),
+                    {"id": f"d{number}", "at": f"2030-01-0{number + 1}T12:00:00+00:00"},
+                )
+
+        migrate.upgrade(database_url)
+        assert newest_first_indexes(database_url) == {
+            "datasets": ["created_at", "id"],
+            "jobs": ["created_at", "id"],
+            "models": ["created_at", "id"],
+        }
+        with engine.connect() as connection:
+            newest = "SELECT id FROM datasets ORDER BY created_at DESC, id DESC LIMIT 2"
+            assert list(connection.scalars(text(newest))) == ["d2", "d1"]
+            if database_url.startswith("sqlite"):
+                # The page is read from the index: no sort of the whole table.
+                plan = " ".join(
+                    str(row[-1])
+                    for row in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {newest}")
+                )
+                assert "ix_datasets_created_at_id" in plan and "TEMP B-TREE" not in plan, plan
+
+        migrate.downgrade(database_url, "0007")
+        assert newest_first_indexes(database_url) == {}
+        with engine.connect() as connection:
+            assert connection.scalar(text("SELECT count(*) FROM datasets")) == 3
+    finally:
+        engine.dispose()
+    migrate.upgrade(database_url)
+    assert migrate.current_revision(database_url) == "0013"

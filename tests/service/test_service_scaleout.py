@@ -19,7 +19,7 @@ from models_store.session import make_engine, make_sessionmaker, session_scope
 from models_store.tables import Dataset, Job
 from service.config import SettingsError, load_settings
 from service.jobs.procrastinate_worker import claim_for_task
-from service.jobs.submit import submit_fit
+from service.jobs.submit import prepare_fit, submit_fit
 from service.jobs.task_queue import FIT_QUEUE, FIT_TASK, FitTaskQueue
 from service.main import create_app
 from service.schemas import FitRequest
@@ -49,7 +49,7 @@ def submit(session: Session, enqueue) -> str:
     )
     submission = submit_fit(
         session,
-        request=request,
+        fit=prepare_fit(request),
         idempotency_key=None,
         max_attempts=3,
         max_k_sweep=20,

@@ -12,7 +12,7 @@ from mixreg import MixtureOfLinearRegressions, min_loss
 from models_store import repository
 from models_store.session import session_scope
 from service.errors import ConflictError, InvalidInputError, NotFoundError
-from service.jobs.submit import submit_fit
+from service.jobs.submit import prepare_fit, submit_fit
 from service.jobs.training import FitSpec, fit_mixture, holdout_split, run_job
 from service.schemas import FitRequest
 
@@ -85,7 +85,7 @@ def test_submit_fit_stores_inline_data_and_a_queued_job(db_sessionmaker, data):
     with session_scope(db_sessionmaker) as session:
         submission = submit_fit(
             session,
-            request=request(data={"X": X.tolist(), "y": y.tolist()}, k=2, algorithm="am"),
+            fit=prepare_fit(request(data={"X": X.tolist(), "y": y.tolist()}, k=2, algorithm="am")),
             idempotency_key=None,
             max_attempts=5,
             max_k_sweep=20,
@@ -106,18 +106,26 @@ def test_submit_fit_replays_and_conflicts_on_idempotency_keys(db_sessionmaker, d
     body = {"data": {"X": X.tolist(), "y": y.tolist()}, "k": 2}
     with session_scope(db_sessionmaker) as session:
         first = submit_fit(
-            session, request=request(**body), idempotency_key="k1", max_attempts=3, max_k_sweep=20
+            session,
+            fit=prepare_fit(request(**body)),
+            idempotency_key="k1",
+            max_attempts=3,
+            max_k_sweep=20,
         )
         first_id = first.job.id
     with session_scope(db_sessionmaker) as session:
         again = submit_fit(
-            session, request=request(**body), idempotency_key="k1", max_attempts=3, max_k_sweep=20
+            session,
+            fit=prepare_fit(request(**body)),
+            idempotency_key="k1",
+            max_attempts=3,
+            max_k_sweep=20,
         )
         assert (again.job.id, again.created) == (first_id, False)
         with pytest.raises(ConflictError, match=r"Idempotency-Key 'k1' was already used"):
             submit_fit(
                 session,
-                request=request(**body, seed=2),
+                fit=prepare_fit(request(**body, seed=2)),
                 idempotency_key="k1",
                 max_attempts=3,
                 max_k_sweep=20,
@@ -134,7 +142,7 @@ def test_submit_fit_checks_what_mixreg_would_reject(db_sessionmaker, data):
         with pytest.raises(InvalidInputError, match=r"^k=17 is more than the 16 training rows"):
             submit_fit(
                 session,
-                request=request(dataset_id=dataset.id, k=17),
+                fit=prepare_fit(request(dataset_id=dataset.id, k=17)),
                 idempotency_key=None,
                 max_attempts=3,
                 max_k_sweep=20,
@@ -142,7 +150,7 @@ def test_submit_fit_checks_what_mixreg_would_reject(db_sessionmaker, data):
         with pytest.raises(NotFoundError, match=r"^dataset nope does not exist$"):
             submit_fit(
                 session,
-                request=request(dataset_id="nope", k=1),
+                fit=prepare_fit(request(dataset_id="nope", k=1)),
                 idempotency_key=None,
                 max_attempts=3,
                 max_k_sweep=20,
@@ -150,7 +158,11 @@ def test_submit_fit_checks_what_mixreg_would_reject(db_sessionmaker, data):
         one_row = request(data={"X": [[1.0]], "y": [1.0]}, k=1, holdout_fraction=0.9)
         with pytest.raises(InvalidInputError, match=r"holdout_fraction=0\.9 holds out all 1 rows"):
             submit_fit(
-                session, request=one_row, idempotency_key=None, max_attempts=3, max_k_sweep=20
+                session,
+                fit=prepare_fit(one_row),
+                idempotency_key=None,
+                max_attempts=3,
+                max_k_sweep=20,
             )
         assert repository.list_jobs(session, status=None, limit=1, offset=0)[1] == 0
 

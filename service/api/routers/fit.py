@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, BackgroundTasks, Body, Header, Response
+from fastapi import APIRouter, BackgroundTasks, Body, Header, Request, Response
 
 from service import limits
 from service.api.deps import SessionDep, SettingsDep, TaskQueueDep, WorkerDep
-from service.api.routing import off_loop_json_route
+from service.api.routing import OffLoopFitRoute, prepared_fit
 from service.auth.middleware import ApiKeyDep
-from service.jobs.submit import submit_fit
+from service.jobs.submit import prepare_fit, submit_fit
 from service.schemas import FitAccepted, FitRequest, FitVariant
 from service.views import job_url
 
-# Inline data make a body of tens of megabytes: parsed and validated off the event loop.
-router = APIRouter(prefix="/fit", tags=["fit"], route_class=off_loop_json_route(FitRequest))
+# Inline data make a body of tens of megabytes: parsed and validated in a child process.
+router = APIRouter(prefix="/fit", tags=["fit"], route_class=OffLoopFitRoute)
 
 
 @router.post(
@@ -40,6 +40,7 @@ def submit(
     api_key: ApiKeyDep,
     response: Response,
     background: BackgroundTasks,
+    http_request: Request,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -51,17 +52,20 @@ def submit(
 ) -> FitAccepted:
     """Queue a fit of a stored dataset or of inline data; poll the returned job URL."""
     body: FitVariant = request
+    # A small body is prepared here, in the route's worker thread.
+    fit = prepared_fit(http_request) or prepare_fit(body)
     api_key_id = api_key.id if api_key is not None else None
     limits.check_fit_admission(
         session,
-        request=body,
+        request=fit.request,
+        data_shape=fit.data_shape,
         idempotency_key=idempotency_key,
         api_key_id=api_key_id,
         settings=settings,
     )
     submission = submit_fit(
         session,
-        request=body,
+        fit=fit,
         idempotency_key=idempotency_key,
         api_key_id=api_key_id,
         max_attempts=settings.max_attempts,

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 FloatArray = NDArray[np.float64]
 
 MAX_POINTS = 5000
-"""At most this many rows are drawn; larger datasets are drawn from a seeded sample."""
+"""At most this many rows are drawn; of a larger dataset, a seeded sample
+(``models_store.repository.sample_dataset_rows``)."""
 
 # matplotlib's default cycle ("tab10"): the component colours of every picture.
 COMPONENT_COLOURS = (
@@ -58,7 +59,8 @@ class ConfidenceBands:
 
 @dataclass(frozen=True)
 class ModelPicture:
-    """What the picture of a model needs: its lines, its history and its dataset."""
+    """What the picture of a model needs: its lines, its history and its dataset's rows (all
+    of them, or at most MAX_POINTS of its ``n_rows`` drawn at random)."""
 
     title: str
     coef: FloatArray  # (k, d)
@@ -68,6 +70,7 @@ class ModelPicture:
     loss_history: list[float]
     X: FloatArray
     y: FloatArray
+    n_rows: int
     # As recorded: each line's share of the training rows, and the fit's iterations.
     shares: FloatArray
     n_iter: int
@@ -89,13 +92,6 @@ class SweepPicture:
 
 def _colour(index: int) -> str:
     return COMPONENT_COLOURS[index % len(COMPONENT_COLOURS)]
-
-
-def sample_rows(n_rows: int, max_points: int = MAX_POINTS) -> NDArray[np.intp]:
-    """Indexes of the rows to draw: all of them, or a seeded sample of ``max_points``."""
-    if n_rows <= max_points:
-        return np.arange(n_rows)
-    return np.sort(np.random.default_rng(0).choice(n_rows, size=max_points, replace=False))
 
 
 def _png(draw: Any) -> bytes:
@@ -166,13 +162,12 @@ def render_model(picture: ModelPicture) -> bytes:
     features: each row's target against the prediction of its best line, coloured by that
     line. Beside it, the training loss per iteration.
     """
-    rows = sample_rows(len(picture.y))
-    X, y = picture.X[rows], picture.y[rows]
+    X, y = picture.X, picture.y
     predictions = X @ picture.coef.T + picture.intercept
     best = np.argmin((predictions - y[:, np.newaxis]) ** 2, axis=1)
     k = picture.coef.shape[0]
     target = picture.target_name or "y"
-    shown = f"{len(rows):,} of {len(picture.y):,} rows" if len(rows) < len(picture.y) else ""
+    shown = f"{len(y):,} of {picture.n_rows:,} rows" if len(y) < picture.n_rows else ""
 
     def draw(figure: Any) -> None:
         data_axes, loss_axes = figure.subplots(1, 2, width_ratios=[3, 2])

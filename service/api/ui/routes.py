@@ -76,7 +76,7 @@ def _model_picture(session: Session, model: Model) -> plots.ModelPicture:
             f"the dataset {model.dataset_id} of model {model.id} is gone (deleted, or the model "
             f"was imported); the picture needs its rows"
         )
-    X, y = repository.load_dataset_arrays(dataset)
+    X, y = repository.sample_dataset_rows(session, dataset=dataset, max_rows=plots.MAX_POINTS)
     shape = (model.n_components, model.n_features)
     return plots.ModelPicture(
         title=f"{_title('model', model.name, model.id)}: k={model.n_components}, "
@@ -89,6 +89,7 @@ def _model_picture(session: Session, model: Model) -> plots.ModelPicture:
         loss_history=list(model.loss_history),
         X=X,
         y=y,
+        n_rows=dataset.n_rows,
         shares=np.asarray(model.shares, dtype=np.float64),
         n_iter=model.n_iter,
         converged=model.converged,

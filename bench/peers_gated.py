@@ -261,7 +261,9 @@ def speed(results: Path, repeats: int) -> None:
         *machine_lines(f"python -m bench.peers_gated --speed --repeats {repeats}"),
         "",
         f"Median of {repeats} fits (seeds 0..{repeats - 1}) of the whole estimator: its min-loss "
-        "search, then gated EM. Wall seconds, CPU seconds in brackets.",
+        "search, then gated EM. Wall seconds, CPU seconds in brackets. A fit runs on one core "
+        "(one BLAS thread), so its CPU time is its wall time on an idle core; the target is "
+        "judged on CPU time because the shared machine's load stretches wall time.",
         "",
     )
     rows = []
@@ -284,9 +286,9 @@ def speed(results: Path, repeats: int) -> None:
         if label.startswith("am-classic (n_init = 10)"):
             report.target(
                 "gated fit, n = 8,000, k = 5, q = 10 (am-classic lines)",
-                f"< {SPEED_TARGET_SECONDS:g} s",
-                f"{wall:.2f} s ({cpu:.2f} s CPU)",
-                wall < SPEED_TARGET_SECONDS,
+                f"< {SPEED_TARGET_SECONDS:g} s of CPU",
+                f"{cpu:.2f} s CPU ({wall:.2f} s wall)",
+                cpu < SPEED_TARGET_SECONDS,
             )
     report.table(["lines from", "seconds (CPU)", "gated EM iterations"], rows)
     report.targets_table(report.targets)
@@ -322,13 +324,17 @@ def main(argv: list[str] | None = None) -> int:
     report.add(
         "## Gated mixtures beside flexmix's FLXPmultinom",
         "",
-        *machine_lines(f"python -m bench.peers_gated --seeds {arguments.seeds}"),
+        *machine_lines(
+            f"python -m bench.peers_gated --seeds {arguments.seeds}"
+            + (" --reuse-r" if arguments.reuse_r else "")
+        ),
         "",
         "Mean over seeds 0.."
         f"{seeds[-1]}; holdout log-likelihood and the RMSE of the most likely line computed "
         "here by one function for both; seconds are the fit's wall time (CPU seconds in "
-        "brackets). mixreg: am-classic (n_init = 10) lines, then gated EM; flexmix: "
-        "stepFlexmix with FLXPmultinom, nrep as shown.",
+        "brackets). mixreg: am-classic (n_init = 10) lines and 5 EM restarts, then gated EM; "
+        "flexmix: stepFlexmix with FLXPmultinom, nrep as shown. Both fit on one core, so the "
+        "speed target compares CPU seconds: the shared machine's load stretches wall time.",
         "",
     )
     rows: list[list[str]] = []
@@ -385,12 +391,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"{ours_summary['holdout']:.1f} vs {theirs_summary['holdout']:.1f}",
                 ours_summary["holdout"] >= theirs_summary["holdout"],
             )
-            speedup = theirs_summary["seconds"] / ours_summary["seconds"]
+            speedup = theirs_summary["cpu"] / ours_summary["cpu"]
             report.target(
-                f"{case.name}: fit time",
+                f"{case.name}: fit time (CPU)",
                 ">= 10x faster than flexmix",
-                f"{speedup:.0f}x ({ours_summary['seconds']:.2f} s vs "
-                f"{theirs_summary['seconds']:.1f} s)",
+                f"{speedup:.1f}x ({ours_summary['cpu']:.2f} s vs {theirs_summary['cpu']:.2f} s)",
                 speedup >= 10,
             )
     report.table(

@@ -288,18 +288,22 @@ class Load:
         headers: dict[str, str] | None = None,
         **kwargs: Any,
     ) -> httpx.Response | None:
-        """One request, timed; None if the server could not be reached (it was killed)."""
+        """One request, timed; None if the server could not be reached (it was killed).
+
+        It counts in the phase it was sent in: on a slow server a request sent before the big
+        bodies may be answered during them."""
+        phase = self.phase
         started = time.perf_counter()
         try:
             response = await client.request(
                 method, url, headers={**self.headers, **(headers or {})}, **kwargs
             )
         except httpx.TransportError:
-            self.tally.unavailable[operation + self.phase] += 1
+            self.tally.unavailable[operation + phase] += 1
             await asyncio.sleep(0.05)
             return None
         self.tally.record(
-            operation + self.phase,
+            operation + phase,
             response.status_code,
             time.perf_counter() - started,
             response.text,

@@ -611,7 +611,8 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         _warn_if_unconverged(self.algorithm, result, params, ctx.deadline)
         _warn_if_degenerate(self.shares_ * n_samples, ctx.Z.shape[1])
         if self.standard_errors:
-            self._set_standard_errors(ctx.Z, ctx.y, result.theta[order], scaling)
+            with single_threaded_blas():
+                self._set_standard_errors(ctx.Z, ctx.y, result.theta[order], scaling)
         ctx.report(
             1.0,
             iteration=result.n_iter,

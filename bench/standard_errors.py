@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -286,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     report = Report()
     command = "python -m bench.standard_errors" + "".join(
-        f" {arg}" for arg in (argv if argv is not None else [])
+        f" {arg}" for arg in (argv if argv is not None else sys.argv[1:])
     )
     report.add("## Standard errors", "")
     reason = r_unavailable_reason()

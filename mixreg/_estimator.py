@@ -891,7 +891,10 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         _warn_if_unconverged(self.algorithm, result, params, ctx.deadline)
         _warn_if_degenerate(rows_per_line[order].astype(np.float64), ctx.Z.shape[1])
         if self.standard_errors:
-            self._set_standard_errors(ctx.Z, ctx.y, result.theta[order], scaling, ctx.sample_weight)
+            with single_threaded_blas():
+                self._set_standard_errors(
+                    ctx.Z, ctx.y, result.theta[order], scaling, ctx.sample_weight
+                )
         ctx.report(
             1.0,
             iteration=result.n_iter,

@@ -63,10 +63,6 @@ class MixtureParameters:
     def n_components(self) -> int:
         return int(self.theta.shape[0])
 
-    @property
-    def n_params(self) -> int:
-        return int(self.theta.shape[1])
-
     def to_vector(self) -> FloatArray:
         """The packed vector ``(theta_0, eta_0, ..., theta_{k-1}, eta_{k-1}, alpha_1.. )``."""
         per_line = np.column_stack([self.theta, np.log(self.variances)])

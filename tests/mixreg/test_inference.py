@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+from scipy.stats import norm
 from sklearn.exceptions import NotFittedError
 
 from mixreg import MixtureOfLinearRegressions, component_order
@@ -197,8 +198,6 @@ def test_summary_is_the_wald_table_of_the_standard_errors():
     assert dose.estimate == fitted.ml_coef_[0, 0]
     assert dose.std_error == pytest.approx(fitted.coef_se_[0, 0])
     assert dose.z_value == pytest.approx(dose.estimate / dose.std_error)
-    from scipy.stats import norm
-
     assert dose.p_value == pytest.approx(2 * norm.sf(abs(dose.z_value)))
     assert dose.lower == pytest.approx(dose.estimate - norm.ppf(0.95) * dose.std_error)
     assert fitted.confidence_intervals(0.9)["coef"][0, 0, 1] == pytest.approx(dose.upper)

@@ -244,7 +244,7 @@ def fit(
     init_model: str | None = None,
     weights: str | None = None,
     groups: str | None = None,
-    standard_errors: bool = True,
+    standard_errors: bool | None = None,
     n_bootstrap: int = 0,
     bootstrap: str = "parametric",
     gating: str | Sequence[str] | None = None,
@@ -261,8 +261,8 @@ def fit(
         "seed": seed,
     }
     # Only what differs from the server's defaults, which a server before them also takes.
-    if not standard_errors:
-        body["standard_errors"] = False
+    if standard_errors is not None:
+        body["standard_errors"] = standard_errors
     if n_bootstrap:
         body |= {"n_bootstrap": n_bootstrap, "bootstrap": bootstrap}
     if params:

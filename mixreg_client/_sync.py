@@ -202,7 +202,7 @@ class Client:
         init_model: str | None = None,
         weights: str | None = None,
         groups: str | None = None,
-        standard_errors: bool = True,
+        standard_errors: bool | None = None,
         n_bootstrap: int = 0,
         bootstrap: str = "parametric",
         gating: str | Sequence[str] | None = None,
@@ -219,7 +219,8 @@ class Client:
         many copies of the row); ``groups`` its column of group labels (every row of a group
         on one line; algorithms auto, am-classic, em).
         ``standard_errors`` and ``n_bootstrap`` (``bootstrap``: ``"parametric"`` or
-        ``"empirical"``) ask for the lines' standard errors (``Model.summary()``).
+        ``"empirical"``) ask for the lines' standard errors (``Model.summary()``; by default the
+        server computes them for up to 20,000 training rows).
         ``gating`` fits a gate, mixing probabilities that depend on each row: ``"features"``
         or the names of number columns the dataset kept.
         ``split_by`` (a column kept with the dataset) fits a mixture per key in one job;

@@ -133,6 +133,12 @@ RegisteredName = Annotated[
 Count = Annotated[int, Field(strict=True)]
 
 
+AUTO_STANDARD_ERRORS_MAX_ROWS = 20_000
+"""Training rows up to which a fit computes standard errors when not told (they cost an EM
+polish and a pass of products over the rows: a small share of a fit of this size, a large one
+of a fit of millions)."""
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -502,23 +508,22 @@ class _FitBase(_Strict):
         return self
 
     @property
-    def wants_standard_errors(self) -> bool:
-        """Standard errors by default, except for grouped rows, gated and keyed fits (they are
-        for one ungrouped, ungated mixture)."""
-        return (
-            self.standard_errors
-            and self.groups is None
-            and self.gating is None
-            and self.split_by is None
-        )
+    def wants_standard_errors(self) -> bool | None:
+        """``standard_errors`` as asked (None: by the size of the training rows), except for
+        grouped rows, gated and keyed fits: never (they are for one ungrouped, ungated
+        mixture)."""
+        if self.groups is not None or self.gating is not None or self.split_by is not None:
+            return False
+        return self.standard_errors
 
-    standard_errors: bool = Field(
-        default=True,
-        description="per line (ungrouped fits), standard errors, z values, p values and 95 % "
-        "intervals of the "
-        "coefficients, weight and noise variance, from the observed information of the "
-        "Gaussian mixture at the maximum-likelihood fit EM reaches from the fitted lines "
-        "(as R's flexmix::refit)",
+    standard_errors: bool | None = Field(
+        default=None,
+        description="per line (ungrouped, ungated fits), standard errors, z values, p values "
+        "and 95 % intervals of the coefficients, weight and noise variance, from the observed "
+        "information of the Gaussian mixture at the maximum-likelihood fit EM reaches from the "
+        "fitted lines (as R's flexmix::refit). null (the default): computed when the training "
+        f"rows number at most {AUTO_STANDARD_ERRORS_MAX_ROWS:,}, where they cost a small share "
+        "of the fit; true or false: always or never",
     )
     n_bootstrap: Count = Field(
         default=0,

@@ -54,6 +54,7 @@ from models_store.tables import Job
 from service.data.columns import load_columns
 from service.jobs.fit_columns import GROUPS, WEIGHTS, wanted_columns
 from service.logs import LogFormat, configure_logging, job_context
+from service.schemas import AUTO_STANDARD_ERRORS_MAX_ROWS
 
 FloatArray = NDArray[np.float64]
 IndexArray = NDArray[np.intp]
@@ -232,7 +233,9 @@ class FitSpec:
     """The dataset column of the rows' weights."""
     groups_column: str | None = None
     """The dataset column of the rows' group labels."""
-    standard_errors: bool = False
+    standard_errors: bool | None = False
+    """Whether the fit computes standard errors; None: when the training rows number at most
+    ``AUTO_STANDARD_ERRORS_MAX_ROWS``."""
     n_bootstrap: int = 0
     bootstrap: str = "parametric"
 
@@ -269,7 +272,7 @@ class FitSpec:
             k_values=None if job.k_values is None else tuple(job.k_values),
             weights_column=job.weights_column,
             groups_column=job.groups_column,
-            standard_errors=bool(uncertainty.get("standard_errors", False)),
+            standard_errors=uncertainty.get("standard_errors", False),
             n_bootstrap=int(uncertainty.get("n_bootstrap", 0)),
             bootstrap=str(uncertainty.get("bootstrap", "parametric")),
             gating=gating_of(job.gating),
@@ -290,7 +293,7 @@ class FitSpec:
             random_state=self.seed,
             time_budget=self.time_budget_s,
             # The bootstrap refits from the maximum-likelihood fit the standard errors find.
-            standard_errors=self.standard_errors or self.n_bootstrap > 0,
+            standard_errors=bool(self.standard_errors) or self.n_bootstrap > 0,
             gating=self.gating is not None,
             **self.params,
         )
@@ -624,6 +627,9 @@ def _fit_one(
         # A k sweep's warm start; the stored parameters stay those the job asked for, and the
         # start shows among the fit's candidates (source "init").
         estimator.set_params(init=init)
+    if spec.standard_errors is None and len(y_train) <= AUTO_STANDARD_ERRORS_MAX_ROWS:
+        # Not told: standard errors where they cost a small share of the fit.
+        estimator.set_params(standard_errors=True)
     started = time.perf_counter()
     fit_share = 0.5 if spec.n_bootstrap else 1.0
     try:
@@ -693,7 +699,7 @@ def _fit_one(
         warnings=[*fit_warnings, *([poor] if poor else [])],
         uncertainty=(
             uncertainty_record(estimator, bootstrap)
-            if spec.standard_errors or bootstrap is not None
+            if estimator.standard_errors or bootstrap is not None
             else None
         ),
         gate=None if spec.gating is None else gate_record(estimator, split, spec),

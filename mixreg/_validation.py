@@ -265,7 +265,7 @@ def check_groups(groups: ArrayLike, n_samples: int) -> tuple[NDArray[Any], NDArr
         missing = np.flatnonzero(~np.isfinite(labels))
     elif labels.dtype.kind == "O":
         # None, or NaN (the one value that differs from itself), compared element by element.
-        missing = np.flatnonzero(np.equal(labels, None) | np.not_equal(labels, labels))
+        missing = np.flatnonzero((labels == None) | (labels != labels))  # noqa: E711
     else:
         missing = np.empty(0, dtype=np.intp)
     if missing.size:

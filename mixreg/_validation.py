@@ -289,9 +289,8 @@ def check_groups(groups: ArrayLike, n_samples: int) -> tuple[NDArray[Any], NDArr
     if labels.dtype.kind == "f":
         missing = np.flatnonzero(~np.isfinite(labels))
     elif labels.dtype.kind == "O":
-        missing = np.flatnonzero(
-            [label is None or (isinstance(label, float) and label != label) for label in labels]
-        )
+        # None, or NaN (the one value that differs from itself), compared element by element.
+        missing = np.flatnonzero((labels == None) | (labels != labels))  # noqa: E711
     else:
         missing = np.empty(0, dtype=np.intp)
     if missing.size:

@@ -206,7 +206,14 @@ def test_the_client_fits_with_weights_and_groups_and_predicts_groups(server: Ser
     weights = np.random.default_rng(2).uniform(0.5, 2.0, size=len(y))
     dataset_id = upload(server, X, y, {"user": labels.tolist(), "w": weights.tolist()})
     with Client(server.base_url) as client:
-        fitted = client.fit(dataset_id, k=3, weights="w", groups="user", holdout_fraction=0.0)
+        fitted = client.fit(
+            dataset_id,
+            k=3,
+            algorithm="am-classic",
+            weights="w",
+            groups="user",
+            holdout_fraction=0.0,
+        )
         job = fitted.wait(timeout=120)
         assert job.status == "succeeded", job
         model = fitted.model()

@@ -348,14 +348,14 @@ def fit_per_key(
 def _batches(
     n_rows: IntArray, status: NDArray[np.int8], elements_per_row: int
 ) -> list[NDArray[np.intp]]:
-    """Consecutive runs of fittable keys whose rows fill at most :data:`BATCH_ELEMENTS`
+    """Batches of fittable keys, in key order, whose rows fill at most :data:`BATCH_ELEMENTS`
     intermediate floats (k-line keys and one-line keys in batches of their own)."""
     batches: list[NDArray[np.intp]] = []
-    for wanted, per_row in ((0, elements_per_row), (1, elements_per_row)):
+    rows_per_batch = max(1, BATCH_ELEMENTS // elements_per_row)
+    for wanted in (STATUSES.index("fitted"), STATUSES.index("k1")):
         members = np.flatnonzero(status == wanted)
         if members.size == 0:
             continue
-        rows_per_batch = max(1, BATCH_ELEMENTS // per_row)
         # A batch ends where the running row count crosses a multiple of the batch size.
         ends = np.cumsum(n_rows[members])
         cuts = np.flatnonzero(np.diff(ends // rows_per_batch)) + 1

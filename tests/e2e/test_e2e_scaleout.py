@@ -432,6 +432,8 @@ def test_a_worker_killed_mid_fit_loses_no_job(stack: Stack):
     assert survivor.process is not None and survivor.process.poll() is None
 
 
+# Run alone, this test starts the module's stack (two APIs, two workers) within its time.
+@pytest.mark.timeout(600)
 def test_a_worker_killed_mid_keyed_fit_loses_only_its_unstored_shards(stack: Stack):
     def kill_its_worker(job: dict[str, Any]) -> None:
         os.kill(stack.worker_of(job).pid, signal.SIGKILL)

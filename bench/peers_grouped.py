@@ -214,7 +214,8 @@ def assignment_sigma_and_prior(
     """Each line's root mean squared residual on the rows of its groups, and its share of the
     groups (a line without groups gets the overall deviation and prior zero)."""
     k = model.n_components
-    line_of_group = model.group_line_[np.searchsorted(model.group_labels_, np.arange(rows.n_groups))]
+    at = np.searchsorted(model.group_labels_, np.arange(rows.n_groups))
+    line_of_group = model.group_line_[at]
     row_line = line_of_group[rows.group]
     values = predict_lines(rows.X, model.coef_, model.intercept_)
     squared = (rows.y - values[np.arange(len(rows.y)), row_line]) ** 2

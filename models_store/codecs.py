@@ -161,7 +161,8 @@ def encode_group_table(
             f"group labels {label_array.shape} and lines {line_array.shape} must be two "
             f"vectors of one length"
         )
-    arrays = {"labels": label_array, "lines": line_array}
+    # Any: savez_compressed's keyword arrays are typed as its own flags.
+    arrays: dict[str, Any] = {"labels": label_array, "lines": line_array}
     if posteriors is not None:
         posterior_array = np.asarray(posteriors, dtype=np.float32)
         if posterior_array.ndim != 2 or posterior_array.shape[0] != label_array.size:

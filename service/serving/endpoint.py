@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 import orjson
-from numpy.typing import NDArray
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
+from numpy.typing import NDArray
 from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.requests import Request

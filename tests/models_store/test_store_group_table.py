@@ -15,8 +15,6 @@ from models_store.codecs import decode_group_table, encode_group_table
 from models_store.session import session_scope
 from models_store.tables import Model
 
-from .test_store_models import model_fields
-
 
 def posteriors_of(n_groups: int, k: int, seed: int = 0) -> np.ndarray:
     """Rows of a softmax: probabilities from near 0 to near 1, summing to one."""
@@ -26,14 +24,34 @@ def posteriors_of(n_groups: int, k: int, seed: int = 0) -> np.ndarray:
 
 
 def grouped_fields(dataset_id: str, labels: Any, posteriors: Any) -> dict[str, Any]:
-    return model_fields(
-        dataset_id,
-        algorithm="em",
-        groups_column="user",
-        group_labels=labels,
-        group_lines=np.argmax(posteriors, axis=1),
-        group_posteriors=posteriors,
-    )
+    """A grouped EM model of 2 lines on the dataset's 2 features."""
+    return {
+        "job_id": None,
+        "dataset_id": dataset_id,
+        "name": None,
+        "algorithm": "em",
+        "n_components": 2,
+        "n_features": 2,
+        "feature_names": ["a", "b"],
+        "fit_intercept": True,
+        "params": {},
+        "seed": 0,
+        "coef": [[1.0, 0.5], [-1.0, 2.0]],
+        "intercept": [0.0, 1.0],
+        "shares": [0.5, 0.5],
+        "train_min_loss": 0.1,
+        "holdout_min_loss": None,
+        "baseline": {"coef": [0.0, 0.0], "intercept": 0.0, "train_min_loss": 1.0},
+        "n_train": 6,
+        "n_holdout": 0,
+        "loss_history": [0.1],
+        "n_iter": 1,
+        "fit_seconds": 0.1,
+        "groups_column": "user",
+        "group_labels": labels,
+        "group_lines": np.argmax(posteriors, axis=1),
+        "group_posteriors": posteriors,
+    }
 
 
 def test_group_posteriors_round_trip_through_the_store(db_sessionmaker, dataset_id):

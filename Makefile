@@ -130,6 +130,11 @@ bench-peers-gated: install ## gated mixtures beside flexmix's FLXPmultinom (inst
 	sh bench/peers_r/install_r.sh
 	$(BIN)/python -m bench.peers_gated
 
+.PHONY: bench-peers-grouped
+bench-peers-grouped: install ## grouped fits beside flexmix's y ~ x | g (installs R if missing)
+	sh bench/peers_r/install_r.sh
+	$(BIN)/python -m bench.peers_grouped
+
 .PHONY: lint
 lint: install ## ruff check and format check
 	$(BIN)/ruff check .

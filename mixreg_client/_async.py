@@ -321,8 +321,9 @@ class AsyncClient:
         ``X`` is an array of n rows with the model's features in its order, or a DataFrame
         whose columns are matched to the features by name (a missing or unknown column raises
         ValueError). With ``groups`` (one label per row, for a model fitted with groups), a
-        :class:`GroupPredictions`: the predictions and the line of each row's group (-1 for a
-        group the fit never saw). A keyed model (fitted with ``split_by``) needs each row's key
+        :class:`GroupPredictions`: the predictions, the line of each row's group (-1 for a
+        group the fit never saw) and its posterior over the lines (a NaN row for an unseen
+        group). A keyed model (fitted with ``split_by``) needs each row's key
         in ``keys``; ``unknown_keys`` ("global" or "error") says what a key without lines gets.
         """
         if groups is not None:

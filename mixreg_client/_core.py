@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 import httpx
 import numpy as np
+from numpy.typing import NDArray
 
 from mixreg_client import _data
 from mixreg_client._errors import MixregError
@@ -392,14 +393,24 @@ def predict(
 def predict_groups(
     model: str | Model | ModelSummary, X: Any, groups: Any
 ) -> Operation[GroupPredictions]:
-    """k values per row and the line of each row's group."""
+    """k values per row, the line of each row's group and its posterior."""
     rows = yield from _rows_in_model_order(model, X)
     body = {"X": _data.feature_matrix(rows), "groups": np.asarray(groups).tolist()}
     answer = _json(_response((yield Call("POST", f"/models/{_id_of(model)}/predict", json=body))))
+    predictions = np.asarray(answer["predictions"], dtype=np.float64)
     return GroupPredictions(
-        predictions=np.asarray(answer["predictions"], dtype=np.float64),
+        predictions=predictions,
         group_line=np.asarray(answer["group_line"], dtype=np.int64),
+        group_posterior=_group_posterior(answer, n_components=predictions.shape[1]),
     )
+
+
+def _group_posterior(answer: dict[str, Any], n_components: int) -> NDArray[np.float64]:
+    """The answer's group posteriors, a NaN row for each null (a group the fit never saw)."""
+    posterior = np.full((len(answer["group_line"]), n_components), np.nan)
+    seen = np.asarray(answer["group_line"]) >= 0
+    posterior[seen] = [row for row in answer["group_posterior"] if row is not None]
+    return posterior
 
 
 def predict_gated(

@@ -317,10 +317,14 @@ class GroupPredictions:
         One value per row and line.
     group_line : ndarray of shape (n,)
         The line of each row's group; -1 for a group the fit never saw.
+    group_posterior : ndarray of shape (n, k)
+        The posterior over the lines of each row's group (the one-hot of its line for a fit
+        other than ``em``); a row of NaN for a group the fit never saw.
     """
 
     predictions: NDArray[np.float64]
     group_line: NDArray[np.int64]
+    group_posterior: NDArray[np.float64]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -129,11 +129,25 @@ def to_json_value(value: Any) -> Any:
     return value
 
 
-def encode_group_table(labels: npt.ArrayLike, lines: npt.ArrayLike) -> bytes:
+class GroupTable(NamedTuple):
+    """A grouped model's training groups, the line of each and, for EM, each one's posterior."""
+
+    labels: npt.NDArray[Any]
+    lines: npt.NDArray[np.intp]
+    posteriors: npt.NDArray[np.float64] | None
+    """Shape (n_groups, n_components); None for a fit without posteriors (not EM) and for
+    tables stored before posteriors were kept."""
+
+
+def encode_group_table(
+    labels: npt.ArrayLike, lines: npt.ArrayLike, posteriors: npt.ArrayLike | None = None
+) -> bytes:
     """A grouped model's group -> line table as one compressed ``.npz`` (no pickle).
 
     ``labels`` are the sorted distinct group labels, strings (stored as fixed-width unicode)
-    or numbers (float64); ``lines`` the line of each, stored as int16 (k is far below 2^15).
+    or numbers (float64); ``lines`` the line of each, stored as int16 (k is far below 2^15);
+    ``posteriors`` (EM only) each group's posterior over the lines, shape (n_groups, k),
+    stored as float32 (a probability needs no more digits than that).
     Repetitive labels such as ``user-123`` compress to a few bytes each.
     """
     label_array = np.asarray(labels)
@@ -147,18 +161,33 @@ def encode_group_table(labels: npt.ArrayLike, lines: npt.ArrayLike) -> bytes:
             f"group labels {label_array.shape} and lines {line_array.shape} must be two "
             f"vectors of one length"
         )
+    # Any: savez_compressed's keyword arrays are typed as its own flags.
+    arrays: dict[str, Any] = {"labels": label_array, "lines": line_array}
+    if posteriors is not None:
+        posterior_array = np.asarray(posteriors, dtype=np.float32)
+        if posterior_array.ndim != 2 or posterior_array.shape[0] != label_array.size:
+            raise ValueError(
+                f"group posteriors {posterior_array.shape} must have one row per group "
+                f"({label_array.size})"
+            )
+        arrays["posteriors"] = posterior_array
     buffer = io.BytesIO()
-    np.savez_compressed(buffer, labels=label_array, lines=line_array)
+    np.savez_compressed(buffer, **arrays)
     return buffer.getvalue()
 
 
-def decode_group_table(b: bytes) -> tuple[npt.NDArray[Any], npt.NDArray[np.intp]]:
-    """The (labels, lines) written by :func:`encode_group_table`."""
+def decode_group_table(b: bytes) -> GroupTable:
+    """The table written by :func:`encode_group_table` (posteriors None when it has none)."""
     with np.load(io.BytesIO(b), allow_pickle=False) as stored:
         labels, lines = stored["labels"], stored["lines"].astype(np.intp)
+        posteriors = (
+            stored["posteriors"].astype(np.float64) if "posteriors" in stored.files else None
+        )
     if labels.shape != lines.shape:
         raise ValueError("a stored group table's labels and lines differ in length")
-    return labels, lines
+    if posteriors is not None and posteriors.shape[0] != labels.size:
+        raise ValueError("a stored group table's posteriors and labels differ in length")
+    return GroupTable(labels, lines, posteriors)
 
 
 def encode_arrays(arrays: Mapping[str, npt.ArrayLike]) -> bytes:

@@ -38,6 +38,7 @@ from models_store.codecs import (
     COLUMN_TYPES,
     NUMBER,
     STRING,
+    GroupTable,
     decode_arrays,
     decode_columns,
     decode_group_table,
@@ -1273,6 +1274,7 @@ def create_model(
     groups_column: str | None = None,
     group_labels: npt.ArrayLike | None = None,
     group_lines: npt.ArrayLike | None = None,
+    group_posteriors: npt.ArrayLike | None = None,
     group_metrics: Mapping[str, Any] | None = None,
     uncertainty: Mapping[str, Any] | None = None,
     gate: Mapping[str, Any] | None = None,
@@ -1285,8 +1287,9 @@ def create_model(
     (n_components,). ``log_likelihood``, ``bic`` and ``n_parameters`` score the lines as a
     Gaussian mixture on the training rows; ``candidates`` is the search record of ``auto``;
     ``uncertainty`` the table of estimates with their standard errors and intervals.
-    A grouped fit gives ``group_labels`` (its training groups) and ``group_lines`` (the line of
-    each), stored compactly (``codecs.encode_group_table``), and its ``group_metrics``.
+    A grouped fit gives ``group_labels`` (its training groups), ``group_lines`` (the line of
+    each) and, for EM, ``group_posteriors`` (each group's posterior over the lines), stored
+    compactly (``codecs.encode_group_table``), and its ``group_metrics``.
     ``gate`` the fitted gate of a gated mixture (JSON numbers).
     """
     coef_array = np.asarray(coef, dtype=np.float64)
@@ -1338,7 +1341,7 @@ def create_model(
         group_table=(
             None
             if group_labels is None or group_lines is None
-            else encode_group_table(group_labels, group_lines)
+            else encode_group_table(group_labels, group_lines, group_posteriors)
         ),
         group_metrics=None if group_metrics is None else to_json_value(dict(group_metrics)),
         uncertainty=None if uncertainty is None else to_json_value(dict(uncertainty)),
@@ -1382,10 +1385,9 @@ def delete_model(session: Session, *, model_id: str) -> bool:
     return deleted
 
 
-def load_group_table(
-    session: Session, *, model_id: str
-) -> tuple[npt.NDArray[Any], npt.NDArray[np.intp]] | None:
-    """A grouped model's (group labels, line of each), or None for a model without groups."""
+def load_group_table(session: Session, *, model_id: str) -> GroupTable | None:
+    """A grouped model's group labels, line of each (and posteriors, for EM), or None for a
+    model without groups."""
     stored = session.scalar(select(Model.group_table).where(Model.id == model_id))
     return None if stored is None else decode_group_table(stored)
 

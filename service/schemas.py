@@ -1035,7 +1035,8 @@ class _PredictBody(_Strict):
     groups: list[StrictStr | StrictInt | StrictFloat] | None = Field(
         default=None,
         description="one group label per row, for a model fitted with groups: the answer adds "
-        "group_line, the line of each row's group (-1 for a group the fit never saw)",
+        "group_line, the line of each row's group (-1 for a group the fit never saw), and "
+        "group_posterior, its posterior over the lines",
     )
     concomitant: Matrix | dict[Text, Vector] | None = Field(
         default=None,
@@ -1100,6 +1101,13 @@ class PredictResponse(BaseModel):
     group_line: list[int] | None = Field(
         default=None,
         description="with groups: the line of each row's group, -1 for a group the fit never saw",
+    )
+    group_posterior: list[list[float] | None] | None = Field(
+        default=None,
+        description="with groups: the posterior over the k lines of each row's group (its "
+        "training rows all drawn from one line; kept as float32), null for a group the fit "
+        "never saw; for a fit other than em, which keeps no posteriors, the one-hot of the "
+        "group's line",
     )
     probabilities: list[list[float]] | None = Field(
         default=None, description="a gated model's mixing probability of each line, per row"

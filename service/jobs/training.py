@@ -326,6 +326,8 @@ class FittedMixture:
     group_labels: NDArray[Any] | None = None
     """A grouped fit's training groups (sorted), and the line of each."""
     group_lines: IndexArray | None = None
+    group_posteriors: FloatArray | None = None
+    """An ``em`` grouped fit's posterior of each training group over the lines."""
     group_metrics: dict[str, Any] | None = None
     """A grouped fit's group counts and min-losses with every group on its own best line."""
     uncertainty: dict[str, Any] | None = None
@@ -709,6 +711,7 @@ def _fit_one(
             fitted,
             group_labels=estimator.group_labels_,
             group_lines=estimator.group_line_,
+            group_posteriors=getattr(estimator, "group_posterior_", None),
             group_metrics=group_metrics(estimator, split),
         )
     check_finite_result(fitted)
@@ -1320,6 +1323,7 @@ def _store_models(
                 groups_column=spec.groups_column,
                 group_labels=fit.group_labels,
                 group_lines=fit.group_lines,
+                group_posteriors=fit.group_posteriors,
                 group_metrics=fit.group_metrics,
                 uncertainty=fit.uncertainty,
                 gate=fit.gate,

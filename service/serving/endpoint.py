@@ -13,11 +13,13 @@ is serialized once, straight to bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import orjson
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
+from numpy.typing import NDArray
 from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.requests import Request
@@ -214,13 +216,21 @@ NPY_OUTPUTS = ("predictions", "probabilities", "expected", "most_likely", "most_
 """What an ``.npy`` answer may hold (``?output=``); all but the first need a gated model."""
 
 
+def posterior_rows(group_line: NDArray[np.intp], posteriors: FloatArray) -> list[Any]:
+    """The posteriors as JSON rows, ``None`` (null) for a row whose group the fit never saw."""
+    rows: list[Any] = posteriors.tolist()
+    for unseen in np.flatnonzero(group_line < 0):
+        rows[unseen] = None
+    return rows
+
+
 def answer(
     lines: StoredLines, data: PredictInput, *, npy: bool, output: str = "predictions"
 ) -> Response:
     """Predict ``data`` with ``lines`` and encode the answer (``.npy`` of ``output`` if
     ``npy``)."""
     predictions = predict_rows(lines, data.X, data.keys, unknown_keys=data.unknown_keys)
-    group_line = None if data.groups is None else lines.lines_of_groups(data.groups)
+    groups_of_rows = None if data.groups is None else lines.lines_of_groups(data.groups)
     # Also refuses concomitant values sent to a model without a gate.
     columns = gate_columns(lines, data.X, data.concomitant)
     gated = None if lines.gate is None else predict_gated(lines, predictions, columns)
@@ -230,10 +240,10 @@ def answer(
                 "an application/x-npy answer holds only the predictions; to score them "
                 "against y (min_loss, best_component), accept application/json"
             )
-        if group_line is not None:
+        if groups_of_rows is not None:
             raise NotAcceptableError(
                 "an application/x-npy answer holds only the predictions; for the lines of "
-                "the groups (group_line), accept application/json"
+                "the groups (group_line, group_posterior), accept application/json"
             )
         if output != "predictions" and gated is None:
             raise InvalidInputError(
@@ -254,8 +264,10 @@ def answer(
         scores = score_predictions(predictions, data.y)
         payload["min_loss"] = scores.min_loss
         payload["best_component"] = scores.best_component
-    if group_line is not None:
+    if groups_of_rows is not None:
+        group_line, group_posterior = groups_of_rows
         payload["group_line"] = group_line
+        payload["group_posterior"] = posterior_rows(group_line, group_posterior)
     if gated is not None:
         payload["probabilities"] = gated.probabilities
         payload["expected"] = gated.expected

@@ -54,9 +54,11 @@ class StoredLines:
     # The registered model and version the model is, if it is one.
     registered_model: str | None = None
     version: int | None = None
-    # A grouped model's training groups (sorted: str or float64 labels) and the line of each.
+    # A grouped model's training groups (sorted: str or float64 labels), the line of each and,
+    # for EM, each one's posterior over the lines.
     group_labels: NDArray[Any] | None = None
     group_lines: NDArray[np.intp] | None = None
+    group_posteriors: FloatArray | None = None
     gate: StoredGate | None = None
     # A keyed model: its key column and every key's lines, decoded once from their chunks
     # (the lines above are then the global model's, for keys it does not know).
@@ -72,17 +74,16 @@ class StoredLines:
         table if it has one; ``version`` is the registered version it is, if any."""
         shape = (model.n_components, model.n_features)
         coef = np.asarray(model.coef, dtype=np.float64).reshape(shape)
-        group_labels = group_lines = None
-        if model.group_table is not None:
-            group_labels, group_lines = decode_group_table(model.group_table)
+        table = None if model.group_table is None else decode_group_table(model.group_table)
         return cls(
             model_id=model.id,
             coef=coef,
             intercept=np.asarray(model.intercept, dtype=np.float64).reshape(model.n_components),
             registered_model=None if version is None else version.registered_model,
             version=None if version is None else version.version,
-            group_labels=group_labels,
-            group_lines=group_lines,
+            group_labels=None if table is None else table.labels,
+            group_lines=None if table is None else table.lines,
+            group_posteriors=None if table is None else table.posteriors,
             gate=None
             if model.gate is None
             else StoredGate(
@@ -94,9 +95,12 @@ class StoredLines:
             ),
         )
 
-    def lines_of_groups(self, groups: Sequence[str | int | float]) -> NDArray[np.intp]:
-        """The line of each of ``groups`` (-1 for a group the fit never saw); 422 if the model
-        was not fitted with groups.
+    def lines_of_groups(
+        self, groups: Sequence[str | int | float]
+    ) -> tuple[NDArray[np.intp], FloatArray]:
+        """The line of each of ``groups`` (-1 for a group the fit never saw) and its posterior
+        over the lines (n x k; NaN rows for unseen groups; the one-hot of its line for a fit
+        that kept no posteriors); 422 if the model was not fitted with groups.
 
         Labels compare as the stored ones: with a text column as text (a number as its
         JSON text), with a number column as numbers (a text label is an unknown group).
@@ -118,8 +122,15 @@ class StoredLines:
         inside = at < known_labels.size
         known = np.zeros(asked.size, dtype=bool)
         known[inside] = known_labels[at[inside]] == asked[inside]
-        lines: NDArray[np.intp] = np.where(known, self.group_lines[np.where(known, at, 0)], -1)
-        return lines
+        position = np.where(known, at, 0)
+        lines: NDArray[np.intp] = np.where(known, self.group_lines[position], -1)
+        posteriors = (
+            self.group_posteriors[position]
+            if self.group_posteriors is not None
+            else np.eye(self.n_components)[self.group_lines[position]]
+        )
+        posteriors[~known] = np.nan
+        return lines, posteriors
 
     @property
     def n_features(self) -> int:

@@ -499,7 +499,8 @@ def test_revision_0009_stores_a_group_table_and_its_downgrade_keeps_the_models(d
             model_id = _grouped_model(session, dataset.id, text_labels)
             number_id = _grouped_model(session, dataset.id, np.array([-2.5, 3.0, 7.0]))
         with session_scope(factory) as session:
-            labels, lines = repository.load_group_table(session, model_id=model_id)
+            labels, lines, posteriors = repository.load_group_table(session, model_id=model_id)
+            assert posteriors is None
             np.testing.assert_array_equal(labels, text_labels)
             np.testing.assert_array_equal(lines, np.arange(10**5) % 2)
             stored = session.scalar(
@@ -507,7 +508,7 @@ def test_revision_0009_stores_a_group_table_and_its_downgrade_keeps_the_models(d
             )
             # A table of 10^5 groups takes a few bytes per group, not a JSON row each.
             assert len(stored) < 4 * 10**5
-            numbers, _ = repository.load_group_table(session, model_id=number_id)
+            numbers, _, _ = repository.load_group_table(session, model_id=number_id)
             np.testing.assert_array_equal(numbers, [-2.5, 3.0, 7.0])
 
         migrate.downgrade(database_url, "0008")

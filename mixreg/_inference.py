@@ -26,10 +26,11 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.linalg import LinAlgError, cho_factor, cho_solve
 from scipy.optimize import linear_sum_assignment
 from scipy.special import ndtr, ndtri
 
-from ._em import em
+from ._em import EMResult, em
 from ._lstsq import cross_products
 
 FloatArray = NDArray[np.float64]
@@ -40,6 +41,14 @@ _BLOCK_ELEMENTS = 1 << 22
 # per row (scaled units) at which it stops, and its cap on iterations.
 POLISH_TOL = 1e-10
 POLISH_MAX_ITER = 5000
+# The Newton finish of the polish: EM runs to this tolerance first; Newton stops when the
+# decrement g^T I^{-1} g per unit of weight is below NEWTON_TOL (the parameters are then
+# within about its square root of the maximum, in units of one row's information).
+NEWTON_START_TOL = 1e-7
+NEWTON_TOL = 1e-15
+NEWTON_MAX_STEPS = 10
+NEWTON_MAX_HALVINGS = 20
+_ROUNDING_SLACK = 1e-14
 # Eigenvalues of the information below this fraction of the largest make it singular.
 _SINGULAR_RCOND = 1e-12
 
@@ -150,20 +159,34 @@ def row_scores(Z: FloatArray, y: FloatArray, params: MixtureParameters) -> Float
     return np.column_stack([per_line.reshape(y.size, -1), logits])
 
 
-def observed_information(
+@dataclass(frozen=True)
+class LikelihoodPass:
+    """What one pass over the rows gives at a mixture: its (weighted) log-likelihood, score
+    and observed information in the packed parameters.
+
+    Attributes
+    ----------
+    log_likelihood : float
+    score : ndarray of shape (n_packed,)
+    information : ndarray of shape (n_packed, n_packed)
+    """
+
+    log_likelihood: float
+    score: FloatArray
+    information: FloatArray
+
+
+def likelihood_pass(
     Z: FloatArray,
     y: FloatArray,
     params: MixtureParameters,
     sample_weight: FloatArray | None = None,
-) -> FloatArray:
-    """Minus the Hessian of the (weighted) log-likelihood in the packed parameters.
+) -> LikelihoodPass:
+    """The log-likelihood, its gradient and minus its Hessian in the packed parameters.
 
-    Accumulated over blocks of rows by Louis's identity (see the module's docstring); each row
-    counts ``sample_weight[i]`` times.
-
-    Returns
-    -------
-    information : ndarray of shape (n_packed, n_packed)
+    One pass over blocks of rows: each block's posteriors serve the three at once. The
+    information is Louis's identity (see the module's docstring); each row counts
+    ``sample_weight[i]`` times.
     """
     n_samples, n_params = Z.shape
     k = params.n_components
@@ -171,6 +194,8 @@ def observed_information(
     n_packed = k * n_line + k - 1
     weights = _row_weights(sample_weight, n_samples)
     information = np.zeros((n_packed, n_packed))
+    score = np.zeros(n_packed)
+    total_log_likelihood = 0.0
     # Per line: sum_i w tau_ij (-H_ij - s_ij s_ij^T) on its (theta_j, eta_j) block, the sum of
     # w tau_ij s_ij (which meets the logits) and the line's mass sum_i w tau_ij.
     line_blocks = np.zeros((k, n_line, n_line))
@@ -179,7 +204,10 @@ def observed_information(
     block = _block_rows(k, n_params)
     for start in range(0, n_samples, block):
         Z_block, w_block = Z[start : start + block], weights[start : start + block]
-        residuals, posteriors, _ = _posteriors(Z_block, y[start : start + block], params)
+        residuals, posteriors, row_log_likelihood = _posteriors(
+            Z_block, y[start : start + block], params
+        )
+        total_log_likelihood += float(w_block @ row_log_likelihood)
         line_scores = _line_scores(Z_block, residuals, params.variances)
         row_score = np.column_stack(
             [
@@ -187,6 +215,7 @@ def observed_information(
                 posteriors[:, 1:] - params.weights[1:],
             ]
         )
+        score += w_block @ row_score
         # Weights and posteriors are non-negative: each weighted product is a symmetric rank-k
         # update of rows scaled by square roots.
         information += cross_products(row_score * np.sqrt(w_block)[:, None])
@@ -215,7 +244,25 @@ def observed_information(
     pi = params.weights[1:]
     information[logit_block, logit_block] += total * (np.diag(pi) - np.outer(pi, pi))
     information[logit_block, logit_block] -= (offsets.T * masses) @ offsets
-    return information
+    return LikelihoodPass(log_likelihood=total_log_likelihood, score=score, information=information)
+
+
+def observed_information(
+    Z: FloatArray,
+    y: FloatArray,
+    params: MixtureParameters,
+    sample_weight: FloatArray | None = None,
+) -> FloatArray:
+    """Minus the Hessian of the (weighted) log-likelihood in the packed parameters.
+
+    Accumulated over blocks of rows by Louis's identity (see the module's docstring); each row
+    counts ``sample_weight[i]`` times.
+
+    Returns
+    -------
+    information : ndarray of shape (n_packed, n_packed)
+    """
+    return likelihood_pass(Z, y, params, sample_weight).information
 
 
 def covariance_from_information(information: FloatArray) -> FloatArray | None:
@@ -260,6 +307,87 @@ def caller_jacobian(
     return jacobian
 
 
+@dataclass(frozen=True)
+class Polish:
+    """The maximum-likelihood fit the polish reached.
+
+    Attributes
+    ----------
+    params : MixtureParameters
+    n_iter : int
+        EM iterations.
+    n_newton : int
+        Newton steps taken after EM (0 when EM went to the tight tolerance itself).
+    converged : bool
+    at_maximum : LikelihoodPass or None
+        The log-likelihood, score and information at ``params`` when Newton's method finished
+        the fit (so the standard errors need no further pass over the rows); None otherwise.
+    """
+
+    params: MixtureParameters
+    n_iter: int
+    n_newton: int
+    converged: bool
+    at_maximum: LikelihoodPass | None
+
+
+def _newton_direction(evaluated: LikelihoodPass) -> FloatArray | None:
+    """``I^{-1} g`` by a Cholesky factorization of the equilibrated information; None when the
+    information is not positive definite (not at or near a maximum)."""
+    scale = np.sqrt(np.abs(np.diag(evaluated.information)))
+    if not np.all(np.isfinite(scale)) or np.any(scale == 0.0):
+        return None
+    try:
+        factor = cho_factor(evaluated.information / np.outer(scale, scale))
+    except LinAlgError:
+        return None
+    direction: FloatArray = cho_solve(factor, evaluated.score / scale) / scale
+    return direction if np.all(np.isfinite(direction)) else None
+
+
+def _newton_finish(
+    Z: FloatArray,
+    y: FloatArray,
+    start: MixtureParameters,
+    sample_weight: FloatArray | None,
+) -> tuple[LikelihoodPass, MixtureParameters, int] | None:
+    """Newton's method on the log-likelihood from a point EM brought near a maximum.
+
+    Each step is ``psi + t I^{-1} g`` with ``t`` halved until the log-likelihood does not
+    decrease; it stops when the Newton decrement ``g^T I^{-1} g`` per unit of weight is below
+    :data:`NEWTON_TOL`. Returns the pass at the maximum, its parameters and the number of
+    steps, or None when the information is not positive definite, no halving helps or the
+    steps run out (the caller then falls back to EM).
+    """
+    k = start.n_components
+    total_weight = float(y.size if sample_weight is None else np.sum(sample_weight))
+    params = start
+    evaluated = likelihood_pass(Z, y, params, sample_weight)
+    for step in range(NEWTON_MAX_STEPS + 1):
+        direction = _newton_direction(evaluated)
+        if direction is None:
+            return None
+        decrement = float(evaluated.score @ direction)
+        if decrement < 0.0:
+            return None
+        if decrement <= NEWTON_TOL * total_weight:
+            return evaluated, params, step
+        if step == NEWTON_MAX_STEPS:
+            return None
+        vector = params.to_vector()
+        # Rounding of a sum of n terms: a change below it is no decrease.
+        slack = _ROUNDING_SLACK * (abs(evaluated.log_likelihood) + total_weight)
+        for halving in range(NEWTON_MAX_HALVINGS + 1):
+            candidate = MixtureParameters.from_vector(vector + 0.5**halving * direction, k)
+            if log_likelihood(Z, y, candidate, sample_weight) >= (evaluated.log_likelihood - slack):
+                break
+        else:
+            return None
+        params = candidate
+        evaluated = likelihood_pass(Z, y, params, sample_weight)
+    return None
+
+
 def maximum_likelihood_polish(
     Z: FloatArray,
     y: FloatArray,
@@ -268,21 +396,47 @@ def maximum_likelihood_polish(
     max_iter: int = POLISH_MAX_ITER,
     tol: float = POLISH_TOL,
     sample_weight: FloatArray | None = None,
-) -> tuple[MixtureParameters, int, bool]:
+    newton_finish: bool = True,
+) -> Polish:
     """EM from the given lines (weights and variances from the partition they induce) to the
     maximum-likelihood fit it reaches; the lines keep their labels; rows count
     ``sample_weight`` times.
 
-    Returns
-    -------
-    params, n_iter, converged
+    EM runs to the loose tolerance :data:`NEWTON_START_TOL`, then Newton's method with the
+    observed information finishes (quadratic convergence, the log-likelihood never
+    decreasing); where Newton cannot (the information is not positive definite, a step does
+    not help), and always with ``newton_finish=False``, EM runs from the lines to ``tol``.
     """
+    if not newton_finish:
+        result = em(Z, y, theta, max_iter=max_iter, tol=tol, sample_weight=sample_weight)
+        return _em_polish(result, 0)
+    warm = em(
+        Z,
+        y,
+        theta,
+        max_iter=max_iter,
+        tol=max(tol, NEWTON_START_TOL),
+        sample_weight=sample_weight,
+    )
+    assert warm.weights is not None and warm.variances is not None
+    warm_params = MixtureParameters(
+        theta=warm.theta, weights=warm.weights, variances=warm.variances
+    )
+    if warm.converged:
+        finished = _newton_finish(Z, y, warm_params, sample_weight)
+        if finished is not None:
+            evaluated, params, n_newton = finished
+            return Polish(params, warm.n_iter, n_newton, True, evaluated)
     result = em(Z, y, theta, max_iter=max_iter, tol=tol, sample_weight=sample_weight)
+    return _em_polish(result, warm.n_iter)
+
+
+def _em_polish(result: EMResult, earlier_iterations: int) -> Polish:
     assert result.weights is not None and result.variances is not None
     params = MixtureParameters(
         theta=result.theta, weights=result.weights, variances=result.variances
     )
-    return params, result.n_iter, result.converged
+    return Polish(params, earlier_iterations + result.n_iter, 0, result.converged, None)
 
 
 def match_lines(reference: FloatArray, lines: FloatArray) -> NDArray[np.intp]:
@@ -333,7 +487,7 @@ def bootstrap_replicates(
     max_iter: int = POLISH_MAX_ITER,
     tol: float = POLISH_TOL,
 ) -> BootstrapReplicates:
-    """Refit ``n_bootstrap`` resampled data sets by EM started from the fitted mixture.
+    """Refit ``n_bootstrap`` resampled data sets by the polish started from the fitted lines.
 
     ``kind="parametric"`` draws new targets at the same rows from the fitted mixture (each
     row's line from the weights, then Gaussian noise of that line's variance);
@@ -361,13 +515,12 @@ def bootstrap_replicates(
         else:
             rows = rng.integers(0, n_samples, size=n_samples)
             Z_star, y_star = Z[rows], y[rows]
-        result = em(Z_star, y_star, fitted.theta, max_iter=max_iter, tol=tol)
-        assert result.weights is not None and result.variances is not None
-        order = match_lines(fitted.theta, result.theta)
-        theta[replicate] = result.theta[order]
-        weights[replicate] = result.weights[order]
-        variances[replicate] = result.variances[order]
-        converged[replicate] = result.converged
+        polish = maximum_likelihood_polish(Z_star, y_star, fitted.theta, max_iter=max_iter, tol=tol)
+        order = match_lines(fitted.theta, polish.params.theta)
+        theta[replicate] = polish.params.theta[order]
+        weights[replicate] = polish.params.weights[order]
+        variances[replicate] = polish.params.variances[order]
+        converged[replicate] = polish.converged
         if progress is not None:
             progress(replicate + 1, n_bootstrap)
     return BootstrapReplicates(

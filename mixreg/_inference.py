@@ -201,36 +201,48 @@ def likelihood_pass(
     line_blocks = np.zeros((k, n_line, n_line))
     line_score_sums = np.zeros((k, n_line))
     masses = np.zeros(k)
+    variances = params.variances
     block = _block_rows(k, n_params)
     for start in range(0, n_samples, block):
         Z_block, w_block = Z[start : start + block], weights[start : start + block]
         residuals, posteriors, row_log_likelihood = _posteriors(
             Z_block, y[start : start + block], params
         )
+        n_rows = Z_block.shape[0]
         total_log_likelihood += float(w_block @ row_log_likelihood)
-        line_scores = _line_scores(Z_block, residuals, params.variances)
-        row_score = np.column_stack(
-            [
-                (posteriors[:, :, None] * line_scores).reshape(Z_block.shape[0], -1),
-                posteriors[:, 1:] - params.weights[1:],
-            ]
-        )
+        # The rows' scores g_i, written in place: tau_ij s_ij per line, then the logits'.
+        row_score = np.empty((n_rows, n_packed))
+        per_line = row_score[:, : k * n_line].reshape(n_rows, k, n_line)
+        scaled = residuals / variances  # r / s^2
+        standardized = residuals * scaled  # r^2 / s^2
+        np.multiply((posteriors * scaled)[:, :, None], Z_block[:, None, :], out=per_line[:, :, :-1])
+        np.multiply(posteriors, 0.5 * (standardized - 1.0), out=per_line[:, :, -1])
+        np.subtract(posteriors[:, 1:], params.weights[1:], out=row_score[:, k * n_line :])
         score += w_block @ row_score
-        # Weights and posteriors are non-negative: each weighted product is a symmetric rank-k
-        # update of rows scaled by square roots.
-        information += cross_products(row_score * np.sqrt(w_block)[:, None])
+        if sample_weight is not None:
+            # Weights are non-negative: the weighted product is a rank-k update of rows scaled
+            # by their square roots.
+            row_score *= np.sqrt(w_block)[:, None]
+        information += cross_products(row_score)
         mass = posteriors * w_block[:, None]
         masses += mass.sum(axis=0)
-        root_mass = np.sqrt(mass)
+        # -H_ij - s_ij s_ij^T in closed form (H of log f_j: -z z^T / s^2, -z r / s^2 and
+        # -r^2 / (2 s^2) at eta), summed over rows with weight w tau_ij:
+        #   theta theta: (s^2 - r^2) / s^4 z z^T,  theta eta: r / s^2 (3 - r^2 / s^2) / 2 z,
+        #   eta eta: r^2 / (2 s^2) - (r^2 / s^2 - 1)^2 / 4.
+        curvature = mass * (1.0 - standardized) / variances
+        cross = mass * scaled * (1.5 - 0.5 * standardized)
+        sums_theta = (mass * scaled).T @ Z_block
+        cross_theta = cross.T @ Z_block
         for line in range(k):
-            # -H of the line's own density: [z; r] [z; r]^T / s^2, with r^2 / (2 s^2) at eta.
-            design = np.column_stack([Z_block, residuals[:, line]])
-            root = root_mass[:, line, None]
-            curvature = cross_products(design * (root / np.sqrt(params.variances[line])))
-            curvature[-1, -1] *= 0.5
-            scores = line_scores[:, line]
-            line_blocks[line] += curvature - cross_products(scores * root)
-            line_score_sums[line] += mass[:, line] @ scores
+            line_blocks[line, :-1, :-1] += (Z_block * curvature[:, line, None]).T @ Z_block
+        line_blocks[:, :-1, -1] += cross_theta
+        line_blocks[:, -1, :-1] += cross_theta
+        line_blocks[:, -1, -1] += np.einsum(
+            "ij,ij->j", mass, 0.5 * standardized - 0.25 * (standardized - 1.0) ** 2
+        )
+        line_score_sums[:, :-1] += sums_theta
+        line_score_sums[:, -1] += np.einsum("ij,ij->j", mass, 0.5 * (standardized - 1.0))
     total = weights.sum()
     offsets = np.eye(k)[:, 1:] - params.weights[1:]  # (e_j - pi) on the logits, per line j
     logit_block = slice(k * n_line, n_packed)

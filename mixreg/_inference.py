@@ -498,6 +498,7 @@ def bootstrap_replicates(
     progress: BootstrapProgress | None = None,
     max_iter: int = POLISH_MAX_ITER,
     tol: float = POLISH_TOL,
+    newton_finish: bool = True,
 ) -> BootstrapReplicates:
     """Refit ``n_bootstrap`` resampled data sets by the polish started from the fitted lines.
 
@@ -506,7 +507,8 @@ def bootstrap_replicates(
     ``kind="empirical"`` draws rows with replacement. Each replicate's lines are matched to the
     fitted ones (:func:`match_lines`), so line j of every replicate estimates line j.
     ``progress(done, n_bootstrap)`` is called after every replicate; an exception raised by it
-    stops the bootstrap and propagates (this is how a job is cancelled).
+    stops the bootstrap and propagates (this is how a job is cancelled). ``newton_finish`` as
+    in :func:`maximum_likelihood_polish`.
     """
     if kind not in BOOTSTRAP_KINDS:
         raise ValueError(f"kind must be one of {', '.join(BOOTSTRAP_KINDS)}; got {kind!r}")
@@ -527,7 +529,9 @@ def bootstrap_replicates(
         else:
             rows = rng.integers(0, n_samples, size=n_samples)
             Z_star, y_star = Z[rows], y[rows]
-        polish = maximum_likelihood_polish(Z_star, y_star, fitted.theta, max_iter=max_iter, tol=tol)
+        polish = maximum_likelihood_polish(
+            Z_star, y_star, fitted.theta, max_iter=max_iter, tol=tol, newton_finish=newton_finish
+        )
         order = match_lines(fitted.theta, polish.params.theta)
         theta[replicate] = polish.params.theta[order]
         weights[replicate] = polish.params.weights[order]

@@ -127,6 +127,22 @@ def test_newton_finish_reaches_the_fit_of_em_to_a_tight_tolerance(k):
     np.testing.assert_allclose(fast_se, plain_se, rtol=5e-6)
 
 
+def test_polish_falls_back_to_em_where_newton_cannot_finish():
+    # A line far from every row keeps no mass: the information is singular, so no Newton step
+    # exists and the polish is EM's to the tight tolerance.
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((200, 2))
+    y = X @ [1.0, -2.0] + 0.5 + 0.3 * rng.standard_normal(200)
+    Z = np.column_stack([X, np.ones(200)])
+    start = np.array([[1.0, -2.0, 0.5], [0.0, 0.0, 1e6]])
+    fast = maximum_likelihood_polish(Z, y, start)
+    plain = maximum_likelihood_polish(Z, y, start, newton_finish=False)
+    assert fast.at_maximum is None and fast.n_newton == 0
+    np.testing.assert_array_equal(fast.params.theta, plain.params.theta)
+    np.testing.assert_array_equal(fast.params.weights, plain.params.weights)
+    assert covariance_from_information(observed_information(Z, y, fast.params)) is None
+
+
 def test_one_line_has_the_least_squares_standard_errors():
     # With k = 1 the ML fit is least squares with s^2 = RSS / n; the information gives
     # se(beta) = sqrt(s^2 diag((Z'Z)^-1)) and se(s^2) = s^2 sqrt(2 / n), by hand.

@@ -41,10 +41,12 @@ _BLOCK_ELEMENTS = 1 << 22
 # per row (scaled units) at which it stops, and its cap on iterations.
 POLISH_TOL = 1e-10
 POLISH_MAX_ITER = 5000
-# The Newton finish of the polish: EM runs to this tolerance first; Newton stops when the
-# decrement g^T I^{-1} g per unit of weight is below NEWTON_TOL (the parameters are then
-# within about its square root of the maximum, in units of one row's information).
-NEWTON_START_TOL = 1e-7
+# The Newton finish of the polish: it takes over from EM that has not converged after
+# NEWTON_AFTER iterations (one pass of the information costs about two EM iterations, and
+# Newton needs two or three); it stops when the decrement g^T I^{-1} g per unit of weight is
+# below NEWTON_TOL (the parameters are then within about its square root of the maximum, in
+# units of one row's information).
+NEWTON_AFTER = 20
 NEWTON_TOL = 1e-15
 NEWTON_MAX_STEPS = 10
 NEWTON_MAX_HALVINGS = 20
@@ -414,31 +416,28 @@ def maximum_likelihood_polish(
     maximum-likelihood fit it reaches; the lines keep their labels; rows count
     ``sample_weight`` times.
 
-    EM runs to the loose tolerance :data:`NEWTON_START_TOL`, then Newton's method with the
-    observed information finishes (quadratic convergence, the log-likelihood never
-    decreasing); where Newton cannot (the information is not positive definite, a step does
-    not help), and always with ``newton_finish=False``, EM runs from the lines to ``tol``.
+    EM runs to ``tol``; where it has not reached it after :data:`NEWTON_AFTER` iterations (EM
+    crawls where lines overlap), Newton's method with the observed information finishes from
+    there (quadratic convergence, the log-likelihood never decreasing). Where Newton cannot
+    (the information is not positive definite, a step does not help), and always with
+    ``newton_finish=False``, EM runs from the lines to ``tol``.
     """
     if not newton_finish:
         result = em(Z, y, theta, max_iter=max_iter, tol=tol, sample_weight=sample_weight)
         return _em_polish(result, 0)
     warm = em(
-        Z,
-        y,
-        theta,
-        max_iter=max_iter,
-        tol=max(tol, NEWTON_START_TOL),
-        sample_weight=sample_weight,
+        Z, y, theta, max_iter=min(max_iter, NEWTON_AFTER), tol=tol, sample_weight=sample_weight
     )
+    if warm.converged or warm.n_iter >= max_iter:
+        return _em_polish(warm, 0)
     assert warm.weights is not None and warm.variances is not None
     warm_params = MixtureParameters(
         theta=warm.theta, weights=warm.weights, variances=warm.variances
     )
-    if warm.converged:
-        finished = _newton_finish(Z, y, warm_params, sample_weight)
-        if finished is not None:
-            evaluated, params, n_newton = finished
-            return Polish(params, warm.n_iter, n_newton, True, evaluated)
+    finished = _newton_finish(Z, y, warm_params, sample_weight)
+    if finished is not None:
+        evaluated, params, n_newton = finished
+        return Polish(params, warm.n_iter, n_newton, True, evaluated)
     result = em(Z, y, theta, max_iter=max_iter, tol=tol, sample_weight=sample_weight)
     return _em_polish(result, warm.n_iter)
 

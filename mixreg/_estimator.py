@@ -32,10 +32,9 @@ from ._inference import (
     caller_jacobian,
     check_level,
     covariance_from_information,
-    log_likelihood,
+    likelihood_pass,
     maximum_likelihood_polish,
     normal_quantile,
-    observed_information,
 )
 from ._loss import (
     Grouping,
@@ -943,7 +942,13 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         """The maximum-likelihood fit EM reaches from ``theta`` (scaled lines, in the output
         order) and its standard errors, in the caller's units; rows count ``sample_weight``
         times."""
-        params, _, _ = maximum_likelihood_polish(Z, y, theta, sample_weight=sample_weight)
+        polish = maximum_likelihood_polish(Z, y, theta, sample_weight=sample_weight)
+        params = polish.params
+        evaluated = (
+            likelihood_pass(Z, y, params, sample_weight=sample_weight)
+            if polish.at_maximum is None
+            else polish.at_maximum
+        )
         variance_scale = scaling.y_scale**2
         coef, intercept = scaling.to_caller(params.theta)
         self.ml_coef_, self.ml_intercept_ = coef, intercept
@@ -951,12 +956,8 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         self.noise_variance_ = _in_caller_units(params.variances, variance_scale)
         # The density of y in the caller's units is the scaled one over y_scale, row by row.
         n_observations = y.size if sample_weight is None else float(sample_weight.sum())
-        self.log_likelihood_ = log_likelihood(
-            Z, y, params, sample_weight=sample_weight
-        ) - n_observations * np.log(scaling.y_scale)
-        scaled_covariance = covariance_from_information(
-            observed_information(Z, y, params, sample_weight=sample_weight)
-        )
+        self.log_likelihood_ = evaluated.log_likelihood - n_observations * np.log(scaling.y_scale)
+        scaled_covariance = covariance_from_information(evaluated.information)
         jacobian = caller_jacobian(params, scaling.line_jacobian(), variance_scale)
         if scaled_covariance is None:
             warnings.warn(
@@ -1083,7 +1084,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         scaling, Z, y_scaled = _Scaling.of(X_arr, y_arr, bool(self.fit_intercept))
         lines = np.column_stack([self.coef_, self.intercept_]) if self.fit_intercept else self.coef_
         with single_threaded_blas():
-            fitted, _, _ = maximum_likelihood_polish(Z, y_scaled, scaling.to_scaled(lines))
+            fitted = maximum_likelihood_polish(Z, y_scaled, scaling.to_scaled(lines)).params
 
             def report(done: int, total: int) -> None:
                 if progress is not None:

@@ -26,10 +26,11 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.linalg import LinAlgError, cho_factor, cho_solve
 from scipy.optimize import linear_sum_assignment
 from scipy.special import ndtr, ndtri
 
-from ._em import em
+from ._em import EMResult, em
 from ._lstsq import cross_products
 
 FloatArray = NDArray[np.float64]
@@ -40,6 +41,16 @@ _BLOCK_ELEMENTS = 1 << 22
 # per row (scaled units) at which it stops, and its cap on iterations.
 POLISH_TOL = 1e-10
 POLISH_MAX_ITER = 5000
+# The Newton finish of the polish: it takes over from EM that has not converged after
+# NEWTON_AFTER iterations (one pass of the information costs about two EM iterations, and
+# Newton needs two or three); it stops when the decrement g^T I^{-1} g per unit of weight is
+# below NEWTON_TOL (the parameters are then within about its square root of the maximum, in
+# units of one row's information).
+NEWTON_AFTER = 20
+NEWTON_TOL = 1e-15
+NEWTON_MAX_STEPS = 10
+NEWTON_MAX_HALVINGS = 20
+_ROUNDING_SLACK = 1e-14
 # Eigenvalues of the information below this fraction of the largest make it singular.
 _SINGULAR_RCOND = 1e-12
 
@@ -150,6 +161,106 @@ def row_scores(Z: FloatArray, y: FloatArray, params: MixtureParameters) -> Float
     return np.column_stack([per_line.reshape(y.size, -1), logits])
 
 
+@dataclass(frozen=True)
+class LikelihoodPass:
+    """What one pass over the rows gives at a mixture: its (weighted) log-likelihood, score
+    and observed information in the packed parameters.
+
+    Attributes
+    ----------
+    log_likelihood : float
+    score : ndarray of shape (n_packed,)
+    information : ndarray of shape (n_packed, n_packed)
+    """
+
+    log_likelihood: float
+    score: FloatArray
+    information: FloatArray
+
+
+def likelihood_pass(
+    Z: FloatArray,
+    y: FloatArray,
+    params: MixtureParameters,
+    sample_weight: FloatArray | None = None,
+) -> LikelihoodPass:
+    """The log-likelihood, its gradient and minus its Hessian in the packed parameters.
+
+    One pass over blocks of rows: each block's posteriors serve the three at once. The
+    information is Louis's identity (see the module's docstring); each row counts
+    ``sample_weight[i]`` times.
+    """
+    n_samples, n_params = Z.shape
+    k = params.n_components
+    n_line = n_params + 1
+    n_packed = k * n_line + k - 1
+    weights = _row_weights(sample_weight, n_samples)
+    information = np.zeros((n_packed, n_packed))
+    score = np.zeros(n_packed)
+    total_log_likelihood = 0.0
+    # Per line: sum_i w tau_ij (-H_ij - s_ij s_ij^T) on its (theta_j, eta_j) block, the sum of
+    # w tau_ij s_ij (which meets the logits) and the line's mass sum_i w tau_ij.
+    line_blocks = np.zeros((k, n_line, n_line))
+    line_score_sums = np.zeros((k, n_line))
+    masses = np.zeros(k)
+    variances = params.variances
+    block = _block_rows(k, n_params)
+    for start in range(0, n_samples, block):
+        Z_block, w_block = Z[start : start + block], weights[start : start + block]
+        residuals, posteriors, row_log_likelihood = _posteriors(
+            Z_block, y[start : start + block], params
+        )
+        n_rows = Z_block.shape[0]
+        total_log_likelihood += float(w_block @ row_log_likelihood)
+        # The rows' scores g_i, written in place: tau_ij s_ij per line, then the logits'.
+        row_score = np.empty((n_rows, n_packed))
+        per_line = row_score[:, : k * n_line].reshape(n_rows, k, n_line)
+        scaled = residuals / variances  # r / s^2
+        standardized = residuals * scaled  # r^2 / s^2
+        np.multiply((posteriors * scaled)[:, :, None], Z_block[:, None, :], out=per_line[:, :, :-1])
+        np.multiply(posteriors, 0.5 * (standardized - 1.0), out=per_line[:, :, -1])
+        np.subtract(posteriors[:, 1:], params.weights[1:], out=row_score[:, k * n_line :])
+        score += w_block @ row_score
+        if sample_weight is not None:
+            # Weights are non-negative: the weighted product is a rank-k update of rows scaled
+            # by their square roots.
+            row_score *= np.sqrt(w_block)[:, None]
+        information += cross_products(row_score)
+        mass = posteriors * w_block[:, None]
+        masses += mass.sum(axis=0)
+        # -H_ij - s_ij s_ij^T in closed form (H of log f_j: -z z^T / s^2, -z r / s^2 and
+        # -r^2 / (2 s^2) at eta), summed over rows with weight w tau_ij:
+        #   theta theta: (s^2 - r^2) / s^4 z z^T,  theta eta: r / s^2 (3 - r^2 / s^2) / 2 z,
+        #   eta eta: r^2 / (2 s^2) - (r^2 / s^2 - 1)^2 / 4.
+        curvature = mass * (1.0 - standardized) / variances
+        cross = mass * scaled * (1.5 - 0.5 * standardized)
+        sums_theta = (mass * scaled).T @ Z_block
+        cross_theta = cross.T @ Z_block
+        for line in range(k):
+            line_blocks[line, :-1, :-1] += (Z_block * curvature[:, line, None]).T @ Z_block
+        line_blocks[:, :-1, -1] += cross_theta
+        line_blocks[:, -1, :-1] += cross_theta
+        line_blocks[:, -1, -1] += np.einsum(
+            "ij,ij->j", mass, 0.5 * standardized - 0.25 * (standardized - 1.0) ** 2
+        )
+        line_score_sums[:, :-1] += sums_theta
+        line_score_sums[:, -1] += np.einsum("ij,ij->j", mass, 0.5 * (standardized - 1.0))
+    total = weights.sum()
+    offsets = np.eye(k)[:, 1:] - params.weights[1:]  # (e_j - pi) on the logits, per line j
+    logit_block = slice(k * n_line, n_packed)
+    for line in range(k):
+        own = slice(line * n_line, (line + 1) * n_line)
+        information[own, own] += line_blocks[line]
+        cross = np.outer(line_score_sums[line], offsets[line])
+        information[own, logit_block] -= cross
+        information[logit_block, own] -= cross.T
+    # The logits' -H is total * (diag(pi) - pi pi^T) whatever the line; minus sum_j tau s s^T.
+    pi = params.weights[1:]
+    information[logit_block, logit_block] += total * (np.diag(pi) - np.outer(pi, pi))
+    information[logit_block, logit_block] -= (offsets.T * masses) @ offsets
+    return LikelihoodPass(log_likelihood=total_log_likelihood, score=score, information=information)
+
+
 def observed_information(
     Z: FloatArray,
     y: FloatArray,
@@ -165,57 +276,7 @@ def observed_information(
     -------
     information : ndarray of shape (n_packed, n_packed)
     """
-    n_samples, n_params = Z.shape
-    k = params.n_components
-    n_line = n_params + 1
-    n_packed = k * n_line + k - 1
-    weights = _row_weights(sample_weight, n_samples)
-    information = np.zeros((n_packed, n_packed))
-    # Per line: sum_i w tau_ij (-H_ij - s_ij s_ij^T) on its (theta_j, eta_j) block, the sum of
-    # w tau_ij s_ij (which meets the logits) and the line's mass sum_i w tau_ij.
-    line_blocks = np.zeros((k, n_line, n_line))
-    line_score_sums = np.zeros((k, n_line))
-    masses = np.zeros(k)
-    block = _block_rows(k, n_params)
-    for start in range(0, n_samples, block):
-        Z_block, w_block = Z[start : start + block], weights[start : start + block]
-        residuals, posteriors, _ = _posteriors(Z_block, y[start : start + block], params)
-        line_scores = _line_scores(Z_block, residuals, params.variances)
-        row_score = np.column_stack(
-            [
-                (posteriors[:, :, None] * line_scores).reshape(Z_block.shape[0], -1),
-                posteriors[:, 1:] - params.weights[1:],
-            ]
-        )
-        # Weights and posteriors are non-negative: each weighted product is a symmetric rank-k
-        # update of rows scaled by square roots.
-        information += cross_products(row_score * np.sqrt(w_block)[:, None])
-        mass = posteriors * w_block[:, None]
-        masses += mass.sum(axis=0)
-        root_mass = np.sqrt(mass)
-        for line in range(k):
-            # -H of the line's own density: [z; r] [z; r]^T / s^2, with r^2 / (2 s^2) at eta.
-            design = np.column_stack([Z_block, residuals[:, line]])
-            root = root_mass[:, line, None]
-            curvature = cross_products(design * (root / np.sqrt(params.variances[line])))
-            curvature[-1, -1] *= 0.5
-            scores = line_scores[:, line]
-            line_blocks[line] += curvature - cross_products(scores * root)
-            line_score_sums[line] += mass[:, line] @ scores
-    total = weights.sum()
-    offsets = np.eye(k)[:, 1:] - params.weights[1:]  # (e_j - pi) on the logits, per line j
-    logit_block = slice(k * n_line, n_packed)
-    for line in range(k):
-        own = slice(line * n_line, (line + 1) * n_line)
-        information[own, own] += line_blocks[line]
-        cross = np.outer(line_score_sums[line], offsets[line])
-        information[own, logit_block] -= cross
-        information[logit_block, own] -= cross.T
-    # The logits' -H is total * (diag(pi) - pi pi^T) whatever the line; minus sum_j tau s s^T.
-    pi = params.weights[1:]
-    information[logit_block, logit_block] += total * (np.diag(pi) - np.outer(pi, pi))
-    information[logit_block, logit_block] -= (offsets.T * masses) @ offsets
-    return information
+    return likelihood_pass(Z, y, params, sample_weight).information
 
 
 def covariance_from_information(information: FloatArray) -> FloatArray | None:
@@ -260,6 +321,87 @@ def caller_jacobian(
     return jacobian
 
 
+@dataclass(frozen=True)
+class Polish:
+    """The maximum-likelihood fit the polish reached.
+
+    Attributes
+    ----------
+    params : MixtureParameters
+    n_iter : int
+        EM iterations.
+    n_newton : int
+        Newton steps taken after EM (0 when EM went to the tight tolerance itself).
+    converged : bool
+    at_maximum : LikelihoodPass or None
+        The log-likelihood, score and information at ``params`` when Newton's method finished
+        the fit (so the standard errors need no further pass over the rows); None otherwise.
+    """
+
+    params: MixtureParameters
+    n_iter: int
+    n_newton: int
+    converged: bool
+    at_maximum: LikelihoodPass | None
+
+
+def _newton_direction(evaluated: LikelihoodPass) -> FloatArray | None:
+    """``I^{-1} g`` by a Cholesky factorization of the equilibrated information; None when the
+    information is not positive definite (not at or near a maximum)."""
+    scale = np.sqrt(np.abs(np.diag(evaluated.information)))
+    if not np.all(np.isfinite(scale)) or np.any(scale == 0.0):
+        return None
+    try:
+        factor = cho_factor(evaluated.information / np.outer(scale, scale))
+    except LinAlgError:
+        return None
+    direction: FloatArray = cho_solve(factor, evaluated.score / scale) / scale
+    return direction if np.all(np.isfinite(direction)) else None
+
+
+def _newton_finish(
+    Z: FloatArray,
+    y: FloatArray,
+    start: MixtureParameters,
+    sample_weight: FloatArray | None,
+) -> tuple[LikelihoodPass, MixtureParameters, int] | None:
+    """Newton's method on the log-likelihood from a point EM brought near a maximum.
+
+    Each step is ``psi + t I^{-1} g`` with ``t`` halved until the log-likelihood does not
+    decrease; it stops when the Newton decrement ``g^T I^{-1} g`` per unit of weight is below
+    :data:`NEWTON_TOL`. Returns the pass at the maximum, its parameters and the number of
+    steps, or None when the information is not positive definite, no halving helps or the
+    steps run out (the caller then falls back to EM).
+    """
+    k = start.n_components
+    total_weight = float(y.size if sample_weight is None else np.sum(sample_weight))
+    params = start
+    evaluated = likelihood_pass(Z, y, params, sample_weight)
+    for step in range(NEWTON_MAX_STEPS + 1):
+        direction = _newton_direction(evaluated)
+        if direction is None:
+            return None
+        decrement = float(evaluated.score @ direction)
+        if decrement < 0.0:
+            return None
+        if decrement <= NEWTON_TOL * total_weight:
+            return evaluated, params, step
+        if step == NEWTON_MAX_STEPS:
+            return None
+        vector = params.to_vector()
+        # Rounding of a sum of n terms: a change below it is no decrease.
+        slack = _ROUNDING_SLACK * (abs(evaluated.log_likelihood) + total_weight)
+        for halving in range(NEWTON_MAX_HALVINGS + 1):
+            candidate = MixtureParameters.from_vector(vector + 0.5**halving * direction, k)
+            if log_likelihood(Z, y, candidate, sample_weight) >= (evaluated.log_likelihood - slack):
+                break
+        else:
+            return None
+        params = candidate
+        evaluated = likelihood_pass(Z, y, params, sample_weight)
+    return None
+
+
 def maximum_likelihood_polish(
     Z: FloatArray,
     y: FloatArray,
@@ -268,21 +410,44 @@ def maximum_likelihood_polish(
     max_iter: int = POLISH_MAX_ITER,
     tol: float = POLISH_TOL,
     sample_weight: FloatArray | None = None,
-) -> tuple[MixtureParameters, int, bool]:
+    newton_finish: bool = True,
+) -> Polish:
     """EM from the given lines (weights and variances from the partition they induce) to the
     maximum-likelihood fit it reaches; the lines keep their labels; rows count
     ``sample_weight`` times.
 
-    Returns
-    -------
-    params, n_iter, converged
+    EM runs to ``tol``; where it has not reached it after :data:`NEWTON_AFTER` iterations (EM
+    crawls where lines overlap), Newton's method with the observed information finishes from
+    there (quadratic convergence, the log-likelihood never decreasing). Where Newton cannot
+    (the information is not positive definite, a step does not help), and always with
+    ``newton_finish=False``, EM runs from the lines to ``tol``.
     """
+    if not newton_finish:
+        result = em(Z, y, theta, max_iter=max_iter, tol=tol, sample_weight=sample_weight)
+        return _em_polish(result, 0)
+    warm = em(
+        Z, y, theta, max_iter=min(max_iter, NEWTON_AFTER), tol=tol, sample_weight=sample_weight
+    )
+    if warm.converged or warm.n_iter >= max_iter:
+        return _em_polish(warm, 0)
+    assert warm.weights is not None and warm.variances is not None
+    warm_params = MixtureParameters(
+        theta=warm.theta, weights=warm.weights, variances=warm.variances
+    )
+    finished = _newton_finish(Z, y, warm_params, sample_weight)
+    if finished is not None:
+        evaluated, params, n_newton = finished
+        return Polish(params, warm.n_iter, n_newton, True, evaluated)
     result = em(Z, y, theta, max_iter=max_iter, tol=tol, sample_weight=sample_weight)
+    return _em_polish(result, warm.n_iter)
+
+
+def _em_polish(result: EMResult, earlier_iterations: int) -> Polish:
     assert result.weights is not None and result.variances is not None
     params = MixtureParameters(
         theta=result.theta, weights=result.weights, variances=result.variances
     )
-    return params, result.n_iter, result.converged
+    return Polish(params, earlier_iterations + result.n_iter, 0, result.converged, None)
 
 
 def match_lines(reference: FloatArray, lines: FloatArray) -> NDArray[np.intp]:
@@ -332,15 +497,17 @@ def bootstrap_replicates(
     progress: BootstrapProgress | None = None,
     max_iter: int = POLISH_MAX_ITER,
     tol: float = POLISH_TOL,
+    newton_finish: bool = True,
 ) -> BootstrapReplicates:
-    """Refit ``n_bootstrap`` resampled data sets by EM started from the fitted mixture.
+    """Refit ``n_bootstrap`` resampled data sets by the polish started from the fitted lines.
 
     ``kind="parametric"`` draws new targets at the same rows from the fitted mixture (each
     row's line from the weights, then Gaussian noise of that line's variance);
     ``kind="empirical"`` draws rows with replacement. Each replicate's lines are matched to the
     fitted ones (:func:`match_lines`), so line j of every replicate estimates line j.
     ``progress(done, n_bootstrap)`` is called after every replicate; an exception raised by it
-    stops the bootstrap and propagates (this is how a job is cancelled).
+    stops the bootstrap and propagates (this is how a job is cancelled). ``newton_finish`` as
+    in :func:`maximum_likelihood_polish`.
     """
     if kind not in BOOTSTRAP_KINDS:
         raise ValueError(f"kind must be one of {', '.join(BOOTSTRAP_KINDS)}; got {kind!r}")
@@ -361,13 +528,14 @@ def bootstrap_replicates(
         else:
             rows = rng.integers(0, n_samples, size=n_samples)
             Z_star, y_star = Z[rows], y[rows]
-        result = em(Z_star, y_star, fitted.theta, max_iter=max_iter, tol=tol)
-        assert result.weights is not None and result.variances is not None
-        order = match_lines(fitted.theta, result.theta)
-        theta[replicate] = result.theta[order]
-        weights[replicate] = result.weights[order]
-        variances[replicate] = result.variances[order]
-        converged[replicate] = result.converged
+        polish = maximum_likelihood_polish(
+            Z_star, y_star, fitted.theta, max_iter=max_iter, tol=tol, newton_finish=newton_finish
+        )
+        order = match_lines(fitted.theta, polish.params.theta)
+        theta[replicate] = polish.params.theta[order]
+        weights[replicate] = polish.params.weights[order]
+        variances[replicate] = polish.params.variances[order]
+        converged[replicate] = polish.converged
         if progress is not None:
             progress(replicate + 1, n_bootstrap)
     return BootstrapReplicates(

@@ -188,10 +188,12 @@ class _Moments:
         if centre:
             mean = (rows.sum(axis=0) if weights is None else weights @ rows) / weight
             centred = rows - mean
+            if weights is not None:
+                centred *= np.sqrt(weights)[:, None]
         else:
             mean, centred = np.zeros(rows.shape[1]), rows
-        if weights is not None:
-            centred = centred * np.sqrt(weights)[:, None]
+            if weights is not None:
+                centred = centred * np.sqrt(weights)[:, None]
         scatter = cross_products(centred)
         total = self.weight[part] + weight
         if centre and self.weight[part] > 0.0:

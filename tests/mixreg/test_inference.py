@@ -10,10 +10,14 @@ from scipy.stats import norm
 from sklearn.exceptions import NotFittedError
 
 from mixreg import MixtureOfLinearRegressions, component_order
+from mixreg import _inference as inference
 from mixreg._inference import (
     MixtureParameters,
+    covariance_from_information,
+    likelihood_pass,
     log_likelihood,
     match_lines,
+    maximum_likelihood_polish,
     observed_information,
     row_scores,
 )
@@ -84,6 +88,73 @@ def test_integer_weights_give_the_information_of_repeated_rows(design_and_parame
         rtol=1e-10,
         atol=1e-8,
     )
+
+
+def test_one_pass_gives_the_log_likelihood_score_and_information(design_and_parameters):
+    Z, y, params, weights = design_and_parameters
+    evaluated = likelihood_pass(Z, y, params, weights)
+    np.testing.assert_allclose(
+        evaluated.log_likelihood, log_likelihood(Z, y, params, weights), rtol=1e-13
+    )
+    np.testing.assert_allclose(evaluated.score, weights @ row_scores(Z, y, params), rtol=1e-11)
+    np.testing.assert_allclose(
+        evaluated.information, observed_information(Z, y, params, weights), rtol=1e-13
+    )
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_newton_finish_reaches_the_fit_of_em_to_a_tight_tolerance(k):
+    # Overlapping lines: EM crawls, so Newton takes over from it.
+    rng = np.random.default_rng(11)
+    coef = np.array([[1.0, -0.5], [0.4, 0.3], [-0.8, 0.6]])[:k]
+    X, y = _mixture_rows(rng, 400, coef, np.array([0.0, 0.8, -0.5])[:k], 0.6)
+    Z = np.column_stack([X, np.ones(400)])
+    start = np.column_stack([coef, np.zeros(k)]) + 0.2
+    fast = maximum_likelihood_polish(Z, y, start)
+    plain = maximum_likelihood_polish(Z, y, start, tol=1e-15, max_iter=100_000, newton_finish=False)
+    assert fast.at_maximum is not None and fast.converged and plain.converged
+    assert fast.n_newton >= 1 and fast.n_iter < plain.n_iter
+    plain_pass = likelihood_pass(Z, y, plain.params)
+    # Newton ends nearer the maximum than EM's slow crawl does (its score is the smaller), so
+    # the two agree to EM's own precision.
+    assert np.max(np.abs(fast.at_maximum.score)) <= np.max(np.abs(plain_pass.score)) + 1e-9
+    assert fast.at_maximum.log_likelihood >= plain_pass.log_likelihood - 1e-9
+    np.testing.assert_allclose(fast.params.theta, plain.params.theta, atol=1e-5)
+    np.testing.assert_allclose(fast.params.weights, plain.params.weights, atol=1e-5)
+    np.testing.assert_allclose(fast.params.variances, plain.params.variances, rtol=1e-5)
+    plain_se = np.sqrt(np.diag(covariance_from_information(plain_pass.information)))
+    fast_se = np.sqrt(np.diag(covariance_from_information(fast.at_maximum.information)))
+    np.testing.assert_allclose(fast_se, plain_se, rtol=5e-6)
+
+
+def test_polish_is_em_where_em_converges_quickly():
+    rng = np.random.default_rng(4)
+    coef = np.array([[3.0, -1.0], [-3.0, 1.0]])
+    X, y = _mixture_rows(rng, 300, coef, np.array([0.0, 5.0]), 0.3)
+    Z = np.column_stack([X, np.ones(300)])
+    start = np.column_stack([coef, [0.0, 5.0]])
+    fast = maximum_likelihood_polish(Z, y, start)
+    plain = maximum_likelihood_polish(Z, y, start, newton_finish=False)
+    assert fast.converged and fast.n_newton == 0 and fast.n_iter == plain.n_iter
+    np.testing.assert_array_equal(fast.params.theta, plain.params.theta)
+
+
+def test_polish_falls_back_to_em_where_newton_cannot_finish(monkeypatch):
+    # A line far from every row keeps no mass: the information is singular, so no Newton step
+    # exists and the polish is EM's to the tight tolerance. Newton takes over after one EM step.
+    monkeypatch.setattr(inference, "NEWTON_AFTER", 1)
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((200, 2))
+    y = X @ [1.0, -2.0] + 0.5 + 0.3 * rng.standard_normal(200)
+    Z = np.column_stack([X, np.ones(200)])
+    start = np.array([[1.0, -2.0, 0.5], [0.0, 0.0, 1e6]])
+    fast = maximum_likelihood_polish(Z, y, start)
+    plain = maximum_likelihood_polish(Z, y, start, newton_finish=False)
+    assert fast.at_maximum is None and fast.n_newton == 0
+    assert fast.n_iter == plain.n_iter + 1  # the one step before Newton was tried, then EM's
+    np.testing.assert_array_equal(fast.params.theta, plain.params.theta)
+    np.testing.assert_array_equal(fast.params.weights, plain.params.weights)
+    assert covariance_from_information(observed_information(Z, y, fast.params)) is None
 
 
 def test_one_line_has_the_least_squares_standard_errors():

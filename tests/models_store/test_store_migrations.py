@@ -29,6 +29,8 @@ APP_TABLES = {
     "model_versions",
     "model_aliases",
     "model_alias_events",
+    "keyed_model_chunks",
+    "keyed_job_shards",
 }
 TABLES_OF_0002 = {"datasets", "jobs", "models"}
 # Procrastinate's queue (revision 0003), on PostgreSQL only.

@@ -178,11 +178,9 @@ def encode_group_table(
 
 def decode_group_table(b: bytes) -> GroupTable:
     """The table written by :func:`encode_group_table` (posteriors None when it has none)."""
-    with np.load(io.BytesIO(b), allow_pickle=False) as stored:
-        labels, lines = stored["labels"], stored["lines"].astype(np.intp)
-        posteriors = (
-            stored["posteriors"].astype(np.float64) if "posteriors" in stored.files else None
-        )
+    stored = decode_arrays(b)
+    labels, lines = stored["labels"], stored["lines"].astype(np.intp)
+    posteriors = stored["posteriors"].astype(np.float64) if "posteriors" in stored else None
     if labels.shape != lines.shape:
         raise ValueError("a stored group table's labels and lines differ in length")
     if posteriors is not None and posteriors.shape[0] != labels.size:
@@ -193,8 +191,6 @@ def decode_group_table(b: bytes) -> GroupTable:
 def encode_arrays(arrays: Mapping[str, npt.ArrayLike]) -> bytes:
     """Encode named arrays of numbers or fixed-width text as one ``.npz`` archive (no pickle:
     an object array is refused)."""
-    import io
-
     buffer = io.BytesIO()
     plain = {name: np.asarray(values) for name, values in arrays.items()}
     for name, array in plain.items():
@@ -206,7 +202,5 @@ def encode_arrays(arrays: Mapping[str, npt.ArrayLike]) -> bytes:
 
 def decode_arrays(b: bytes) -> dict[str, npt.NDArray[Any]]:
     """Decode the arrays :func:`encode_arrays` wrote (never unpickling anything)."""
-    import io
-
     with np.load(io.BytesIO(b), allow_pickle=False) as archive:
         return {name: archive[name] for name in archive.files}

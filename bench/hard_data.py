@@ -2,8 +2,9 @@
 
 Every set is built from a seed: Friedman 1/2/3 (scikit-learn's generators through
 :func:`mixreg.datasets.make_friedman`), the maximum of random planes, MovieLens 100k ratings
-over user and movie embeddings (:mod:`bench.real_data` builds the ratings and the ALS
-factorization), and realizable mixtures (:func:`mixreg.datasets.make_realizable`).
+over user and movie embeddings and their residuals after the user and movie means
+(:mod:`bench.real_data` builds the ratings and the ALS factorization), and realizable mixtures
+(:func:`mixreg.datasets.make_realizable`).
 """
 
 from __future__ import annotations
@@ -97,6 +98,32 @@ def movielens_users_and_movies(seed: int, n_components: int = 8) -> HardSet:
     )
 
 
+def movielens_residuals(seed: int, n_components: int = 8) -> HardSet:
+    """MovieLens 100k as :func:`movielens_users_and_movies`, the target a rating's residual.
+
+    The residual is the rating less its user's and its movie's mean rating (plus the mean of
+    all ratings). The raw ratings take five values, so eight lines fit them exactly (five flat
+    lines): that set cannot tell a good search from a poor one. The residuals take thousands
+    of values, and no k lines fit them.
+    """
+    users, movies, ratings = read_ratings(ensure_movielens_ratings())
+    _, user_index = np.unique(users, return_inverse=True)
+    _, movie_index = np.unique(movies, return_inverse=True)
+    user_factors, movie_factors, _ = als_factorize(user_index, movie_index, ratings)
+    X = np.hstack([user_factors[user_index], movie_factors[movie_index]])
+    user_mean = np.bincount(user_index, ratings) / np.bincount(user_index)
+    movie_mean = np.bincount(movie_index, ratings) / np.bincount(movie_index)
+    residuals = ratings - user_mean[user_index] - movie_mean[movie_index] + ratings.mean()
+    X_train, y_train, _, _ = split_train_test(X, residuals, seed=seed)
+    return HardSet(
+        f"movielens-residuals-k{n_components}-s{seed}",
+        "MovieLens 100k, rating less user and movie means, over user + movie embeddings",
+        X_train,
+        y_train,
+        n_components,
+    )
+
+
 def realizable(n_rows: int, n_features: int, n_components: int, seed: int) -> HardSet:
     """Rows drawn from ``n_components`` separated lines with noise 0.1."""
     X, y, coef, intercept, _ = make_realizable(
@@ -118,6 +145,7 @@ HARD_SETS: dict[str, Callable[[int], HardSet]] = {
     "friedman3": lambda seed: friedman(3, 5, seed),
     "planes": max_of_planes,
     "movielens": movielens_users_and_movies,
+    "movielens-residuals": movielens_residuals,
     "realizable-small": lambda seed: realizable(10_000, 50, 10, seed),
     "realizable-large": lambda seed: realizable(100_000, 10, 6, seed),
     "realizable-mid": lambda seed: realizable(50_000, 20, 8, seed),

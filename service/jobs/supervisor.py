@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event as EventType
+from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -69,6 +70,16 @@ def fit_process_context() -> multiprocessing.context.ForkServerContext:
     assert isinstance(context, multiprocessing.context.ForkServerContext)
     context.set_forkserver_preload(["service.jobs.training", "mixreg_client.cli"])
     return context
+
+
+def run_niced_job(niceness: int, job_id: str, database_url: str, **kwargs: Any) -> str:
+    """:func:`~service.jobs.training.run_job` in a process ``niceness`` nicer than its worker.
+
+    Fits are batch work: when they keep every core busy, the scheduler still gives the server
+    (and the worker's own heartbeats) the CPU first, so requests keep their latency."""
+    if niceness:
+        os.nice(niceness)
+    return run_job(job_id, database_url, **kwargs)
 
 
 @dataclass
@@ -140,8 +151,8 @@ class FitSupervisor:
         alive_reader, alive_writer = self._context.Pipe(duplex=False)
         data_loaded = self._context.Event()
         process = self._context.Process(
-            target=run_job,
-            args=(job_id, self._settings.database_url),
+            target=run_niced_job,
+            args=(self._settings.fit_niceness, job_id, self._settings.database_url),
             kwargs={
                 "heartbeat_interval_s": self._settings.heartbeat_interval_s,
                 "progress_interval_s": self._settings.progress_interval_s,

@@ -27,16 +27,17 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
+from scipy.linalg.blas import dsyrk
 from scipy.optimize import linear_sum_assignment
 from scipy.special import ndtr, ndtri
 
 from ._em import EMResult, em
-from ._lstsq import cross_products
 
 FloatArray = NDArray[np.float64]
 
-# Elements of a row block's per-line score array (rows x lines x parameters): 32 MiB.
-_BLOCK_ELEMENTS = 1 << 22
+# Elements of a row block's per-line score array (rows x lines x parameters): 1 MiB, so that
+# a block's arrays stay in cache between the elementwise steps and the products that read them.
+_BLOCK_ELEMENTS = 1 << 17
 # The EM polish that reaches the maximum-likelihood fit: change of the mean log-likelihood
 # per row (scaled units) at which it stops, and its cap on iterations.
 POLISH_TOL = 1e-10
@@ -195,7 +196,7 @@ def likelihood_pass(
     n_line = n_params + 1
     n_packed = k * n_line + k - 1
     weights = _row_weights(sample_weight, n_samples)
-    information = np.zeros((n_packed, n_packed))
+    upper = np.zeros((n_packed, n_packed), order="F")
     score = np.zeros(n_packed)
     total_log_likelihood = 0.0
     # Per line: sum_i w tau_ij (-H_ij - s_ij s_ij^T) on its (theta_j, eta_j) block, the sum of
@@ -203,48 +204,62 @@ def likelihood_pass(
     line_blocks = np.zeros((k, n_line, n_line))
     line_score_sums = np.zeros((k, n_line))
     masses = np.zeros(k)
-    variances = params.variances
+    variances = params.variances[:, None]
+    log_prior = (np.log(params.weights) - 0.5 * np.log(2.0 * np.pi * params.variances))[:, None]
+    # Every array of a block is laid out transposed (parameters or lines along the first axis,
+    # the block's rows along the second), so each elementwise step runs over long contiguous
+    # rows, and the blocks are small enough for the products to find them in cache.
     block = _block_rows(k, n_params)
+    row_score = np.empty((n_packed, block))
+    weighted_design = np.empty((k, n_params, block))
     for start in range(0, n_samples, block):
-        Z_block, w_block = Z[start : start + block], weights[start : start + block]
-        residuals, posteriors, row_log_likelihood = _posteriors(
-            Z_block, y[start : start + block], params
-        )
-        n_rows = Z_block.shape[0]
-        total_log_likelihood += float(w_block @ row_log_likelihood)
-        # The rows' scores g_i, written in place: tau_ij s_ij per line, then the logits'.
-        row_score = np.empty((n_rows, n_packed))
-        per_line = row_score[:, : k * n_line].reshape(n_rows, k, n_line)
+        stop = min(start + block, n_samples)
+        n_rows = stop - start
+        design = np.ascontiguousarray(Z[start:stop].T)
+        w_block = weights[start:stop]
+        residuals = y[start:stop] - params.theta @ design
         scaled = residuals / variances  # r / s^2
         standardized = residuals * scaled  # r^2 / s^2
-        np.multiply((posteriors * scaled)[:, :, None], Z_block[:, None, :], out=per_line[:, :, :-1])
-        np.multiply(posteriors, 0.5 * (standardized - 1.0), out=per_line[:, :, -1])
-        np.subtract(posteriors[:, 1:], params.weights[1:], out=row_score[:, k * n_line :])
-        score += w_block @ row_score
+        log_joint = log_prior - 0.5 * standardized
+        top = log_joint.max(axis=0)
+        posteriors = np.exp(log_joint - top)
+        total_joint = posteriors.sum(axis=0)
+        posteriors /= total_joint
+        total_log_likelihood += float(w_block @ (top + np.log(total_joint)))
+        # The rows' scores g_i, written in place: tau_ij s_ij per line, then the logits'.
+        scores = row_score[:, :n_rows]
+        per_line = scores[: k * n_line].reshape(k, n_line, n_rows)
+        np.multiply(design[None], (posteriors * scaled)[:, None, :], out=per_line[:, :-1])
+        np.multiply(posteriors, 0.5 * (standardized - 1.0), out=per_line[:, -1])
+        np.subtract(posteriors[1:], params.weights[1:, None], out=scores[k * n_line :])
+        score += scores @ w_block
         if sample_weight is not None:
             # Weights are non-negative: the weighted product is a rank-k update of rows scaled
             # by their square roots.
-            row_score *= np.sqrt(w_block)[:, None]
-        information += cross_products(row_score)
-        mass = posteriors * w_block[:, None]
-        masses += mass.sum(axis=0)
+            scores *= np.sqrt(w_block)
+        # BLAS adds the block's products to the upper triangle in place (scores.T is
+        # Fortran-ordered: it reads it without a copy); the lower is filled in at the end.
+        upper = dsyrk(1.0, scores.T, beta=1.0, c=upper, trans=1, overwrite_c=True)
+        mass = posteriors * w_block
+        masses += mass.sum(axis=1)
         # -H_ij - s_ij s_ij^T in closed form (H of log f_j: -z z^T / s^2, -z r / s^2 and
         # -r^2 / (2 s^2) at eta), summed over rows with weight w tau_ij:
         #   theta theta: (s^2 - r^2) / s^4 z z^T,  theta eta: r / s^2 (3 - r^2 / s^2) / 2 z,
         #   eta eta: r^2 / (2 s^2) - (r^2 / s^2 - 1)^2 / 4.
         curvature = mass * (1.0 - standardized) / variances
         cross = mass * scaled * (1.5 - 0.5 * standardized)
-        sums_theta = (mass * scaled).T @ Z_block
-        cross_theta = cross.T @ Z_block
-        for line in range(k):
-            line_blocks[line, :-1, :-1] += (Z_block * curvature[:, line, None]).T @ Z_block
+        curved = weighted_design[:, :, :n_rows]
+        np.multiply(design[None], curvature[:, None, :], out=curved)
+        line_blocks[:, :-1, :-1] += np.matmul(curved, design.T)
+        cross_theta = cross @ design.T
         line_blocks[:, :-1, -1] += cross_theta
         line_blocks[:, -1, :-1] += cross_theta
         line_blocks[:, -1, -1] += np.einsum(
-            "ij,ij->j", mass, 0.5 * standardized - 0.25 * (standardized - 1.0) ** 2
+            "ji,ji->j", mass, 0.5 * standardized - 0.25 * (standardized - 1.0) ** 2
         )
-        line_score_sums[:, :-1] += sums_theta
-        line_score_sums[:, -1] += np.einsum("ij,ij->j", mass, 0.5 * (standardized - 1.0))
+        line_score_sums[:, :-1] += (mass * scaled) @ design.T
+        line_score_sums[:, -1] += np.einsum("ji,ji->j", mass, 0.5 * (standardized - 1.0))
+    information = np.triu(upper) + np.triu(upper, 1).T
     total = weights.sum()
     offsets = np.eye(k)[:, 1:] - params.weights[1:]  # (e_j - pi) on the logits, per line j
     logit_block = slice(k * n_line, n_packed)

@@ -9,7 +9,9 @@
   mixreg's maximum-likelihood fit (so both reach the same one: the log-likelihoods are shown)
   and ``refit()`` gives its standard errors. Each line's coefficient, intercept and sigma
   standard errors are compared (flexmix's log(sigma)'s with mixreg's noise variance's,
-  ``se(s^2) / 2s^2``).
+  ``se(s^2) / 2s^2``). On ``NregFix`` also a gated fit (lines y ~ x1 + x2, gate ~ w), beside
+  ``refit()`` of flexmix's concomitant model started from mixreg's posteriors: the lines' and
+  the gate's standard errors.
 - coverage: the 95 % intervals of the coefficients and intercepts of k = 2 and k = 3
   separated lines, n = 500 and 5,000, over ``--replications`` (400) simulated data sets.
 - speed: the standard errors of a fit of n = 10^6, d = 20, k = 4 (the estimator's step that
@@ -186,6 +188,93 @@ def compare_with_flexmix(report: Report, data_folder: Path) -> None:
         f"within {SE_AGREEMENT:.0%}",
         f"largest difference {100 * worst:.2f} %",
         worst <= SE_AGREEMENT,
+    )
+
+
+def gated_posteriors(
+    fitted: MixtureOfLinearRegressions, X: FloatArray, y: FloatArray, Z: FloatArray
+) -> FloatArray:
+    """Each row's posterior of each line of a gated fit (gate probability times density)."""
+    residuals = y[:, None] - X @ fitted.coef_.T - fitted.intercept_
+    log_joint = (
+        np.log(fitted.predict_proba(X, Z))
+        - 0.5 * np.log(2 * np.pi * fitted.noise_variance_)
+        - residuals**2 / (2 * fitted.noise_variance_)
+    )
+    joint = np.exp(log_joint - log_joint.max(axis=1, keepdims=True))
+    result: FloatArray = joint / joint.sum(axis=1, keepdims=True)
+    return result
+
+
+def compare_gated_with_flexmix(report: Report, data_folder: Path) -> None:
+    """mixreg's standard errors of a gated fit beside ``flexmix::refit`` of the concomitant
+    model on NregFix (lines y ~ x1 + x2, gate ~ w), flexmix started from mixreg's posteriors
+    (so its first component, the gate's reference, is mixreg's)."""
+    nreg = np.genfromtxt(data_folder / "nregfix.csv", delimiter=",", skip_header=1)
+    y, X, Z = nreg[:, 0], nreg[:, 1:3], nreg[:, 3:4]
+    k, d = 3, X.shape[1]
+    log("flexmix beside mixreg on NregFix with a gate on w")
+    fitted = MixtureOfLinearRegressions(k, gating=True, standard_errors=True, random_state=0).fit(
+        X, y, concomitant=Z
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        data, out = Path(folder) / "gated_in.csv", Path(folder) / "gated_out.csv"
+        header = ",".join(["y", "x1", "x2", "z1", *(f"p{j + 1}" for j in range(k))])
+        np.savetxt(
+            data,
+            np.column_stack([y, X, Z, gated_posteriors(fitted, X, y, Z)]),
+            fmt="%.17g",
+            delimiter=",",
+            header=header,
+            comments="",
+        )
+        script = R_SCRIPT.with_name("refit_gated_standard_errors.R")
+        subprocess.run(["Rscript", str(script), str(data), str(d), str(out)], check=True)
+        rows = np.genfromtxt(out, delimiter=",", names=True, dtype=None, encoding="utf-8")
+    names = [str(name).strip('"') for name in rows["name"]]
+    values = dict(zip(names, zip(rows["estimate"], rows["std_error"], strict=True), strict=True))
+    ours: list[float] = []
+    theirs: list[float] = []
+    labels: list[str] = []
+    for j in range(k):
+        prefix = f"model.1_Comp.{j + 1}_"
+        for column in range(d):
+            ours.append(fitted.coef_se_[j, column])
+            theirs.append(values[f"{prefix}coef.x{column + 1}"][1])
+            labels.append(f"line {j}, x{column + 1}")
+        ours.append(fitted.intercept_se_[j])
+        theirs.append(values[f"{prefix}coef.(Intercept)"][1])
+        labels.append(f"line {j}, (Intercept)")
+        # flexmix's parameter is log(sigma): se(log sigma) = se(s^2) / (2 s^2).
+        ours.append(fitted.noise_variance_se_[j] / (2 * fitted.noise_variance_[j]))
+        theirs.append(values[f"{prefix}log(sigma)"][1])
+        labels.append(f"line {j}, log(sigma)")
+    for j in range(1, k):
+        ours.append(fitted.gate_intercept_se_[j])
+        theirs.append(values[f"concomitant_Comp.{j + 1}.(Intercept)"][1])
+        labels.append(f"gate {j}, (Intercept)")
+        ours.append(fitted.gate_coef_se_[j, 0])
+        theirs.append(values[f"concomitant_Comp.{j + 1}.z1"][1])
+        labels.append(f"gate {j}, w")
+    ratios = np.asarray(ours, dtype=np.float64) / np.asarray(theirs, dtype=np.float64)
+    deviation = float(np.max(np.abs(ratios - 1)))
+    report.add(
+        "Gated fit on NregFix (lines y ~ x1 + x2, gate ~ w, k = 3): mixreg SE / flexmix SE "
+        f"(`refit` of the concomitant model); log-likelihood mixreg "
+        f"{fitted.log_likelihood_:.6f} / flexmix {float(values['logLik'][0]):.6f}"
+    )
+    report.table(
+        ["parameter", "mixreg SE", "flexmix SE", "ratio"],
+        [
+            [label, f"{a:.5g}", f"{float(b):.5g}", f"{r:.4f}"]
+            for label, a, b, r in zip(labels, ours, theirs, ratios, strict=True)
+        ],
+    )
+    report.target(
+        "gated SEs beside flexmix::refit (NregFix, gate ~ w)",
+        f"within {SE_AGREEMENT:.0%}",
+        f"largest difference {100 * deviation:.2f} %",
+        deviation <= SE_AGREEMENT,
     )
 
 
@@ -409,6 +498,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             with tempfile.TemporaryDirectory() as folder:
                 subprocess.run(["Rscript", "-e", EXPORT_R_DATA, folder], check=True)
                 compare_with_flexmix(report, Path(folder))
+                compare_gated_with_flexmix(report, Path(folder))
     if "coverage" not in args.skip:
         measure_coverage(report, args.replications)
     if {"flexmix", "coverage"} - set(args.skip):

@@ -538,7 +538,10 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         of regressions at the maximum-likelihood fit EM reaches from the fitted lines
         (``coef_se_`` and the other ``*_se_`` attributes, :meth:`summary`,
         :meth:`confidence_intervals`). It costs an EM polish and one pass of products over the
-        rows.
+        rows. For a gated fit, those of the gated mixture (lines, noise variances and the
+        gate's free rows, ``gate_coef_se_`` and ``gate_intercept_se_``) at the maximum that
+        Newton's method reaches from gated EM's fit; sample weights and groups are not taken
+        with a gate.
     gating : bool, default=False
         Whether the mixing probabilities depend on each row (flexmix's ``FLXPmultinom``
         concomitant model): ``pi_j(z) = softmax_j(<z, gate_coef_j> + gate_intercept_j)``, with
@@ -597,7 +600,15 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         (as ``flexmix::refit``); NaN when the information is singular (a warning says so).
     covariance_ : ndarray of shape (k * (n_features + fit_intercept + 1) + k,) * 2
         Only with ``standard_errors=True``: their joint covariance, per line its coefficients,
-        intercept and noise variance, then the k weights.
+        intercept and noise variance, then the k weights; for a gated fit, after the lines the
+        gate's free rows (components 1..k-1), each its slopes then its intercept, in place of
+        the weights (of shape ``k * (n_features + fit_intercept + 1) + (k - 1) *
+        (n_concomitant + 1)``).
+    gate_coef_se_, gate_intercept_se_ : ndarray
+        Of shapes (n_components, n_concomitant) and (n_components,). Only for a gated fit
+        with ``standard_errors=True``: standard errors of ``gate_coef_`` and
+        ``gate_intercept_`` (zero for the reference, the first component, fixed at zero);
+        ``weights_se_`` is then NaN (the weights are the gate's mean probabilities).
     gate_coef_ : ndarray of shape (n_components, n_concomitant)
         Only for a gated fit: the gate's slopes on the raw concomitant columns (the features
         when no ``concomitant`` was given); the first row, the reference, is zero.

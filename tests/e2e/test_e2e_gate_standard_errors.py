@@ -11,6 +11,7 @@ import pytest
 
 from mixreg import MixtureOfLinearRegressions
 from mixreg.datasets import make_gated
+from mixreg_client import Client
 from service.jobs.training import holdout_split
 
 from .conftest import Server
@@ -113,6 +114,17 @@ def test_a_gated_fit_stores_and_shows_the_gates_standard_errors(
             local.noise_variance_se_[line], rel=1e-9
         )
         assert estimates["weight"]["std_error"] is None
+
+    # The client's table lists the gate's rows after the lines'.
+    with Client(server.base_url) as client:
+        table = client.get_model(model["id"]).summary()
+    gate_rows = [row for row in table.rows if row["parameter"].startswith("gate:")]
+    assert [(row["component"], row["parameter"]) for row in gate_rows] == [
+        (1, "gate:(Intercept)"),
+        (1, "gate:w"),
+    ]
+    assert gate_rows[1]["std_error"] == pytest.approx(local.gate_coef_se_[1, 0], rel=1e-9)
+    assert "gate:w" in str(table)
 
     # Unless asked, a gated fit has none (whatever its size).
     plain = _fitted(server, body)

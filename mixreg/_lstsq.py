@@ -224,12 +224,8 @@ def cross_products(rows: FloatArray) -> FloatArray:
     """``rows^T rows`` by BLAS's symmetric rank-k update (half the work of a general product)."""
     if rows.shape[0] == 0:
         return np.zeros((rows.shape[1], rows.shape[1]))
-    # BLAS reads a Fortran-ordered array as it is, and rows.T of a C-ordered one is
-    # Fortran-ordered: neither layout is copied.
-    if rows.flags.f_contiguous:
-        upper = dsyrk(1.0, rows, trans=1)
-    else:
-        upper = dsyrk(1.0, np.asfortranarray(rows.T), trans=0)
+    # rows.T of a C-ordered array is Fortran-ordered: BLAS reads it without a copy.
+    upper = dsyrk(1.0, np.asfortranarray(rows.T), trans=0)
     products: FloatArray = np.triu(upper) + np.triu(upper, 1).T
     return products
 

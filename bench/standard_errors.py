@@ -417,7 +417,6 @@ def measure_speed(report: Report, before: Path | None, rounds: int) -> None:
         before_se = np.asarray(runs["before"][0]["se"])
         agreement = float(np.max(np.abs(today_se / before_se - 1.0)))
         report.add(
-            "",
             "Today / before (fastest of the rounds): "
             f"wall {fastest['today'] / fastest['before']:.2f}x, "
             f"CPU {cpu['today'] / cpu['before']:.2f}x. "

@@ -1028,7 +1028,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         self.weights_se_ = np.full(k, np.nan)
         # The reference row is fixed at zero: no error.
         by_row = np.zeros((k, gate.design.shape[1]))
-        by_row[1:] = se[k * n_line :].reshape(k - 1, -1)
+        by_row[1:] = se[k * n_line :].reshape(k - 1, gate.design.shape[1])
         self.gate_coef_se_ = by_row[:, :-1]
         self.gate_intercept_se_ = by_row[:, -1]
 

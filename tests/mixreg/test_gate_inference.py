@@ -171,3 +171,23 @@ def test_gated_intervals_cover_the_true_gate_and_lines():
     rate = float(np.mean(covered))
     # 160 intervals: far outside [0.89, 0.99] only if the errors are too small or too large.
     assert 0.89 <= rate <= 0.99, rate
+
+
+@pytest.mark.parametrize(
+    ("n_components", "fit_intercept", "on_features"),
+    [(1, True, False), (2, True, True), (2, False, False)],
+)
+def test_gated_errors_at_the_edges(n_components, fit_intercept, on_features):
+    rng = np.random.default_rng(6)
+    X, y, w = _gated_rows(rng, 400)
+    model = MixtureOfLinearRegressions(
+        n_components, gating=True, standard_errors=True, fit_intercept=fit_intercept
+    ).fit(X, y, **({} if on_features else {"concomitant": w}))
+    n_gate_columns = 2 if on_features else 1
+    assert model.gate_coef_se_.shape == (n_components, n_gate_columns)
+    assert np.all(model.coef_se_ > 0)
+    n_line = 2 + fit_intercept + 1
+    n_gate = (n_components - 1) * (n_gate_columns + 1)
+    assert model.covariance_.shape == (n_components * n_line + n_gate,) * 2
+    # A single line's gate has no free row: no gate rows, and the line's own errors.
+    assert len(model.summary().gate_rows) == (n_components - 1) * (n_gate_columns + 1)

@@ -181,7 +181,11 @@ def test_gated_errors_at_the_edges(n_components, fit_intercept, on_features):
     rng = np.random.default_rng(6)
     X, y, w = _gated_rows(rng, 400)
     model = MixtureOfLinearRegressions(
-        n_components, gating=True, standard_errors=True, fit_intercept=fit_intercept
+        n_components,
+        gating=True,
+        standard_errors=True,
+        fit_intercept=fit_intercept,
+        random_state=0,
     ).fit(X, y, **({} if on_features else {"concomitant": w}))
     n_gate_columns = 2 if on_features else 1
     assert model.gate_coef_se_.shape == (n_components, n_gate_columns)

@@ -6,7 +6,7 @@ import numbers
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -28,10 +28,14 @@ from ._gate import (
 )
 from ._inference import (
     BootstrapResult,
+    GatedParameters,
     bootstrap_replicates,
     caller_jacobian,
     check_level,
     covariance_from_information,
+    gated_caller_jacobian,
+    gated_likelihood_pass,
+    gated_maximum_likelihood,
     likelihood_pass,
     maximum_likelihood_polish,
     normal_quantile,
@@ -46,7 +50,7 @@ from ._loss import (
 )
 from ._solvers import GROUPED_ALGORITHMS, SOLVERS, FitContext, random_partition_lines
 from ._subsample import capped_stirling2, largest_enumerable_size
-from ._summary import InferenceSummary, summary_table
+from ._summary import InferenceSummary, gate_summary_rows, summary_table
 from ._validation import (
     PARAMETER_NAMES,
     check_algorithm,
@@ -276,6 +280,8 @@ _GATE_VARIANCE_FLOOR = 1e-8
 _GATE_EM_RESTARTS = 5
 _GATE_RESTART_TOL = 1e-4
 
+# Standard errors of a gated fit's gate, removed whenever the estimator is refitted.
+_GATE_STANDARD_ERRORS = ("gate_coef_se_", "gate_intercept_se_")
 # Fitted attributes of a gated fit, removed when the estimator is refitted without a gate.
 _GATE_ATTRIBUTES = (
     "gate_coef_",
@@ -342,6 +348,26 @@ def _fit_gate(ctx: FitContext, columns: FloatArray, theta: FloatArray) -> _Gated
         design=design,
         start=("lines", "em restart")[chosen],
     )
+
+
+def _finish_gate(ctx: FitContext, gate: _GatedFit) -> None:
+    """Newton's method from gated EM's fit to the gated likelihood's maximum to working
+    precision (gated EM stops at a change of 1e-8 per row; standard errors belong to the
+    maximum): ``gate.em`` is updated in place, its last log-likelihood appended. Where Newton
+    cannot finish (the information is not positive definite) gated EM's fit stays."""
+    em_fit = gate.em
+    start = GatedParameters(
+        theta=em_fit.theta, variances=em_fit.variances, beta=em_fit.beta - em_fit.beta[0]
+    )
+    finished = gated_maximum_likelihood(ctx.Z, ctx.y, gate.design, start)
+    if finished is None:
+        return
+    evaluated, params, _ = finished
+    em_fit.theta, em_fit.variances, em_fit.beta = params.theta, params.variances, params.beta
+    em_fit.log_likelihood_history = [
+        *em_fit.log_likelihood_history,
+        evaluated.log_likelihood / ctx.Z.shape[0],
+    ]
 
 
 def gate_parameter_count(n_components: int, n_params: int, n_concomitant: int) -> int:
@@ -512,7 +538,10 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         of regressions at the maximum-likelihood fit EM reaches from the fitted lines
         (``coef_se_`` and the other ``*_se_`` attributes, :meth:`summary`,
         :meth:`confidence_intervals`). It costs an EM polish and one pass of products over the
-        rows.
+        rows. For a gated fit, those of the gated mixture (lines, noise variances and the
+        gate's free rows, ``gate_coef_se_`` and ``gate_intercept_se_``) at the maximum that
+        Newton's method reaches from gated EM's fit; sample weights and groups are not taken
+        with a gate.
     gating : bool, default=False
         Whether the mixing probabilities depend on each row (flexmix's ``FLXPmultinom``
         concomitant model): ``pi_j(z) = softmax_j(<z, gate_coef_j> + gate_intercept_j)``, with
@@ -571,7 +600,15 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         (as ``flexmix::refit``); NaN when the information is singular (a warning says so).
     covariance_ : ndarray of shape (k * (n_features + fit_intercept + 1) + k,) * 2
         Only with ``standard_errors=True``: their joint covariance, per line its coefficients,
-        intercept and noise variance, then the k weights.
+        intercept and noise variance, then the k weights; for a gated fit, after the lines the
+        gate's free rows (components 1..k-1), each its slopes then its intercept, in place of
+        the weights (of shape ``k * (n_features + fit_intercept + 1) + (k - 1) *
+        (n_concomitant + 1)``).
+    gate_coef_se_, gate_intercept_se_ : ndarray
+        Of shapes (n_components, n_concomitant) and (n_components,). Only for a gated fit
+        with ``standard_errors=True``: standard errors of ``gate_coef_`` and
+        ``gate_intercept_`` (zero for the reference, the first component, fixed at zero);
+        ``weights_se_`` is then NaN (the weights are the gate's mean probabilities).
     gate_coef_ : ndarray of shape (n_components, n_concomitant)
         Only for a gated fit: the gate's slopes on the raw concomitant columns (the features
         when no ``concomitant`` was given); the first row, the reference, is zero.
@@ -793,15 +830,9 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         grouping = None if codes is None else Grouping.of(codes)
         n_samples, n_features = X_arr.shape
         params = self.resolved_parameters(n_samples, n_features)
-        if self.gating and (weights is not None or grouping is not None or self.standard_errors):
-            given = (
-                "sample_weight"
-                if weights is not None
-                else ("groups" if grouping is not None else "standard_errors")
-            )
-            raise ValueError(
-                f"{given}: a gated fit takes neither sample weights, groups nor standard errors"
-            )
+        if self.gating and (weights is not None or grouping is not None):
+            given = "sample_weight" if weights is not None else "groups"
+            raise ValueError(f"{given}: a gated fit takes neither sample weights nor groups")
         if concomitant is not None and not self.gating:
             raise ValueError(
                 "concomitant columns were given but gating=False: set gating=True to let the "
@@ -849,6 +880,8 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             gate = None
             if self.gating:
                 gate = _fit_gate(ctx, X_arr if gate_columns is None else gate_columns, result.theta)
+                if self.standard_errors:
+                    _finish_gate(ctx, gate)
                 result.theta = gate.em.theta
 
         coef, intercept = scaling.to_caller(result.theta)
@@ -889,11 +922,17 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             self._set_gate(gate, order, ctx, scaling, on_features=gate_columns is None)
         _warn_if_unconverged(self.algorithm, result, params, ctx.deadline)
         _warn_if_degenerate(rows_per_line[order].astype(np.float64), ctx.Z.shape[1])
+        for name in _GATE_STANDARD_ERRORS:
+            if hasattr(self, name):
+                delattr(self, name)
         if self.standard_errors:
             with single_threaded_blas():
-                self._set_standard_errors(
-                    ctx.Z, ctx.y, result.theta[order], scaling, ctx.sample_weight
-                )
+                if gate is None:
+                    self._set_standard_errors(
+                        ctx.Z, ctx.y, result.theta[order], scaling, ctx.sample_weight
+                    )
+                else:
+                    self._set_gate_standard_errors(gate, order, ctx, scaling)
         ctx.report(
             1.0,
             iteration=result.n_iter,
@@ -957,27 +996,67 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         # The density of y in the caller's units is the scaled one over y_scale, row by row.
         n_observations = y.size if sample_weight is None else float(sample_weight.sum())
         self.log_likelihood_ = evaluated.log_likelihood - n_observations * np.log(scaling.y_scale)
-        scaled_covariance = covariance_from_information(evaluated.information)
         jacobian = caller_jacobian(params, scaling.line_jacobian(), variance_scale)
+        self.covariance_ = self._covariance_or_nan(evaluated.information, jacobian)
+        k = coef.shape[0]
+        n_line = theta.shape[1] + 1
+        se = np.sqrt(np.maximum(np.diag(self.covariance_), 0.0))
+        self._set_line_standard_errors(se[: k * n_line].reshape(k, n_line))
+        self.weights_se_ = se[k * n_line :]
+
+    def _set_gate_standard_errors(
+        self, gate: _GatedFit, order: NDArray[np.intp], ctx: FitContext, scaling: _Scaling
+    ) -> None:
+        """Standard errors of a gated fit (its lines, noise variances and gate, at the maximum
+        :func:`_finish_gate` reached) from the gated mixture's observed information, in the
+        caller's units; the mixture weights, the gate's mean probabilities, have none."""
+        beta = gate.em.beta[order]
+        params = GatedParameters(
+            theta=gate.em.theta[order], variances=gate.em.variances[order], beta=beta - beta[0]
+        )
+        evaluated = gated_likelihood_pass(ctx.Z, ctx.y, gate.design, params)
+        self.ml_coef_, self.ml_intercept_ = self.coef_, self.intercept_
+        variance_scale = scaling.y_scale**2
+        jacobian = gated_caller_jacobian(
+            params, scaling.line_jacobian(), variance_scale, gate.scaling
+        )
+        self.covariance_ = self._covariance_or_nan(evaluated.information, jacobian)
+        k, n_params = params.theta.shape
+        n_line = n_params + 1
+        se = np.sqrt(np.maximum(np.diag(self.covariance_), 0.0))
+        self._set_line_standard_errors(se[: k * n_line].reshape(k, n_line))
+        self.weights_se_ = np.full(k, np.nan)
+        # The reference row is fixed at zero: no error.
+        by_row = np.zeros((k, gate.design.shape[1]))
+        by_row[1:] = se[k * n_line :].reshape(k - 1, gate.design.shape[1])
+        self.gate_coef_se_ = by_row[:, :-1]
+        self.gate_intercept_se_ = by_row[:, -1]
+
+    def _covariance_or_nan(self, information: FloatArray, jacobian: FloatArray) -> FloatArray:
+        """The covariance in the caller's units, or NaN (with a warning) where the observed
+        information is singular."""
+        scaled_covariance = covariance_from_information(information)
         if scaled_covariance is None:
             warnings.warn(
                 "the observed information of the mixture is singular at its maximum-likelihood "
                 "fit (a line owns almost no rows, or two lines coincide): its standard errors "
                 "do not exist and are NaN; fit fewer lines (n_components)",
                 StandardErrorWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
-            self.covariance_ = np.full((jacobian.shape[0],) * 2, np.nan)
-        else:
-            self.covariance_ = jacobian @ scaled_covariance @ jacobian.T
-        k, n_features = coef.shape
-        n_line = theta.shape[1] + 1
-        se = np.sqrt(np.maximum(np.diag(self.covariance_), 0.0))
-        by_line = se[: k * n_line].reshape(k, n_line)
+            return np.full((jacobian.shape[0],) * 2, np.nan)
+        covariance: FloatArray = jacobian @ scaled_covariance @ jacobian.T
+        return covariance
+
+    def _set_line_standard_errors(self, by_line: FloatArray) -> None:
+        """Each line's coefficients', intercept's and noise variance's errors, from the rows
+        of ``by_line`` (per line: coefficients, intercept when fitted, noise variance)."""
+        n_features = self.n_features_in_
         self.coef_se_ = by_line[:, :n_features]
-        self.intercept_se_ = by_line[:, n_features] if self.fit_intercept else np.zeros(k)
+        self.intercept_se_ = (
+            by_line[:, n_features] if self.fit_intercept else np.zeros(by_line.shape[0])
+        )
         self.noise_variance_se_ = by_line[:, -1]
-        self.weights_se_ = se[k * n_line :]
 
     def _check_standard_errors(self) -> None:
         self._check_fitted()
@@ -995,7 +1074,10 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         intervals : dict
             ``coef`` of shape (n_components, n_features, 2), ``intercept``, ``weights`` and
             ``noise_variance`` of shape (n_components, 2): lower and upper bounds (NaN where
-            the standard error does not exist).
+            the standard error does not exist: the weights of a gated fit, its gate's mean
+            probabilities, have none). A gated fit adds ``gate_coef`` of shape
+            (n_components, n_concomitant, 2) and ``gate_intercept`` of shape
+            (n_components, 2); the reference component's are (0, 0).
         """
         self._check_standard_errors()
         critical = normal_quantile(check_level(level))
@@ -1005,17 +1087,25 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             "weights": (self.weights_, self.weights_se_),
             "noise_variance": (self.noise_variance_, self.noise_variance_se_),
         }
+        if hasattr(self, "gate_coef_se_"):
+            pairs["gate_coef"] = (self.gate_coef_, self.gate_coef_se_)
+            pairs["gate_intercept"] = (self.gate_intercept_, self.gate_intercept_se_)
         return {
             name: np.stack([estimate - critical * se, estimate + critical * se], axis=-1)
             for name, (estimate, se) in pairs.items()
         }
 
     def summary(
-        self, level: float = 0.95, feature_names: Sequence[str] | None = None
+        self,
+        level: float = 0.95,
+        feature_names: Sequence[str] | None = None,
+        concomitant_names: Sequence[str] | None = None,
     ) -> InferenceSummary:
         """Per line, estimate, std. error, z value, Pr(>|z|) and interval of every coefficient
-        (as R's ``summary(refit(m))``), then of its weight and noise variance; ``str()`` of the
-        result prints it as R does."""
+        (as R's ``summary(refit(m))``), then of its weight and noise variance; for a gated fit
+        also the gate's rows (``gate_rows``), as R lists a concomitant model. ``str()`` of the
+        result prints it as R does. ``concomitant_names`` names the columns of a gate fitted
+        on ``concomitant`` (a gate on the features takes ``feature_names``)."""
         self._check_standard_errors()
         names = (
             [f"x{column}" for column in range(self.n_features_in_)]
@@ -1026,7 +1116,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             raise ValueError(
                 f"feature_names has {len(names)} names for {self.n_features_in_} features"
             )
-        return summary_table(
+        table = summary_table(
             feature_names=names,
             fit_intercept=bool(self.fit_intercept),
             coef=self.ml_coef_,
@@ -1039,6 +1129,30 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             noise_variance_se=self.noise_variance_se_,
             level=check_level(level),
             log_likelihood=float(self.log_likelihood_),
+        )
+        if not hasattr(self, "gate_coef_se_"):
+            return table
+        n_columns = self.gate_coef_.shape[1]
+        if self.gate_on_features_:
+            gate_names = names
+        elif concomitant_names is None:
+            gate_names = [f"z{column}" for column in range(n_columns)]
+        else:
+            gate_names = [str(name) for name in concomitant_names]
+        if len(gate_names) != n_columns:
+            raise ValueError(
+                f"concomitant_names has {len(gate_names)} names for the gate's {n_columns} columns"
+            )
+        return replace(
+            table,
+            gate_rows=gate_summary_rows(
+                concomitant_names=gate_names,
+                gate_coef=self.gate_coef_,
+                gate_intercept=self.gate_intercept_,
+                gate_coef_se=self.gate_coef_se_,
+                gate_intercept_se=self.gate_intercept_se_,
+                level=table.level,
+            ),
         )
 
     def bootstrap(

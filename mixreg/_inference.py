@@ -27,16 +27,18 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
+from scipy.linalg.blas import dsyrk
 from scipy.optimize import linear_sum_assignment
 from scipy.special import ndtr, ndtri
 
 from ._em import EMResult, em
-from ._lstsq import cross_products
+from ._gate import GateScaling
 
 FloatArray = NDArray[np.float64]
 
-# Elements of a row block's per-line score array (rows x lines x parameters): 32 MiB.
-_BLOCK_ELEMENTS = 1 << 22
+# Elements of a row block's per-line score array (rows x lines x parameters): 1 MiB, so that
+# a block's arrays stay in cache between the elementwise steps and the products that read them.
+_BLOCK_ELEMENTS = 1 << 17
 # The EM polish that reaches the maximum-likelihood fit: change of the mean log-likelihood
 # per row (scaled units) at which it stops, and its cap on iterations.
 POLISH_TOL = 1e-10
@@ -195,7 +197,7 @@ def likelihood_pass(
     n_line = n_params + 1
     n_packed = k * n_line + k - 1
     weights = _row_weights(sample_weight, n_samples)
-    information = np.zeros((n_packed, n_packed))
+    upper = np.zeros((n_packed, n_packed), order="F")
     score = np.zeros(n_packed)
     total_log_likelihood = 0.0
     # Per line: sum_i w tau_ij (-H_ij - s_ij s_ij^T) on its (theta_j, eta_j) block, the sum of
@@ -203,48 +205,62 @@ def likelihood_pass(
     line_blocks = np.zeros((k, n_line, n_line))
     line_score_sums = np.zeros((k, n_line))
     masses = np.zeros(k)
-    variances = params.variances
+    variances = params.variances[:, None]
+    log_prior = (np.log(params.weights) - 0.5 * np.log(2.0 * np.pi * params.variances))[:, None]
+    # Every array of a block is laid out transposed (parameters or lines along the first axis,
+    # the block's rows along the second), so each elementwise step runs over long contiguous
+    # rows, and the blocks are small enough for the products to find them in cache.
     block = _block_rows(k, n_params)
+    row_score = np.empty((n_packed, block))
+    weighted_design = np.empty((k, n_params, block))
     for start in range(0, n_samples, block):
-        Z_block, w_block = Z[start : start + block], weights[start : start + block]
-        residuals, posteriors, row_log_likelihood = _posteriors(
-            Z_block, y[start : start + block], params
-        )
-        n_rows = Z_block.shape[0]
-        total_log_likelihood += float(w_block @ row_log_likelihood)
-        # The rows' scores g_i, written in place: tau_ij s_ij per line, then the logits'.
-        row_score = np.empty((n_rows, n_packed))
-        per_line = row_score[:, : k * n_line].reshape(n_rows, k, n_line)
+        stop = min(start + block, n_samples)
+        n_rows = stop - start
+        design = np.ascontiguousarray(Z[start:stop].T)
+        w_block = weights[start:stop]
+        residuals = y[start:stop] - params.theta @ design
         scaled = residuals / variances  # r / s^2
         standardized = residuals * scaled  # r^2 / s^2
-        np.multiply((posteriors * scaled)[:, :, None], Z_block[:, None, :], out=per_line[:, :, :-1])
-        np.multiply(posteriors, 0.5 * (standardized - 1.0), out=per_line[:, :, -1])
-        np.subtract(posteriors[:, 1:], params.weights[1:], out=row_score[:, k * n_line :])
-        score += w_block @ row_score
+        log_joint = log_prior - 0.5 * standardized
+        top = log_joint.max(axis=0)
+        posteriors = np.exp(log_joint - top)
+        total_joint = posteriors.sum(axis=0)
+        posteriors /= total_joint
+        total_log_likelihood += float(w_block @ (top + np.log(total_joint)))
+        # The rows' scores g_i, written in place: tau_ij s_ij per line, then the logits'.
+        scores = row_score[:, :n_rows]
+        per_line = scores[: k * n_line].reshape(k, n_line, n_rows)
+        np.multiply(design[None], (posteriors * scaled)[:, None, :], out=per_line[:, :-1])
+        np.multiply(posteriors, 0.5 * (standardized - 1.0), out=per_line[:, -1])
+        np.subtract(posteriors[1:], params.weights[1:, None], out=scores[k * n_line :])
+        score += scores @ w_block
         if sample_weight is not None:
             # Weights are non-negative: the weighted product is a rank-k update of rows scaled
             # by their square roots.
-            row_score *= np.sqrt(w_block)[:, None]
-        information += cross_products(row_score)
-        mass = posteriors * w_block[:, None]
-        masses += mass.sum(axis=0)
+            scores *= np.sqrt(w_block)
+        # BLAS adds the block's products to the upper triangle in place (scores.T is
+        # Fortran-ordered: it reads it without a copy); the lower is filled in at the end.
+        upper = dsyrk(1.0, scores.T, beta=1.0, c=upper, trans=1, overwrite_c=True)
+        mass = posteriors * w_block
+        masses += mass.sum(axis=1)
         # -H_ij - s_ij s_ij^T in closed form (H of log f_j: -z z^T / s^2, -z r / s^2 and
         # -r^2 / (2 s^2) at eta), summed over rows with weight w tau_ij:
         #   theta theta: (s^2 - r^2) / s^4 z z^T,  theta eta: r / s^2 (3 - r^2 / s^2) / 2 z,
         #   eta eta: r^2 / (2 s^2) - (r^2 / s^2 - 1)^2 / 4.
         curvature = mass * (1.0 - standardized) / variances
         cross = mass * scaled * (1.5 - 0.5 * standardized)
-        sums_theta = (mass * scaled).T @ Z_block
-        cross_theta = cross.T @ Z_block
-        for line in range(k):
-            line_blocks[line, :-1, :-1] += (Z_block * curvature[:, line, None]).T @ Z_block
+        curved = weighted_design[:, :, :n_rows]
+        np.multiply(design[None], curvature[:, None, :], out=curved)
+        line_blocks[:, :-1, :-1] += np.matmul(curved, design.T)
+        cross_theta = cross @ design.T
         line_blocks[:, :-1, -1] += cross_theta
         line_blocks[:, -1, :-1] += cross_theta
         line_blocks[:, -1, -1] += np.einsum(
-            "ij,ij->j", mass, 0.5 * standardized - 0.25 * (standardized - 1.0) ** 2
+            "ji,ji->j", mass, 0.5 * standardized - 0.25 * (standardized - 1.0) ** 2
         )
-        line_score_sums[:, :-1] += sums_theta
-        line_score_sums[:, -1] += np.einsum("ij,ij->j", mass, 0.5 * (standardized - 1.0))
+        line_score_sums[:, :-1] += (mass * scaled) @ design.T
+        line_score_sums[:, -1] += np.einsum("ji,ji->j", mass, 0.5 * (standardized - 1.0))
+    information = np.triu(upper) + np.triu(upper, 1).T
     total = weights.sum()
     offsets = np.eye(k)[:, 1:] - params.weights[1:]  # (e_j - pi) on the logits, per line j
     logit_block = slice(k * n_line, n_packed)
@@ -279,6 +295,205 @@ def observed_information(
     return likelihood_pass(Z, y, params, sample_weight).information
 
 
+@dataclass(frozen=True)
+class GatedParameters:
+    """Lines, noise variances and gate of a gated mixture of regressions (flexmix's
+    concomitant model), in the scaled units of the lines and the gate's design.
+
+    The packed vector is, per line, ``theta_j`` then ``eta_j = log s_j^2``, then the gate's
+    free rows ``beta_1, ..., beta_{k-1}`` (row 0 is the reference, fixed at zero), each over
+    the gate's design columns (standardized concomitant columns, then the constant).
+
+    Attributes
+    ----------
+    theta : ndarray of shape (n_components, n_params)
+    variances : ndarray of shape (n_components,)
+    beta : ndarray of shape (n_components, n_gate_params)
+        With ``beta[0] == 0``.
+    """
+
+    theta: FloatArray
+    variances: FloatArray
+    beta: FloatArray
+
+    @property
+    def n_components(self) -> int:
+        return int(self.theta.shape[0])
+
+    def to_vector(self) -> FloatArray:
+        """The packed vector ``(theta_0, eta_0, ..., theta_{k-1}, eta_{k-1}, beta_1, ..)``."""
+        per_line = np.column_stack([self.theta, np.log(self.variances)])
+        return np.concatenate([per_line.ravel(), self.beta[1:].ravel()])
+
+    @classmethod
+    def from_vector(
+        cls, vector: FloatArray, n_components: int, n_gate_params: int
+    ) -> GatedParameters:
+        """Unpack :meth:`to_vector`'s layout."""
+        n_gate = (n_components - 1) * n_gate_params
+        n_line = (vector.size - n_gate) // n_components
+        per_line = vector[: n_components * n_line].reshape(n_components, n_line)
+        beta = np.zeros((n_components, n_gate_params))
+        beta[1:] = vector[n_components * n_line :].reshape(n_components - 1, n_gate_params)
+        return cls(theta=per_line[:, :-1].copy(), variances=np.exp(per_line[:, -1]), beta=beta)
+
+
+def _gated_posteriors(
+    Z: FloatArray, y: FloatArray, W: FloatArray, params: GatedParameters
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Residuals, posteriors and gate probabilities of each line, each row's log-likelihood.
+
+    Returns
+    -------
+    residuals, posteriors, gate : ndarray of shape (n_rows, n_components)
+    row_log_likelihood : ndarray of shape (n_rows,)
+    """
+    residuals = y[:, None] - Z @ params.theta.T
+    log_gate = W @ params.beta.T
+    log_gate -= log_gate.max(axis=1, keepdims=True)
+    log_gate -= np.log(np.exp(log_gate).sum(axis=1, keepdims=True))
+    log_joint = (
+        log_gate
+        - 0.5 * np.log(2.0 * np.pi * params.variances)
+        - residuals * residuals / (2.0 * params.variances)
+    )
+    top = log_joint.max(axis=1, keepdims=True)
+    joint = np.exp(log_joint - top)
+    total = joint.sum(axis=1, keepdims=True)
+    return residuals, joint / total, np.exp(log_gate), (top + np.log(total))[:, 0]
+
+
+def gated_log_likelihood(
+    Z: FloatArray, y: FloatArray, W: FloatArray, params: GatedParameters
+) -> float:
+    """The log-likelihood of the gated mixture, summed over rows."""
+    return float(_gated_posteriors(Z, y, W, params)[3].sum())
+
+
+def gated_row_scores(
+    Z: FloatArray, y: FloatArray, W: FloatArray, params: GatedParameters
+) -> FloatArray:
+    """Each row's gradient of its log-likelihood in :class:`GatedParameters`' packed layout.
+
+    Returns
+    -------
+    scores : ndarray of shape (n_rows, n_packed)
+    """
+    residuals, posteriors, gate, _ = _gated_posteriors(Z, y, W, params)
+    per_line = posteriors[:, :, None] * _line_scores(Z, residuals, params.variances)
+    # d log pi_j / d beta_m = (delta_jm - pi_m) w, so the row's gate score is (tau_m - pi_m) w.
+    gate_scores = (posteriors - gate)[:, 1:, None] * W[:, None, :]
+    return np.column_stack([per_line.reshape(y.size, -1), gate_scores.reshape(y.size, -1)])
+
+
+def gated_likelihood_pass(
+    Z: FloatArray, y: FloatArray, W: FloatArray, params: GatedParameters
+) -> LikelihoodPass:
+    """The log-likelihood of the gated mixture, its gradient and minus its Hessian in
+    :class:`GatedParameters`' packed layout, in one pass over blocks of rows.
+
+    Louis's identity as :func:`likelihood_pass`, with the gate in place of the mixing logits:
+    ``log pi_j(w)`` has gradient ``(e_j - pi)`` times ``w`` in the free rows, and Hessian
+    ``-(diag(pi) - pi pi^T)`` times ``w w^T`` whatever the line, so its terms are, per row,
+    weighted Gram matrices of the gate's design (and, with the lines' scores, of both designs).
+    """
+    n_samples, n_params = Z.shape
+    k, n_gate_params = params.beta.shape
+    n_line = n_params + 1
+    n_free = k - 1
+    n_lines_packed = k * n_line
+    n_packed = n_lines_packed + n_free * n_gate_params
+    information = np.zeros((n_packed, n_packed))
+    score = np.zeros(n_packed)
+    total_log_likelihood = 0.0
+    variances = params.variances
+    block = max(1, _BLOCK_ELEMENTS // max(1, n_packed))
+    for start in range(0, n_samples, block):
+        Z_block, W_block = Z[start : start + block], W[start : start + block]
+        residuals, posteriors, gate, row_log_likelihood = _gated_posteriors(
+            Z_block, y[start : start + block], W_block, params
+        )
+        n_rows = Z_block.shape[0]
+        total_log_likelihood += float(row_log_likelihood.sum())
+        scaled = residuals / variances
+        standardized = residuals * scaled
+        # Each line's score s_ij (theta then eta) and the row's score g_i.
+        line_scores = np.empty((n_rows, k, n_line))
+        np.multiply(scaled[:, :, None], Z_block[:, None, :], out=line_scores[:, :, :-1])
+        line_scores[:, :, -1] = 0.5 * (standardized - 1.0)
+        row_score = np.empty((n_rows, n_packed))
+        row_score[:, :n_lines_packed] = (posteriors[:, :, None] * line_scores).reshape(n_rows, -1)
+        row_score[:, n_lines_packed:] = (
+            (posteriors - gate)[:, 1:, None] * W_block[:, None, :]
+        ).reshape(n_rows, -1)
+        score += row_score.sum(axis=0)
+        information += row_score.T @ row_score
+        # Minus sum_j tau_ij (s_ij s_ij^T + H_ij), block by block.
+        for line in range(k):
+            own = slice(line * n_line, (line + 1) * n_line)
+            tau = posteriors[:, line]
+            # Lines: (s^2 - r^2) / s^4 z z^T, r / s^2 (3 - r^2 / s^2) / 2 z and
+            # r^2 / (2 s^2) - (r^2 / s^2 - 1)^2 / 4, as in likelihood_pass.
+            curvature = tau * (1.0 - standardized[:, line]) / variances[line]
+            cross = tau * scaled[:, line] * (1.5 - 0.5 * standardized[:, line])
+            information[own.start : own.stop - 1, own.start : own.stop - 1] += (
+                Z_block * curvature[:, None]
+            ).T @ Z_block
+            cross_theta = cross @ Z_block
+            information[own.start : own.stop - 1, own.stop - 1] += cross_theta
+            information[own.stop - 1, own.start : own.stop - 1] += cross_theta
+            information[own.stop - 1, own.stop - 1] += float(
+                tau @ (0.5 * standardized[:, line] - 0.25 * (standardized[:, line] - 1.0) ** 2)
+            )
+            # Line and gate: -sum_i tau_ij s_ij (delta_jm - pi_im) w_i^T for every free m.
+            offsets = (np.arange(1, k) == line)[None, :] - gate[:, 1:]  # (rows, k - 1)
+            weighted = (tau[:, None, None] * line_scores[:, line, :, None]) * offsets[:, None, :]
+            cross_gate = np.einsum("iam,ib->amb", weighted, W_block, optimize=True).reshape(
+                n_line, -1
+            )
+            information[own, n_lines_packed:] -= cross_gate
+            information[n_lines_packed:, own] -= cross_gate.T
+        # Gate and gate, block (m, l): -sum_i c_iml w_i w_i^T with
+        # c_iml = sum_j tau_ij (e_j - pi_i)_m (e_j - pi_i)_l - (diag(pi_i) - pi_i pi_i^T)_ml
+        #       = delta_ml (tau_im - pi_im) - tau_im pi_il - pi_im tau_il + 2 pi_im pi_il.
+        tau_free, pi_free = posteriors[:, 1:], gate[:, 1:]
+        coupling = (
+            -tau_free[:, :, None] * pi_free[:, None, :]
+            - pi_free[:, :, None] * tau_free[:, None, :]
+            + 2.0 * pi_free[:, :, None] * pi_free[:, None, :]
+        )
+        coupling[:, np.arange(n_free), np.arange(n_free)] += tau_free - pi_free
+        gate_block = np.einsum("iml,ia,ib->malb", coupling, W_block, W_block, optimize=True)
+        information[n_lines_packed:, n_lines_packed:] -= gate_block.reshape(
+            n_free * n_gate_params, n_free * n_gate_params
+        )
+    return LikelihoodPass(log_likelihood=total_log_likelihood, score=score, information=information)
+
+
+def gated_maximum_likelihood(
+    Z: FloatArray, y: FloatArray, W: FloatArray, start: GatedParameters
+) -> tuple[LikelihoodPass, GatedParameters, int] | None:
+    """Newton's method (:func:`newton_maximize`) on the gated mixture's log-likelihood from a
+    fit gated EM brought near a maximum: the maximum to working precision, with the pass (the
+    log-likelihood, score and information) there and the number of steps; None where the
+    information is not positive definite or no step helps."""
+    k, n_gate_params = start.beta.shape
+
+    def unpack(vector: FloatArray) -> GatedParameters:
+        return GatedParameters.from_vector(vector, k, n_gate_params)
+
+    finished = newton_maximize(
+        lambda vector: gated_likelihood_pass(Z, y, W, unpack(vector)),
+        lambda vector: gated_log_likelihood(Z, y, W, unpack(vector)),
+        start.to_vector(),
+        float(y.size),
+    )
+    if finished is None:
+        return None
+    evaluated, vector, steps = finished
+    return evaluated, unpack(vector), steps
+
+
 def covariance_from_information(information: FloatArray) -> FloatArray | None:
     """The inverse of the information, or None when it is singular or not positive definite
     (a line with no rows, lines that coincide): then no standard error exists."""
@@ -309,16 +524,55 @@ def caller_jacobian(
     k, n_params = params.theta.shape
     n_line = n_params + 1
     jacobian = np.zeros((k * n_line + k, k * n_line + k - 1))
-    for line in range(k):
-        rows = slice(line * n_line, line * n_line + n_params)
-        jacobian[rows, rows] = line_jacobian
-        jacobian[line * n_line + n_params, line * n_line + n_params] = (
-            variance_scale * params.variances[line]
-        )
+    _lines_jacobian(jacobian, params.variances, line_jacobian, variance_scale)
     pi = params.weights
     softmax = np.diag(pi) - np.outer(pi, pi)  # d pi_j / d logit_m
     jacobian[k * n_line :, k * n_line :] = softmax[:, 1:]
     return jacobian
+
+
+def gated_caller_jacobian(
+    params: GatedParameters,
+    line_jacobian: FloatArray,
+    variance_scale: float,
+    gate_scaling: GateScaling,
+) -> FloatArray:
+    """Jacobian of the caller's parameters of a gated mixture in the packed ones.
+
+    The caller's vector is, per line, as :func:`caller_jacobian`'s, then every free row of the
+    gate: its slopes on the raw concomitant columns (``beta / scale``) and its intercept
+    (``beta_0 - sum(beta * mean / scale)``), both linear in the standardized row.
+
+    Returns
+    -------
+    jacobian : ndarray of shape (n_packed, n_packed)
+    """
+    k, n_params = params.theta.shape
+    n_gate_params = params.beta.shape[1]
+    n_lines = k * (n_params + 1)
+    n_packed = n_lines + (k - 1) * n_gate_params
+    jacobian = np.zeros((n_packed, n_packed))
+    _lines_jacobian(jacobian, params.variances, line_jacobian, variance_scale)
+    row = np.zeros((n_gate_params, n_gate_params))
+    row[:-1, :-1] = np.diag(1.0 / gate_scaling.scale)
+    row[-1, :-1] = -gate_scaling.mean / gate_scaling.scale
+    row[-1, -1] = 1.0
+    jacobian[n_lines:, n_lines:] = np.kron(np.eye(k - 1), row)
+    return jacobian
+
+
+def _lines_jacobian(
+    jacobian: FloatArray, variances: FloatArray, line_jacobian: FloatArray, variance_scale: float
+) -> None:
+    """Fill the lines' diagonal blocks of a caller Jacobian (see :func:`caller_jacobian`)."""
+    n_params = line_jacobian.shape[1]
+    n_line = n_params + 1
+    for line in range(variances.size):
+        rows = slice(line * n_line, line * n_line + n_params)
+        jacobian[rows, rows] = line_jacobian
+        jacobian[line * n_line + n_params, line * n_line + n_params] = (
+            variance_scale * variances[line]
+        )
 
 
 @dataclass(frozen=True)
@@ -365,18 +619,42 @@ def _newton_finish(
     start: MixtureParameters,
     sample_weight: FloatArray | None,
 ) -> tuple[LikelihoodPass, MixtureParameters, int] | None:
-    """Newton's method on the log-likelihood from a point EM brought near a maximum.
-
-    Each step is ``psi + t I^{-1} g`` with ``t`` halved until the log-likelihood does not
-    decrease; it stops when the Newton decrement ``g^T I^{-1} g`` per unit of weight is below
-    :data:`NEWTON_TOL`. Returns the pass at the maximum, its parameters and the number of
-    steps, or None when the information is not positive definite, no halving helps or the
-    steps run out (the caller then falls back to EM).
-    """
+    """Newton's method on the log-likelihood from a point EM brought near a maximum
+    (:func:`newton_maximize` on the mixture's packed parameters)."""
     k = start.n_components
     total_weight = float(y.size if sample_weight is None else np.sum(sample_weight))
-    params = start
-    evaluated = likelihood_pass(Z, y, params, sample_weight)
+    finished = newton_maximize(
+        lambda vector: likelihood_pass(
+            Z, y, MixtureParameters.from_vector(vector, k), sample_weight
+        ),
+        lambda vector: log_likelihood(
+            Z, y, MixtureParameters.from_vector(vector, k), sample_weight
+        ),
+        start.to_vector(),
+        total_weight,
+    )
+    if finished is None:
+        return None
+    evaluated, vector, steps = finished
+    return evaluated, MixtureParameters.from_vector(vector, k), steps
+
+
+def newton_maximize(
+    evaluate: Callable[[FloatArray], LikelihoodPass],
+    value: Callable[[FloatArray], float],
+    start: FloatArray,
+    total_weight: float,
+) -> tuple[LikelihoodPass, FloatArray, int] | None:
+    """Newton's method on a log-likelihood from a point near a maximum.
+
+    Each step is ``psi + t I^{-1} g`` with ``t`` halved until the log-likelihood (``value``)
+    does not decrease; it stops when the Newton decrement ``g^T I^{-1} g`` per unit of weight
+    is below :data:`NEWTON_TOL`. Returns the pass (``evaluate``: log-likelihood, score and
+    information) at the maximum, its parameters and the number of steps, or None when the
+    information is not positive definite, no halving helps or the steps run out.
+    """
+    vector = start
+    evaluated = evaluate(vector)
     for step in range(NEWTON_MAX_STEPS + 1):
         direction = _newton_direction(evaluated)
         if direction is None:
@@ -385,20 +663,19 @@ def _newton_finish(
         if decrement < 0.0:
             return None
         if decrement <= NEWTON_TOL * total_weight:
-            return evaluated, params, step
+            return evaluated, vector, step
         if step == NEWTON_MAX_STEPS:
             return None
-        vector = params.to_vector()
         # Rounding of a sum of n terms: a change below it is no decrease.
         slack = _ROUNDING_SLACK * (abs(evaluated.log_likelihood) + total_weight)
         for halving in range(NEWTON_MAX_HALVINGS + 1):
-            candidate = MixtureParameters.from_vector(vector + 0.5**halving * direction, k)
-            if log_likelihood(Z, y, candidate, sample_weight) >= (evaluated.log_likelihood - slack):
+            candidate = vector + 0.5**halving * direction
+            if value(candidate) >= evaluated.log_likelihood - slack:
                 break
         else:
             return None
-        params = candidate
-        evaluated = likelihood_pass(Z, y, params, sample_weight)
+        vector = candidate
+        evaluated = evaluate(vector)
     return None
 
 

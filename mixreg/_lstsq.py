@@ -34,6 +34,9 @@ _GRAM_BLOCK_ROWS = 1 << 16
 # many small parts share one product): 2^22 float64 values, 32 MiB.
 _BLOCK_ELEMENTS = 1 << 22
 _MEMBERSHIP_BLOCK_ELEMENTS = 1 << 20
+# Elements of the buffer of one block's centred, weighted rows stacked part by part (2 MiB):
+# small enough to stay in cache between its writing and the product that reads it.
+_WEIGHTED_BLOCK_ELEMENTS = 1 << 18
 # Up to this many parameters, the parts of many partitions share one product of their one-hot
 # memberships with the rows' outer products; above it, each part's gathered rows make their
 # own BLAS product (the shared products grow as p^2 per row and per part).
@@ -590,14 +593,51 @@ def lstsq_weighted(Z: FloatArray, y: FloatArray, weights: FloatArray) -> FloatAr
         gram, rhs = _weighted_sums(Z, y, n_parts, lambda start, stop: weights[:, start:stop])
         return solve_normal_equations(gram, rhs)
     centre = has_intercept_column(Z)
-    rows_per_block = _block_rows(n_params)
-    moments = _Moments.zeros(n_parts, n_params - centre + 1)
-    for start in range(0, Z.shape[0], rows_per_block):
-        block = slice(start, start + rows_per_block)
-        augmented = _augmented(Z[block], y[block], centre)
-        for part in range(n_parts):
-            moments.add(part, augmented, centre, weights[part, block])
-    return moments.solve(centre)
+    return weighted_moments(Z, y, weights, centre).solve(centre)
+
+
+def weighted_moments(Z: FloatArray, y: FloatArray, weights: FloatArray, centre: bool) -> _Moments:
+    """Weight, mean and centred scatter of ``[features, y]`` under every row of ``weights``.
+
+    Two passes over the rows: one matrix product gives every part's weighted means; then each
+    block of rows is transposed once (columns along the rows, so that every elementwise step
+    runs over long contiguous rows), centred on each part's mean and scaled by the square
+    roots of the part's weights, and one batched product gives every part's scatter. The
+    scatter is centred before it is summed, so it is exact to rounding as :class:`_Moments`
+    merges it.
+
+    Parameters
+    ----------
+    Z : ndarray of shape (n_samples, n_params)
+    y : ndarray of shape (n_samples,)
+    weights : ndarray of shape (n_parts, n_samples)
+        Non-negative.
+    centre : bool
+        Whether the design's last column is the intercept's (centre on the means and leave
+        the column out).
+    """
+    n_parts, n_samples = weights.shape
+    n_x = Z.shape[1] - centre
+    moments = _Moments.zeros(n_parts, n_x + 1)
+    moments.weight[:] = weights.sum(axis=1)
+    if centre:
+        safe = np.where(moments.weight > 0.0, moments.weight, 1.0)
+        moments.mean[:, :n_x] = (weights @ Z)[:, :n_x] / safe[:, None]
+        moments.mean[:, n_x] = (weights @ y) / safe
+    root = np.sqrt(weights)
+    rows = max(1, _WEIGHTED_BLOCK_ELEMENTS // (n_parts * (n_x + 1)))
+    stacked = np.empty((n_parts, n_x + 1, rows))
+    for start in range(0, n_samples, rows):
+        stop = min(start + rows, n_samples)
+        block = stacked[:, :, : stop - start]
+        block[0, :n_x] = Z[start:stop, :n_x].T
+        block[0, n_x] = y[start:stop]
+        # The last part first: part 0's slot holds the raw rows until it is centred itself.
+        for part in range(n_parts - 1, -1, -1):
+            np.subtract(block[0], moments.mean[part, :, None], out=block[part])
+        block *= root[:, None, start:stop]
+        moments.scatter += np.matmul(block, block.transpose(0, 2, 1))
+    return moments
 
 
 def refit_exactly(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -55,15 +55,24 @@ class InferenceSummary:
         The confidence level of ``lower`` and ``upper``.
     log_likelihood : float
         Of the maximum-likelihood fit the estimates are.
+    gate_rows : list of SummaryRow
+        A gated fit's gate (as R's concomitant model): for every component but the first
+        (the reference), the intercept then the slope on each concomitant column of its
+        multinomial logit; empty without a gate.
     """
 
     rows: list[SummaryRow]
     level: float
     log_likelihood: float
+    gate_rows: list[SummaryRow] = field(default_factory=list)
 
     def to_records(self) -> list[dict[str, Any]]:
         """The rows as JSON-ready dicts (None where a number does not exist)."""
         return [asdict(row) for row in self.rows]
+
+    def gate_records(self) -> list[dict[str, Any]]:
+        """The gate's rows as JSON-ready dicts."""
+        return [asdict(row) for row in self.gate_rows]
 
     def __str__(self) -> str:
         header = (
@@ -75,18 +84,74 @@ class InferenceSummary:
             return f"{'NA':>{width}}" if value is None else f"{value:{width}{spec}}"
 
         lines = [f"log-likelihood: {self.log_likelihood:.6g}; intervals at {self.level:.0%}"]
-        for component in sorted({row.component for row in self.rows}):
-            lines += ["", f"$Comp.{component}", header]
-            for row in self.rows:
-                if row.component != component:
-                    continue
-                lines.append(
+        for title, rows in (("", self.rows), ("Concomitant model (gate)", self.gate_rows)):
+            if title and rows:
+                lines += ["", title]
+            for component in sorted({row.component for row in rows}):
+                lines += ["", f"$Comp.{component}", header]
+                lines += [
                     f"{row.parameter[:16]:>16} {row.estimate:12.5g} "
                     f"{number(row.std_error, '.5g', 12)} {number(row.z_value, '.3f', 9)} "
                     f"{number(row.p_value, '.3g', 10)} {number(row.lower, '.5g', 12)} "
                     f"{number(row.upper, '.5g', 12)}"
-                )
+                    for row in rows
+                    if row.component == component
+                ]
         return "\n".join(lines)
+
+
+def _wald_row(
+    component: int, parameter: str, estimate: float, se: float, critical: float
+) -> SummaryRow:
+    """A parameter's row with its Wald z against 0, two-sided p and interval."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.float64(estimate) / np.float64(se)
+    return SummaryRow(
+        component=component,
+        parameter=parameter,
+        estimate=float(estimate),
+        std_error=_finite(se),
+        z_value=_finite(z),
+        p_value=_finite(float(two_sided_p_value(np.asarray(z)))),
+        lower=_finite(estimate - critical * se),
+        upper=_finite(estimate + critical * se),
+    )
+
+
+def gate_summary_rows(
+    *,
+    concomitant_names: Sequence[str],
+    gate_coef: FloatArray,
+    gate_intercept: FloatArray,
+    gate_coef_se: FloatArray,
+    gate_intercept_se: FloatArray,
+    level: float,
+) -> list[SummaryRow]:
+    """The gate's rows of components 1..k-1 (component 0 is the reference): intercept, then
+    each concomitant column, as R's ``summary(refit(m))`` lists a concomitant model."""
+    critical = normal_quantile(level)
+    rows = []
+    for component in range(1, gate_coef.shape[0]):
+        rows.append(
+            _wald_row(
+                component,
+                INTERCEPT_NAME,
+                float(gate_intercept[component]),
+                float(gate_intercept_se[component]),
+                critical,
+            )
+        )
+        rows += [
+            _wald_row(
+                component,
+                name,
+                float(gate_coef[component, column]),
+                float(gate_coef_se[component, column]),
+                critical,
+            )
+            for column, name in enumerate(concomitant_names)
+        ]
+    return rows
 
 
 def summary_table(

@@ -258,7 +258,9 @@ class Model(ModelSummary):
 
     def summary(self) -> EstimatesTable:
         """Per line, estimate, std. error, z value, Pr(>|z|) and interval of each coefficient,
-        intercept, weight and noise variance (as R's ``summary(refit(m))``); ``print()`` it.
+        intercept, weight and noise variance (as R's ``summary(refit(m))``), and for a gated
+        model the gate's intercept and slopes of every component but the first (parameters
+        named ``gate:...``); ``print()`` it.
 
         Raises ValueError if the model was fitted without standard errors.
         """
@@ -278,6 +280,17 @@ class Model(ModelSummary):
                 ("noise_variance", estimates["noise_variance"]),
             ]
             rows += [{"component": line, "parameter": name, **item} for name, item in named]
+        # A gated model's gate: components 1..k-1 against the reference, as ``gate:`` rows.
+        gate_columns = (self.gate or {}).get("concomitant") or self.feature_names
+        for gate_row in uncertainty.get("gate") or []:
+            named = [
+                ("(Intercept)", gate_row["intercept"]),
+                *zip(gate_columns, gate_row["coef"], strict=True),
+            ]
+            rows += [
+                {"component": gate_row["component"], "parameter": f"gate:{name}", **item}
+                for name, item in named
+            ]
         return EstimatesTable(rows=rows, level=float(uncertainty["level"]))
 
     @classmethod

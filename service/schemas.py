@@ -485,12 +485,10 @@ class _FitBase(_Strict):
             for field in ("groups", "weights"):
                 if getattr(self, field) is not None:
                     raise _invalid(f"{field}: a gated fit takes neither groups nor weights")
-            if self.n_bootstrap or (
-                "standard_errors" in self.model_fields_set and self.standard_errors
-            ):
+            if self.n_bootstrap:
                 raise _invalid(
-                    "standard_errors: standard errors and the bootstrap are for fits without a "
-                    "gate; leave out standard_errors and n_bootstrap with gating"
+                    "n_bootstrap: the bootstrap is for fits without a gate; leave out "
+                    "n_bootstrap with gating (standard_errors: true gives the gated fit's)"
                 )
         if self.split_by is not None:
             for field in ("groups", "weights", "gating"):
@@ -510,20 +508,24 @@ class _FitBase(_Strict):
     @property
     def wants_standard_errors(self) -> bool | None:
         """``standard_errors`` as asked (None: by the size of the training rows), except for
-        grouped rows, gated and keyed fits: never (they are for one ungrouped, ungated
-        mixture)."""
-        if self.groups is not None or self.gating is not None or self.split_by is not None:
+        grouped rows and keyed fits: never (they are for one ungrouped mixture); and a gated
+        fit computes them only when asked (``true``)."""
+        if self.groups is not None or self.split_by is not None:
             return False
+        if self.gating is not None:
+            return bool(self.standard_errors)
         return self.standard_errors
 
     standard_errors: bool | None = Field(
         default=None,
-        description="per line (ungrouped, ungated fits), standard errors, z values, p values "
+        description="per line (ungrouped fits), standard errors, z values, p values "
         "and 95 % intervals of the coefficients, weight and noise variance, from the observed "
         "information of the Gaussian mixture at the maximum-likelihood fit EM reaches from the "
-        "fitted lines (as R's flexmix::refit). null (the default): computed when the training "
-        f"rows number at most {AUTO_STANDARD_ERRORS_MAX_ROWS:,}, where they cost a small share "
-        "of the fit; true or false: always or never",
+        "fitted lines (as R's flexmix::refit); for a gated fit, of its lines, noise variances "
+        "and gate (uncertainty.gate), at the gated mixture's maximum. null (the default): "
+        f"computed when the training rows number at most {AUTO_STANDARD_ERRORS_MAX_ROWS:,}, "
+        "where they cost a small share of the fit (never for a gated fit); true or false: "
+        "always or never",
     )
     n_bootstrap: Count = Field(
         default=0,
@@ -853,6 +855,15 @@ class BootstrapInfo(BaseModel):
     n_converged: int = Field(description="replicates whose EM met its tolerance")
 
 
+class GateEstimates(BaseModel):
+    """One row of a gated model's gate (a component other than the reference) with its
+    standard errors, as R's ``summary(refit(m))`` lists a concomitant model."""
+
+    component: int = Field(description="the component (1 to k - 1; 0 is the reference)")
+    intercept: Estimate
+    coef: list[Estimate] = Field(description="one per column the gate reads, in its order")
+
+
 class Uncertainty(BaseModel):
     """How the standard errors of a model's lines were obtained."""
 
@@ -860,6 +871,11 @@ class Uncertainty(BaseModel):
     level: float = Field(description="confidence level of every interval")
     log_likelihood: float | None = Field(description="of the maximum-likelihood fit")
     bootstrap: BootstrapInfo | None
+    gate: list[GateEstimates] | None = Field(
+        default=None,
+        description="a gated model's gate with its standard errors (its lines' weights have "
+        "none: they are the gate's mean probabilities); null without a gate",
+    )
 
 
 class Component(BaseModel):

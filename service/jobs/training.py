@@ -822,10 +822,26 @@ def uncertainty_record(
                 ),
             }
         )
+    gate = None
+    if table.gate_rows:
+        # Per free component its intercept, then one row per column the gate reads.
+        per_component = len(table.gate_rows) // (estimator.n_components - 1)
+        gate = [
+            {
+                "component": rows[0].component,
+                "intercept": _estimate(rows[0], None),
+                "coef": [_estimate(row, None) for row in rows[1:]],
+            }
+            for rows in (
+                table.gate_rows[start : start + per_component]
+                for start in range(0, len(table.gate_rows), per_component)
+            )
+        ]
     return {
         "method": "observed-information",
         "level": UNCERTAINTY_LEVEL,
         "log_likelihood": _finite_or_none(table.log_likelihood),
+        "gate": gate,
         "bootstrap": (
             None
             if bootstrap is None

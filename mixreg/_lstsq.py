@@ -15,6 +15,7 @@ are solved from their rows by an SVD (the minimum-norm answer, as ``LinearRegres
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -347,6 +348,34 @@ def lstsq_row_sets(Z: FloatArray, y: FloatArray, row_sets: NDArray[np.intp]) -> 
     return lstsq_of_parts(Z, y, row_sets, np.ones(row_sets.shape, dtype=bool))
 
 
+@functools.cache
+def _upper_triangle(n_params: int) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """Row and column indices of the upper triangle of a ``n_params`` square (cached: the
+    iterative fits ask for the same few sizes thousands of times)."""
+    rows, cols = np.triu_indices(n_params)
+    return rows, cols
+
+
+def _row_products(Z: FloatArray, y: FloatArray) -> FloatArray:
+    """Each row's ``z z^T`` (upper triangle) followed by ``z y``: shape (n_rows, n_upper + p)."""
+    upper_rows, upper_cols = _upper_triangle(Z.shape[1])
+    n_upper = upper_rows.size
+    products = np.empty((Z.shape[0], n_upper + Z.shape[1]))
+    np.multiply(Z[:, upper_rows], Z[:, upper_cols], out=products[:, :n_upper])
+    np.multiply(Z, y[:, None], out=products[:, n_upper:])
+    return products
+
+
+def _unpack_sums(sums: FloatArray, n_params: int) -> tuple[FloatArray, FloatArray]:
+    """Symmetric Gram matrices and right-hand sides from sums of :func:`_row_products`."""
+    upper_rows, upper_cols = _upper_triangle(n_params)
+    n_upper = upper_rows.size
+    gram = np.empty((sums.shape[0], n_params, n_params))
+    gram[:, upper_rows, upper_cols] = sums[:, :n_upper]
+    gram[:, upper_cols, upper_rows] = sums[:, :n_upper]
+    return gram, sums[:, n_upper:]
+
+
 def _weighted_sums(
     Z: FloatArray,
     y: FloatArray,
@@ -366,21 +395,55 @@ def _weighted_sums(
     rhs : ndarray of shape (n_parts, n_params)
     """
     n_samples, n_params = Z.shape
-    upper_rows, upper_cols = np.triu_indices(n_params)
-    n_upper = upper_rows.size
-    sums = np.zeros((n_parts, n_upper + n_params))
-    block_rows = max(1, _MEMBERSHIP_BLOCK_ELEMENTS // max(n_parts, n_upper + n_params))
+    n_columns = n_params * (n_params + 3) // 2
+    sums = np.zeros((n_parts, n_columns))
+    block_rows = max(1, _MEMBERSHIP_BLOCK_ELEMENTS // max(n_parts, n_columns))
     for start in range(0, n_samples, block_rows):
         stop = min(start + block_rows, n_samples)
-        Zb = Z[start:stop]
-        products = np.concatenate(
-            [Zb[:, upper_rows] * Zb[:, upper_cols], Zb * y[start:stop, None]], axis=1
-        )
-        sums += weights_of_rows(start, stop) @ products
-    gram = np.empty((n_parts, n_params, n_params))
-    gram[:, upper_rows, upper_cols] = sums[:, :n_upper]
-    gram[:, upper_cols, upper_rows] = sums[:, :n_upper]
-    return gram, sums[:, n_upper:]
+        sums += weights_of_rows(start, stop) @ _row_products(Z[start:stop], y[start:stop])
+    return _unpack_sums(sums, n_params)
+
+
+class WeightedLeastSquares:
+    """Weighted least squares of fixed rows under ever new weights (EM's M-steps).
+
+    An iterative fit solves the same rows' normal equations under new weights at every
+    iteration. With few parameters and rows enough to hold them, the rows' outer products
+    are formed once here, and every solve is then one matrix product of the weights with them
+    (the sums of :func:`_weighted_sums` in one block) and one batched solve; otherwise every
+    solve is :func:`lstsq_weighted`.
+
+    Parameters
+    ----------
+    Z : ndarray of shape (n_samples, n_params)
+    y : ndarray of shape (n_samples,)
+    """
+
+    def __init__(self, Z: FloatArray, y: FloatArray) -> None:
+        self.Z, self.y = Z, y
+        n_samples, n_params = Z.shape
+        n_columns = n_params * (n_params + 3) // 2
+        self._products: FloatArray | None = None
+        # The products are kept when they are no larger than a block of gathered rows.
+        if n_params <= _SHARED_PRODUCTS_MAX_PARAMS and n_samples * n_columns <= _BLOCK_ELEMENTS:
+            self._products = _row_products(Z, y)
+
+    def solve(self, weights: FloatArray) -> FloatArray:
+        """The weighted least-squares line of every row of ``weights``.
+
+        Parameters
+        ----------
+        weights : ndarray of shape (n_parts, n_samples)
+            Non-negative sample weights per part.
+
+        Returns
+        -------
+        theta : ndarray of shape (n_parts, n_params)
+        """
+        if self._products is None or weights.shape[0] < 2:
+            return lstsq_weighted(self.Z, self.y, weights)
+        gram, rhs = _unpack_sums(weights @ self._products, self.Z.shape[1])
+        return solve_normal_equations(gram, rhs)
 
 
 def _shares_products(n_parts: int, n_params: int) -> bool:

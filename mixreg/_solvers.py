@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._am import SolverResult, classic_am_batch, gradient_am
-from ._em import EMResult, em
+from ._em import EMResult, em_batch
 from ._loss import Grouping
 from ._lstsq import lstsq_by_labels
 from ._subsample import (
@@ -141,16 +141,11 @@ def iterative(
     solver: Callable[..., SolverResult],
     random_start: Callable[[FitContext], FloatArray],
     *extra_params: str,
-    grouped: bool = False,
 ) -> Callable[[FitContext], SolverResult]:
-    """An iterative algorithm (AM, classical AM, EM) run from ``n_init`` starts; ``grouped``
-    says whether the solver takes a ``grouping``."""
+    """An iterative algorithm (gradient AM) run from ``n_init`` starts, one after the other."""
 
     def fit(ctx: FitContext) -> SolverResult:
         p = ctx.params
-        data: dict[str, Any] = {"sample_weight": ctx.sample_weight}
-        if grouped:
-            data["grouping"] = ctx.grouping
         solve = partial(
             solver,
             ctx.Z,
@@ -158,7 +153,7 @@ def iterative(
             max_iter=p["max_iter"],
             tol=p["tol"],
             deadline=ctx.deadline,
-            **data,
+            sample_weight=ctx.sample_weight,
             **{name: p[name] for name in extra_params},
         )
         return restarts(ctx, solve, random_start)
@@ -285,13 +280,51 @@ def fit_classic_am(ctx: FitContext) -> SolverResult:
     )
 
 
+def fit_em(ctx: FitContext) -> SolverResult:
+    """EM from ``n_init`` random-partition starts (flexmix's), run together as one batch; the
+    best by :func:`_quality` (the highest final log-likelihood, the first of equals) wins.
+
+    The starts are drawn as :func:`restarts` draws them, one after the other, and EM uses no
+    randomness, so each start ends as it would alone; a batch pays the per-iteration overhead
+    of small data once for all its starts.
+    """
+    p = ctx.params
+    starts = starting_lines(ctx, random_partition_lines, p["n_init"])
+    batch = em_batch(
+        ctx.Z,
+        ctx.y,
+        starts,
+        max_iter=p["max_iter"],
+        tol=p["tol"],
+        deadline=ctx.deadline,
+        callback=lambda iteration, loss: ctx.report(
+            iteration / p["max_iter"], iteration=iteration, loss=loss
+        ),
+        sample_weight=ctx.sample_weight,
+        grouping=ctx.grouping,
+    )
+    results = [
+        EMResult(
+            theta=batch.thetas[start],
+            loss_history=batch.loss_histories[start],
+            n_iter=int(batch.n_iter[start]),
+            converged=bool(batch.converged[start]),
+            weights=batch.weights[start],
+            variances=batch.variances[start],
+            log_likelihood_history=batch.log_likelihood_histories[start],
+        )
+        for start in range(starts.shape[0])
+    ]
+    return min(results, key=_quality)
+
+
 SOLVERS: dict[str, Callable[[FitContext], SolverResult]] = {
     "am": iterative(gradient_am, random_lines, "step_size"),
     "am-classic": fit_classic_am,
     "subsample": fit_subsample,
     "subsample-exhaustive": fit_subsample_exhaustive,
     "subsample+am": fit_subsample_am,
-    "em": iterative(em, random_partition_lines, grouped=True),
+    "em": fit_em,
 }
 
 GROUPED_ALGORITHMS = ("auto", "am-classic", "em")

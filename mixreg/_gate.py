@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._em import initial_parameters
-from ._lstsq import lstsq_weighted
+from ._lstsq import WeightedLeastSquares
 
 FloatArray = NDArray[np.float64]
 
@@ -174,7 +174,19 @@ def gate_m_step(
     beta = np.array(beta, dtype=np.float64)
     if beta.shape[0] == 1:
         return beta
-    log_probabilities = log_gate(W, beta)
+    beta, _ = _newton(W, responsibilities, beta, log_gate(W, beta), max_steps)
+    return beta
+
+
+def _newton(
+    W: FloatArray,
+    responsibilities: FloatArray,
+    beta: FloatArray,
+    log_probabilities: FloatArray,
+    max_steps: int,
+) -> tuple[FloatArray, FloatArray]:
+    """:func:`gate_m_step` from ``beta`` and its log-probabilities (``log_gate(W, beta)``);
+    returns the new gate with its log-probabilities (the next E-step's)."""
     objective = _objective(responsibilities, log_probabilities)
     for _ in range(max_steps):
         probabilities = np.exp(log_probabilities)
@@ -202,7 +214,7 @@ def gate_m_step(
         else:
             break
         beta, objective, log_probabilities = trial, trial_objective, trial_log_probabilities
-    return beta
+    return beta, log_probabilities
 
 
 def gated_log_densities(
@@ -221,10 +233,15 @@ def gated_log_densities(
     row_log_likelihood : ndarray of shape (n_samples,)
     """
     residuals = y[:, None] - Z @ theta.T
+    return _log_joint(log_gate(W, beta), residuals * residuals, variances)
+
+
+def _log_joint(
+    log_gate_probabilities: FloatArray, squared: FloatArray, variances: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """:func:`gated_log_densities` from the log gate and the squared residuals (n, k)."""
     log_joint = (
-        log_gate(W, beta)
-        - 0.5 * np.log(2.0 * np.pi * variances)
-        - residuals * residuals / (2.0 * variances)
+        log_gate_probabilities - 0.5 * np.log(2.0 * np.pi * variances) - squared / (2.0 * variances)
     )
     top = log_joint.max(axis=1)
     row_log_likelihood = top + np.log(np.exp(log_joint - top[:, None]).sum(axis=1))
@@ -283,8 +300,13 @@ def gated_em(
     beta[:, -1] = np.log(weights) - np.log(weights[0])
     history: list[float] = []
     n_iter, converged = 0, False
+    solver = WeightedLeastSquares(Z, y)
+    # Each M-step hands the next E-step the squared residuals and log gate it computed.
+    residuals = y[:, None] - Z @ theta.T
+    squared = residuals * residuals
+    log_gate_probabilities = log_gate(W, beta)
     while True:
-        log_joint, row_log_likelihood = gated_log_densities(Z, y, W, theta, variances, beta)
+        log_joint, row_log_likelihood = _log_joint(log_gate_probabilities, squared, variances)
         history.append(float(row_log_likelihood.mean()))
         if len(history) > 1 and abs(history[-1] - history[-2]) <= tol:
             converged = True
@@ -295,15 +317,19 @@ def gated_em(
             break
         responsibilities = np.exp(log_joint - row_log_likelihood[:, None])
         mass = responsibilities.sum(axis=0)
-        fitted = lstsq_weighted(Z, y, np.ascontiguousarray(responsibilities.T))
+        fitted = solver.solve(np.ascontiguousarray(responsibilities.T))
         theta = np.where((mass > _EMPTY_MASS)[:, None], fitted, theta)
-        squared = (y[:, None] - Z @ theta.T) ** 2
+        residuals = y[:, None] - Z @ theta.T
+        squared = residuals * residuals
         variances = np.maximum(
             np.einsum("ij,ij->j", responsibilities, squared)
             / np.maximum(mass, np.finfo(np.float64).tiny),
             variance_floor,
         )
-        beta = gate_m_step(W, responsibilities, beta)
+        if beta.shape[0] > 1:
+            beta, log_gate_probabilities = _newton(
+                W, responsibilities, beta, log_gate_probabilities, _NEWTON_STEPS
+            )
         n_iter += 1
     return GatedEMResult(
         theta=theta,

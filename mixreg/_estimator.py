@@ -21,7 +21,7 @@ from ._em import EMResult, e_step, em_batch
 from ._gate import (
     GatedEMResult,
     GateScaling,
-    gated_em,
+    gated_em_batch,
     gated_log_densities,
     log_gate,
     log_softmax,
@@ -322,19 +322,16 @@ def _fit_gate(ctx: FitContext, columns: FloatArray, theta: FloatArray) -> _Gated
         variance_floor=floor,
     )
     best_restart = int(np.argmax([history[-1] for history in restarts.log_likelihood_histories]))
-    results = [
-        gated_em(
-            ctx.Z,
-            ctx.y,
-            design,
-            start,
-            max_iter=_GATE_MAX_ITER,
-            tol=_GATE_TOL,
-            variance_floor=floor,
-            deadline=ctx.deadline,
-        )
-        for start in (theta, restarts.thetas[best_restart])
-    ]
+    results = gated_em_batch(
+        ctx.Z,
+        ctx.y,
+        design,
+        np.stack([theta, restarts.thetas[best_restart]]),
+        max_iter=_GATE_MAX_ITER,
+        tol=_GATE_TOL,
+        variance_floor=floor,
+        deadline=ctx.deadline,
+    )
     chosen = int(np.argmax([result.log_likelihood_history[-1] for result in results]))
     return _GatedFit(
         em=results[chosen],

@@ -93,7 +93,7 @@ def e_step(
         # A group's log-density on a line needs only its rows' (weighted) count and sum of
         # squared residuals; the same sums give the grouped min-loss.
         if sample_weight is None:
-            group_weight = grouping.sizes()
+            group_weight = grouping.sizes().astype(np.float64)
             group_squared = grouping.sum(squared_residuals)
         else:
             group_weight = grouping.sum(sample_weight)

@@ -187,7 +187,8 @@ def gate_m_step(
     if beta.shape[0] == 1:
         return beta
     fitted, _ = _newton(W, responsibilities[None], beta[None], log_gate(W, beta)[None], max_steps)
-    return fitted[0]
+    result: FloatArray = fitted[0]
+    return result
 
 
 def _newton(
@@ -256,11 +257,12 @@ def _newton(
 def _newton_directions(hessian: FloatArray, gradient: FloatArray) -> FloatArray:
     """Newton directions of a stack of (damped) systems; the gradient itself where a Hessian
     is singular."""
+    directions: FloatArray
     try:
-        directions: FloatArray = np.linalg.solve(hessian, gradient[:, :, None])[:, :, 0]
+        directions = np.linalg.solve(hessian, gradient[:, :, None])[:, :, 0]
         return directions
     except np.linalg.LinAlgError:
-        directions = gradient.copy()
+        directions = np.array(gradient, dtype=np.float64)
         for gate, (matrix, vector) in enumerate(zip(hessian, gradient, strict=True)):
             with contextlib.suppress(np.linalg.LinAlgError):
                 directions[gate] = np.linalg.solve(matrix, vector)

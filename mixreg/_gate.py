@@ -259,7 +259,7 @@ def _newton_directions(hessian: FloatArray, gradient: FloatArray) -> FloatArray:
     is singular."""
     directions: FloatArray
     try:
-        directions = np.linalg.solve(hessian, gradient[:, :, None])[:, :, 0]
+        directions = np.asarray(np.linalg.solve(hessian, gradient[:, :, None])[:, :, 0], np.float64)
         return directions
     except np.linalg.LinAlgError:
         directions = np.array(gradient, dtype=np.float64)

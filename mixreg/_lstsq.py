@@ -381,12 +381,14 @@ def _weighted_sums(
     y: FloatArray,
     n_parts: int,
     weights_of_rows: Callable[[int, int], FloatArray],
+    row_products: FloatArray | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     """``sum_i w_pi z_i z_i^T`` and ``sum_i w_pi z_i y_i`` for many parts ``p`` in shared products.
 
     Each block of rows' outer products is formed once and shared by every part in one matrix
     product (only the upper triangle: Gram matrices are symmetric; the right-hand sides ride
-    along as extra columns). Used for few parameters only (the data are standardized by the
+    along as extra columns), or read from ``row_products`` (:func:`_row_products` of all
+    rows) when given. Used for few parameters only (the data are standardized by the
     estimator, so these uncentred sums lose nothing that matters for a starting point).
 
     Returns
@@ -400,7 +402,12 @@ def _weighted_sums(
     block_rows = max(1, _MEMBERSHIP_BLOCK_ELEMENTS // max(n_parts, n_columns))
     for start in range(0, n_samples, block_rows):
         stop = min(start + block_rows, n_samples)
-        sums += weights_of_rows(start, stop) @ _row_products(Z[start:stop], y[start:stop])
+        products = (
+            _row_products(Z[start:stop], y[start:stop])
+            if row_products is None
+            else row_products[start:stop]
+        )
+        sums += weights_of_rows(start, stop) @ products
     return _unpack_sums(sums, n_params)
 
 
@@ -409,9 +416,8 @@ class WeightedLeastSquares:
 
     An iterative fit solves the same rows' normal equations under new weights at every
     iteration. With few parameters and rows enough to hold them, the rows' outer products
-    are formed once here, and every solve is then one matrix product of the weights with them
-    (the sums of :func:`_weighted_sums` in one block) and one batched solve; otherwise every
-    solve is :func:`lstsq_weighted`.
+    are formed once here (``products``), and every solve then reads them instead of forming
+    them again: the same sums as :func:`lstsq_weighted`, to the last bit.
 
     Parameters
     ----------
@@ -423,10 +429,11 @@ class WeightedLeastSquares:
         self.Z, self.y = Z, y
         n_samples, n_params = Z.shape
         n_columns = n_params * (n_params + 3) // 2
-        self._products: FloatArray | None = None
-        # The products are kept when they are no larger than a block of gathered rows.
+        self.products: FloatArray | None = None
+        """The rows' outer products and ``z y`` (see :func:`_weighted_sums`), or None when
+        there are too many parameters or rows to keep them (a block of gathered rows)."""
         if n_params <= _SHARED_PRODUCTS_MAX_PARAMS and n_samples * n_columns <= _BLOCK_ELEMENTS:
-            self._products = _row_products(Z, y)
+            self.products = _row_products(Z, y)
 
     def solve(self, weights: FloatArray) -> FloatArray:
         """The weighted least-squares line of every row of ``weights``.
@@ -440,10 +447,7 @@ class WeightedLeastSquares:
         -------
         theta : ndarray of shape (n_parts, n_params)
         """
-        if self._products is None or weights.shape[0] < 2:
-            return lstsq_weighted(self.Z, self.y, weights)
-        gram, rhs = _unpack_sums(weights @ self._products, self.Z.shape[1])
-        return solve_normal_equations(gram, rhs)
+        return lstsq_weighted(self.Z, self.y, weights, row_products=self.products)
 
 
 def _shares_products(n_parts: int, n_params: int) -> bool:
@@ -513,6 +517,7 @@ def lstsq_by_labels(
     n_components: int,
     *,
     sample_weight: FloatArray | None = None,
+    row_products: FloatArray | None = None,
 ) -> tuple[FloatArray, NDArray[np.intp]]:
     """Least squares of each part of many partitions of all rows.
 
@@ -529,6 +534,9 @@ def lstsq_by_labels(
     n_components : int
     sample_weight : ndarray of shape (n_samples,), optional
         Positive row weights: weighted least squares, centred on the weighted means.
+    row_products : ndarray, optional
+        :attr:`WeightedLeastSquares.products` of ``Z`` and ``y``, read instead of formed
+        (the shared products of a batched polish).
 
     Returns
     -------
@@ -554,7 +562,7 @@ def lstsq_by_labels(
                 weights *= sample_weight[start:stop]
             return weights
 
-        gram, rhs = _weighted_sums(Z, y, n_parts, membership)
+        gram, rhs = _weighted_sums(Z, y, n_parts, membership, row_products)
         theta = solve_normal_equations(gram, rhs)
         return theta.reshape(n_partitions, n_components, n_params), counts
     centre = has_intercept_column(Z)
@@ -634,7 +642,9 @@ def lstsq_by_label(
     return theta[0], counts[0]
 
 
-def lstsq_weighted(Z: FloatArray, y: FloatArray, weights: FloatArray) -> FloatArray:
+def lstsq_weighted(
+    Z: FloatArray, y: FloatArray, weights: FloatArray, *, row_products: FloatArray | None = None
+) -> FloatArray:
     """Weighted least squares of every row of ``weights`` on all samples (EM's M-step).
 
     Parameters
@@ -643,6 +653,8 @@ def lstsq_weighted(Z: FloatArray, y: FloatArray, weights: FloatArray) -> FloatAr
     y : ndarray of shape (n_samples,)
     weights : ndarray of shape (n_parts, n_samples)
         Non-negative sample weights per part (responsibilities of each line of each start).
+    row_products : ndarray, optional
+        :attr:`WeightedLeastSquares.products` of ``Z`` and ``y``, read instead of formed.
 
     Returns
     -------
@@ -650,7 +662,9 @@ def lstsq_weighted(Z: FloatArray, y: FloatArray, weights: FloatArray) -> FloatAr
     """
     n_parts, n_params = weights.shape[0], Z.shape[1]
     if _shares_products(n_parts, n_params):
-        gram, rhs = _weighted_sums(Z, y, n_parts, lambda start, stop: weights[:, start:stop])
+        gram, rhs = _weighted_sums(
+            Z, y, n_parts, lambda start, stop: weights[:, start:stop], row_products
+        )
         return solve_normal_equations(gram, rhs)
     centre = has_intercept_column(Z)
     rows_per_block = _block_rows(n_params)

@@ -315,7 +315,7 @@ def _fit_gate(ctx: FitContext, columns: FloatArray, theta: FloatArray) -> _Gated
     restarts = em_batch(
         ctx.Z,
         ctx.y,
-        np.stack([random_partition_lines(ctx) for _ in range(_GATE_EM_RESTARTS)]),
+        random_partition_lines(ctx, _GATE_EM_RESTARTS),
         max_iter=_GATE_MAX_ITER,
         tol=_GATE_RESTART_TOL,
         deadline=ctx.deadline,

@@ -90,18 +90,30 @@ def random_lines(ctx: FitContext) -> FloatArray:
     return lines
 
 
-def random_partition_lines(ctx: FitContext) -> FloatArray:
-    """Least-squares lines of a random partition of the rows (flexmix's default start); with
-    groups, a random partition of the groups."""
+def random_partition_lines(ctx: FitContext, count: int) -> FloatArray:
+    """Least-squares lines of ``count`` random partitions of the rows (flexmix's default
+    start); with groups, random partitions of the groups.
+
+    Each partition is its own draw from the generator, as if drawn one call at a time; the
+    partitions are solved together (one product for all their parts).
+
+    Returns
+    -------
+    ndarray of shape (count, n_components, n_params)
+    """
     units = ctx.Z.shape[0] if ctx.grouping is None else ctx.grouping.n_groups
-    labels = np.asarray(ctx.rng.integers(0, ctx.n_components, size=units), dtype=np.intp)
-    if ctx.grouping is not None:
-        labels = labels[ctx.grouping.codes]
-    theta, _ = lstsq_by_labels(
-        ctx.Z, ctx.y, labels[None, :], ctx.n_components, sample_weight=ctx.sample_weight
+    labels = np.stack(
+        [
+            np.asarray(ctx.rng.integers(0, ctx.n_components, size=units), dtype=np.intp)
+            for _ in range(count)
+        ]
     )
-    lines: FloatArray = theta[0]
-    return lines
+    if ctx.grouping is not None:
+        labels = labels[:, ctx.grouping.codes]
+    theta, _ = lstsq_by_labels(
+        ctx.Z, ctx.y, labels, ctx.n_components, sample_weight=ctx.sample_weight
+    )
+    return theta
 
 
 def _quality(result: SolverResult) -> float:
@@ -246,12 +258,15 @@ def fit_subsample_am(ctx: FitContext) -> SolverResult:
 
 
 def starting_lines(
-    ctx: FitContext, random_start: Callable[[FitContext], FloatArray], count: int
+    ctx: FitContext, random_starts: Callable[[FitContext, int], FloatArray], count: int
 ) -> FloatArray:
-    """``count`` random starts (or the given ``init``), shape (count, n_components, n_params)."""
+    """``count`` random starts (or the given ``init``), shape (count, n_components, n_params).
+
+    ``random_starts(ctx, count)`` draws the starts, e.g. :func:`random_partition_lines`.
+    """
     if ctx.params.get("init") is not None:
         return np.asarray(ctx.params["init"], dtype=np.float64)[None]
-    return np.stack([random_start(ctx) for _ in range(count)])
+    return random_starts(ctx, count)
 
 
 def fit_classic_am(ctx: FitContext) -> SolverResult:

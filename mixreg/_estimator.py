@@ -307,7 +307,7 @@ class _GatedFit:
 def _fit_gate(ctx: FitContext, columns: FloatArray, theta: FloatArray) -> _GatedFit:
     """Gated EM from the fitted lines and from the best of a batch of EM restarts, in the
     fit's scaled units; the start that ends with the higher likelihood is kept."""
-    scaling, design = GateScaling.of(columns)
+    scaling, design = GateScaling.of(columns, ctx.sample_weight)
     floor = _GATE_VARIANCE_FLOOR * float(np.var(ctx.y)) + np.finfo(np.float64).tiny
     # The lowest min-loss lines need not lie near the likelihood's highest maximum (a line
     # through the rows two components share fits them well but explains neither): EM
@@ -320,6 +320,7 @@ def _fit_gate(ctx: FitContext, columns: FloatArray, theta: FloatArray) -> _Gated
         tol=_GATE_RESTART_TOL,
         deadline=ctx.deadline,
         variance_floor=floor,
+        sample_weight=ctx.sample_weight,
     )
     best_restart = int(np.argmax([history[-1] for history in restarts.log_likelihood_histories]))
     results = gated_em_batch(
@@ -331,6 +332,7 @@ def _fit_gate(ctx: FitContext, columns: FloatArray, theta: FloatArray) -> _Gated
         tol=_GATE_TOL,
         variance_floor=floor,
         deadline=ctx.deadline,
+        sample_weight=ctx.sample_weight,
     )
     chosen = int(np.argmax([result.log_likelihood_history[-1] for result in results]))
     return _GatedFit(
@@ -519,10 +521,12 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         variances, and the gate's multinomial logit (first component as reference) by a
         warm-started Newton method; EM stops when the mean log-likelihood per row changes by at
         most 1e-8, after 1,000 iterations, or at the time budget. Gated EM also starts from the
-        best of 10 (ungated) EM restarts from random partitions of the rows, as flexmix starts,
+        best of 5 (ungated) EM restarts from random partitions of the rows, as flexmix starts,
         and the start that ends with the higher likelihood is kept: the lowest min-loss lines
         need not lie near the likelihood's highest maximum. The fitted lines are then the
-        gated mixture's. Without a gate nothing of the above runs.
+        gated mixture's. With sample weights every step of it is weighted (a row of weight w
+        counts as w copies of itself, in the gate's Newton steps too). Without a gate nothing
+        of the above runs.
 
     Attributes
     ----------
@@ -576,13 +580,16 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         Only for a gated fit; the first is zero.
     log_likelihood_ : float
         Only for a gated fit, or with ``standard_errors=True``: the gated mixture's total
-        log-likelihood of the training rows, or the maximum-likelihood fit's.
+        log-likelihood of the training rows (weighted by ``sample_weight``), or the
+        maximum-likelihood fit's.
     bic_ : float
         Only for a gated fit: ``-2 log_likelihood_ + n_parameters log(n_samples)`` with
         ``n_parameters`` counting every line's coefficients and intercept, its noise variance
-        and the ``(n_components - 1) * (n_concomitant + 1)`` free parameters of the gate.
+        and the ``(n_components - 1) * (n_concomitant + 1)`` free parameters of the gate;
+        with sample weights ``n_samples`` is their total.
     log_likelihood_history_ : ndarray
-        Only for a gated fit: gated EM's mean log-likelihood per row at every iteration.
+        Only for a gated fit: gated EM's mean log-likelihood per row (per unit of weight) at
+        every iteration.
     gate_n_iter_ : int
     gate_converged_ : bool
         Only for a gated fit: gated EM's iterations, and whether it stopped by its tolerance
@@ -765,6 +772,14 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         weights = None if sample_weight is None else check_sample_weight(sample_weight, len(y_arr))
         group_labels: NDArray[Any] | None = None
         codes: NDArray[np.intp] | None = None
+        if concomitant is not None and not self.gating:
+            raise ValueError(
+                "concomitant columns were given but gating=False: set gating=True to let the "
+                "mixing probabilities depend on them"
+            )
+        gate_columns = (
+            None if concomitant is None else check_concomitant(concomitant, n_samples=len(y_arr))
+        )
         if groups is not None:
             if self.algorithm not in GROUPED_ALGORITHMS:
                 raise ValueError(
@@ -782,6 +797,8 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             if not kept.all():
                 # A row of weight zero is a row that is not there.
                 X_arr, y_arr, weights = X_arr[kept], y_arr[kept], weights[kept]
+                if gate_columns is not None:
+                    gate_columns = gate_columns[kept]
                 if codes is not None and group_labels is not None:
                     present, codes = np.unique(codes[kept], return_inverse=True)
                     group_labels, codes = group_labels[present], codes.ravel()
@@ -790,23 +807,9 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         grouping = None if codes is None else Grouping.of(codes)
         n_samples, n_features = X_arr.shape
         params = self.resolved_parameters(n_samples, n_features)
-        if self.gating and (weights is not None or grouping is not None or self.standard_errors):
-            given = (
-                "sample_weight"
-                if weights is not None
-                else ("groups" if grouping is not None else "standard_errors")
-            )
-            raise ValueError(
-                f"{given}: a gated fit takes neither sample weights, groups nor standard errors"
-            )
-        if concomitant is not None and not self.gating:
-            raise ValueError(
-                "concomitant columns were given but gating=False: set gating=True to let the "
-                "mixing probabilities depend on them"
-            )
-        gate_columns = (
-            None if concomitant is None else check_concomitant(concomitant, n_samples=n_samples)
-        )
+        if self.gating and (grouping is not None or self.standard_errors):
+            given = "groups" if grouping is not None else "standard_errors"
+            raise ValueError(f"{given}: a gated fit takes neither groups nor standard errors")
         for name in _GATE_ATTRIBUTES:
             if hasattr(self, name):
                 delattr(self, name)
@@ -1125,18 +1128,21 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         beta = gate.em.beta[order]
         # The softmax is unchanged by a common shift: the first component becomes the reference.
         beta -= beta[0]
-        n_samples, n_gate_params = gate.design.shape
+        n_gate_params = gate.design.shape[1]
+        n_observations = float(
+            gate.design.shape[0] if ctx.sample_weight is None else ctx.sample_weight.sum()
+        )
         k = beta.shape[0]
         self.gate_coef_, self.gate_intercept_ = gate.scaling.to_caller(beta)
-        self.weights_ = np.exp(log_gate(gate.design, beta)).mean(axis=0)
+        self.weights_ = weighted_mean(np.exp(log_gate(gate.design, beta)).T, ctx.sample_weight)
         self.noise_variance_ = _in_caller_units(gate.em.variances[order], ctx.loss_scale)
         # The density of y is that of the scaled target divided by the scale.
         self.log_likelihood_history_ = np.asarray(gate.em.log_likelihood_history) - float(
             np.log(scaling.y_scale)
         )
-        self.log_likelihood_ = float(n_samples * self.log_likelihood_history_[-1])
+        self.log_likelihood_ = float(n_observations * self.log_likelihood_history_[-1])
         n_parameters = gate_parameter_count(k, ctx.Z.shape[1], n_gate_params - 1)
-        self.bic_ = -2.0 * self.log_likelihood_ + n_parameters * float(np.log(n_samples))
+        self.bic_ = -2.0 * self.log_likelihood_ + n_parameters * float(np.log(n_observations))
         self.gate_n_iter_ = gate.em.n_iter
         self.gate_converged_ = gate.em.converged
         self.gate_start_ = gate.start

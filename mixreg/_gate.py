@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._em import initial_parameters
+from ._loss import weighted_mean
 from ._lstsq import WeightedLeastSquares
 
 FloatArray = NDArray[np.float64]
@@ -52,10 +53,14 @@ class GateScaling:
     scale: FloatArray
 
     @classmethod
-    def of(cls, concomitant: FloatArray) -> tuple[GateScaling, FloatArray]:
-        """The scaling of the concomitant matrix (n, q) and its design (n, q + 1)."""
-        mean = concomitant.mean(axis=0)
-        spread = concomitant.std(axis=0)
+    def of(
+        cls, concomitant: FloatArray, sample_weight: FloatArray | None = None
+    ) -> tuple[GateScaling, FloatArray]:
+        """The scaling of the concomitant matrix (n, q) and its design (n, q + 1); with
+        sample weights, their weighted mean and spread (those of the repeated rows)."""
+        mean = weighted_mean(concomitant.T, sample_weight)
+        centred = concomitant - mean
+        spread = np.sqrt(weighted_mean((centred * centred).T, sample_weight))
         spread[spread <= np.finfo(np.float64).tiny] = 1.0
         scaling = cls(mean=mean, scale=spread)
         return scaling, scaling.design(concomitant)
@@ -144,13 +149,27 @@ def gate_hessian(W: FloatArray, beta: FloatArray) -> FloatArray:
     return _hessian(W, np.exp(log_gate(W, beta)))
 
 
-def _hessian(W: FloatArray, probabilities: FloatArray) -> FloatArray:
-    """Hessians of a stack: (..., n, k) probabilities to shape (..., (k - 1) p, (k - 1) p)."""
+def _hessian(
+    W: FloatArray, probabilities: FloatArray, weighted_W: FloatArray | None = None
+) -> FloatArray:
+    """Hessians of a stack: (..., n, k) probabilities to shape (..., (k - 1) p, (k - 1) p).
+
+    ``weighted_W`` is ``W`` with each row times its weight (mean 1), for a weighted objective.
+    """
     n_samples, p = W.shape
     lead = probabilities.shape[:-2]
     free = probabilities.shape[-1] - 1
     weighted = (probabilities[..., 1:, None] * W[:, None, :]).reshape(*lead, n_samples, free * p)
-    transposed = np.swapaxes(weighted, -1, -2)
+    if weighted_W is None:
+        transposed = np.swapaxes(weighted, -1, -2)
+    else:
+        transposed = np.swapaxes(
+            (probabilities[..., 1:, None] * weighted_W[:, None, :]).reshape(
+                *lead, n_samples, free * p
+            ),
+            -1,
+            -2,
+        )
     hessian: FloatArray = -(transposed @ weighted)
     diagonal = (transposed @ W).reshape(*lead, free, p, p)
     for j in range(free):
@@ -197,11 +216,14 @@ def _newton(
     beta: FloatArray,
     log_probabilities: FloatArray,
     max_steps: int,
+    row_weight: FloatArray | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     """:func:`gate_m_step` for a stack of gates at once, from their log-probabilities.
 
     Each gate takes its own steps, halvings and stop, exactly as alone; the stack shares the
-    matrix products and the batched solve.
+    matrix products and the batched solve. With ``row_weight`` (shape (n_samples,), mean 1)
+    the objective, gradient and Hessian weigh each row by it: a row of weight 2 counts as
+    two copies of itself.
 
     Parameters
     ----------
@@ -218,15 +240,19 @@ def _newton(
     """
     beta, log_probabilities = beta.copy(), log_probabilities.copy()
     n_gates, n_components, p = beta.shape
-    objective = _objectives(responsibilities, log_probabilities)
+    weighted_W, weighted_responsibilities = W, responsibilities
+    if row_weight is not None:
+        weighted_W = W * row_weight[:, None]
+        weighted_responsibilities = responsibilities * row_weight[:, None]
+    objective = _objectives(weighted_responsibilities, log_probabilities)
     moving = np.ones(n_gates, dtype=bool)
     for _ in range(max_steps):
         probabilities = np.exp(log_probabilities)
-        gradient = _gradient(W, responsibilities, probabilities).reshape(n_gates, -1)
+        gradient = _gradient(weighted_W, responsibilities, probabilities).reshape(n_gates, -1)
         moving &= np.max(np.abs(gradient), axis=1) > _GRADIENT_TOL
         if not moving.any():
             break
-        hessian = _hessian(W, probabilities)
+        hessian = _hessian(W, probabilities, None if row_weight is None else weighted_W)
         diagonal = np.einsum("gii->gi", hessian)
         diagonal += _HESSIAN_DAMPING * np.maximum(
             diagonal.max(axis=1, keepdims=True), np.finfo(np.float64).tiny
@@ -240,7 +266,7 @@ def _newton(
             trial = beta.copy()
             trial[:, 1:] -= step[:, None, None] * steps
             trial_log_probabilities = log_gate(W, trial)
-            trial_objective = _objectives(responsibilities, trial_log_probabilities)
+            trial_objective = _objectives(weighted_responsibilities, trial_log_probabilities)
             accepted = searching & (trial_objective <= objective - _ARMIJO * step * slope)
             beta[accepted] = trial[accepted]
             log_probabilities[accepted] = trial_log_probabilities[accepted]
@@ -310,7 +336,8 @@ class GatedEMResult:
     variances: FloatArray
     beta: FloatArray
     log_likelihood_history: list[float]
-    """Mean log-likelihood per row (scaled units) before each M-step and at the end."""
+    """Mean log-likelihood per row (per unit of weight, with sample weights; scaled units)
+    before each M-step and at the end."""
     n_iter: int
     converged: bool
 
@@ -325,6 +352,7 @@ def gated_em(
     tol: float,
     variance_floor: float,
     deadline: float | None = None,
+    sample_weight: FloatArray | None = None,
 ) -> GatedEMResult:
     """EM for the gated mixture of regressions, started from the given lines.
 
@@ -332,6 +360,10 @@ def gated_em(
     gate starts as those constant weights); EM then runs until the mean log-likelihood per row
     changes by at most ``tol``, for at most ``max_iter`` iterations or until ``deadline`` (at
     least one iteration runs).
+
+    With ``sample_weight`` the likelihood is weighted: a row of weight ``w`` counts as ``w``
+    copies of itself in every step (the lines' least squares, the variances and the gate's
+    Newton steps), and the mean log-likelihood is per unit of weight.
 
     Parameters
     ----------
@@ -343,6 +375,8 @@ def gated_em(
     theta : ndarray of shape (n_components, n_params)
     variance_floor : float
         Smallest noise variance of a line (keeps the likelihood bounded).
+    sample_weight : ndarray of shape (n_samples,), optional
+        Positive row weights.
 
     Returns
     -------
@@ -357,6 +391,7 @@ def gated_em(
         tol=tol,
         variance_floor=variance_floor,
         deadline=deadline,
+        sample_weight=sample_weight,
     )[0]
 
 
@@ -370,6 +405,7 @@ def gated_em_batch(
     tol: float,
     variance_floor: float,
     deadline: float | None = None,
+    sample_weight: FloatArray | None = None,
 ) -> list[GatedEMResult]:
     """:func:`gated_em` from many starts at once, each run to its own stop.
 
@@ -392,12 +428,18 @@ def gated_em_batch(
     variances = np.empty((n_starts, n_components))
     betas = np.zeros((n_starts, n_components, W.shape[1]))
     for start in range(n_starts):
-        weights, variances[start] = initial_parameters(Z, y, thetas[start], variance_floor)
+        weights, variances[start] = initial_parameters(
+            Z, y, thetas[start], variance_floor, sample_weight=sample_weight
+        )
         betas[start, :, -1] = np.log(weights) - np.log(weights[0])
     histories: list[list[float]] = [[] for _ in range(n_starts)]
     n_iter = np.zeros(n_starts, dtype=np.intp)
     converged = np.zeros(n_starts, dtype=bool)
     solver = WeightedLeastSquares(Z, y)
+    # The gate's Newton steps weigh the rows by their weights scaled to mean 1.
+    row_weight = None
+    if sample_weight is not None:
+        row_weight = sample_weight * (sample_weight.size / float(sample_weight.sum()))
     active = np.arange(n_starts)
     # Each M-step hands the next E-step the squared residuals and log gate it computed.
     residuals = y[:, None] - Z @ np.swapaxes(thetas, -1, -2)
@@ -407,7 +449,7 @@ def gated_em_batch(
         log_joint, row_log_likelihood = _log_joint(
             log_gate_probabilities, squared, variances[active]
         )
-        means = row_log_likelihood.mean(axis=1)
+        means = weighted_mean(row_log_likelihood, sample_weight)
         settled = np.zeros(active.size, dtype=bool)
         for position, start in enumerate(active.tolist()):
             history = histories[start]
@@ -423,21 +465,29 @@ def gated_em_batch(
         log_joint, row_log_likelihood = log_joint[keep], row_log_likelihood[keep]
         log_gate_probabilities = log_gate_probabilities[keep]
         responsibilities = np.exp(log_joint - row_log_likelihood[:, :, None])
-        mass = responsibilities.sum(axis=1)
+        weighted = (
+            responsibilities if sample_weight is None else responsibilities * sample_weight[:, None]
+        )
+        mass = weighted.sum(axis=1)
         fitted = solver.solve(
-            np.swapaxes(responsibilities, -1, -2).reshape(active.size * n_components, -1)
+            np.swapaxes(weighted, -1, -2).reshape(active.size * n_components, -1)
         ).reshape(active.size, n_components, -1)
         thetas[active] = np.where((mass > _EMPTY_MASS)[:, :, None], fitted, thetas[active])
         residuals = y[:, None] - Z @ np.swapaxes(thetas[active], -1, -2)
         squared = residuals * residuals
         variances[active] = np.maximum(
-            np.einsum("gij,gij->gj", responsibilities, squared)
+            np.einsum("gij,gij->gj", weighted, squared)
             / np.maximum(mass, np.finfo(np.float64).tiny),
             variance_floor,
         )
         if n_components > 1:
             betas[active], log_gate_probabilities = _newton(
-                W, responsibilities, betas[active], log_gate_probabilities, _NEWTON_STEPS
+                W,
+                responsibilities,
+                betas[active],
+                log_gate_probabilities,
+                _NEWTON_STEPS,
+                row_weight,
             )
         n_iter[active] += 1
     return [

@@ -1325,10 +1325,17 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         most_likely: FloatArray = values[np.arange(values.shape[0]), chosen]
         return most_likely
 
-    def gated_log_likelihood(self, X: ArrayLike, y: ArrayLike, Z: ArrayLike | None = None) -> float:
+    def gated_log_likelihood(
+        self,
+        X: ArrayLike,
+        y: ArrayLike,
+        Z: ArrayLike | None = None,
+        sample_weight: ArrayLike | None = None,
+    ) -> float:
         """Total log-likelihood of (X, y) under the gated mixture (held-out rows, for instance).
 
-        ``sum_i log sum_j pi_j(z_i) N(y_i; <x_i, coef_j> + intercept_j, noise_variance_j)``.
+        ``sum_i w_i log sum_j pi_j(z_i) N(y_i; <x_i, coef_j> + intercept_j, noise_variance_j)``,
+        with every ``w_i = 1`` without ``sample_weight``.
         """
         self._check_fitted()
         X_arr, y_arr = check_X_y(X, y)
@@ -1343,7 +1350,9 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             self.noise_variance_,
             np.column_stack([self.gate_coef_, self.gate_intercept_]),
         )
-        return float(row_log_likelihood.sum())
+        if sample_weight is None:
+            return float(row_log_likelihood.sum())
+        return float(row_log_likelihood @ check_sample_weight(sample_weight, len(y_arr)))
 
     def predict(self, X: ArrayLike) -> FloatArray:
         """List-decoded predictions: one column per line.

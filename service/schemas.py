@@ -481,10 +481,8 @@ class _FitBase(_Strict):
             raise _invalid("n_bootstrap: the bootstrap is for ungrouped rows only")
         if self.weights is not None and self.n_bootstrap:
             raise _invalid("n_bootstrap: the bootstrap resamples unweighted rows only")
-        if self.gating is not None:
-            for field in ("groups", "weights"):
-                if getattr(self, field) is not None:
-                    raise _invalid(f"{field}: a gated fit takes neither groups nor weights")
+        if self.gating is not None and self.groups is not None:
+            raise _invalid("groups: a gated fit takes no groups")
             if self.n_bootstrap or (
                 "standard_errors" in self.model_fields_set and self.standard_errors
             ):

@@ -395,6 +395,33 @@ def gated_em(
     )[0]
 
 
+# A start still climbing stops when a converged start leads it by more than this many times what
+# its last step, repeated for every iteration left, would add: EM's steps shrink, so it cannot
+# catch up (its steps would have to grow this much, on average, for the rest of the run).
+_CATCH_UP_FACTOR = 10.0
+
+
+def _outpaced(
+    histories: list[list[float]],
+    active: NDArray[np.intp],
+    converged: NDArray[np.bool_],
+    iterations_left: int,
+) -> NDArray[np.bool_]:
+    """Which of the ``active`` starts (not converged) cannot reach the best converged start's
+    likelihood in the iterations left (see :data:`_CATCH_UP_FACTOR`)."""
+    outpaced = np.zeros(active.size, dtype=bool)
+    if not converged.any():
+        return outpaced
+    best = max(histories[start][-1] for start in np.flatnonzero(converged).tolist())
+    for position, start in enumerate(active.tolist()):
+        history = histories[start]
+        if converged[start] or len(history) < 2:
+            continue
+        step = max(history[-1] - history[-2], 0.0)
+        outpaced[position] = best - history[-1] > _CATCH_UP_FACTOR * iterations_left * step
+    return outpaced
+
+
 def gated_em_batch(
     Z: FloatArray,
     y: FloatArray,
@@ -411,7 +438,10 @@ def gated_em_batch(
 
     Every iteration of the starts still running is one E-step and one M-step over stacked
     arrays (the per-iteration overhead of small data is paid once); a start leaves the batch
-    when its mean log-likelihood per row changes by at most ``tol``.
+    when its mean log-likelihood per row changes by at most ``tol``, or, reported as not
+    converged, when a converged start leads it by more than :data:`_CATCH_UP_FACTOR` times
+    what its last step, repeated for every iteration left, would add (a start that cannot
+    catch up need not run to ``max_iter``).
 
     Parameters
     ----------
@@ -456,9 +486,9 @@ def gated_em_batch(
             history.append(float(means[position]))
             settled[position] = len(history) > 1 and abs(history[-1] - history[-2]) <= tol
         converged[active[settled]] = True
+        keep = ~settled & ~_outpaced(histories, active, converged, max_iter - iteration)
         # One iteration runs even past the deadline, so the gate is fitted at least once.
         out_of_time = iteration > 0 and deadline is not None and time.monotonic() > deadline
-        keep = ~settled
         active = active[keep]
         if active.size == 0 or iteration == max_iter or out_of_time:
             break

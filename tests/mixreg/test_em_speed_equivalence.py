@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mixreg._em import e_step, em, em_batch
-from mixreg._gate import GateScaling, gated_em, gated_em_batch
+from mixreg._gate import GateScaling, _outpaced, gated_em, gated_em_batch
 from mixreg._loss import Grouping, grouped_assignment
 from mixreg._lstsq import WeightedLeastSquares, lstsq_by_labels, lstsq_weighted
 from mixreg._solvers import FitContext, fit_em, random_partition_lines
@@ -166,3 +166,22 @@ def test_gated_em_batch_ends_every_start_as_it_would_end_alone() -> None:
         np.testing.assert_allclose(
             together.log_likelihood_history, alone.log_likelihood_history, rtol=1e-10
         )
+
+
+def test_a_start_that_cannot_catch_up_with_a_converged_one_stops() -> None:
+    converged = np.array([True, False, False, False])
+    histories = [
+        [1.0, 1.7, 1.7],  # converged at 1.7
+        [1.0, 1.49, 1.49 + 1e-6],  # far behind, crawling: 100 iterations add 1e-4
+        [1.0, 1.2, 1.5],  # far behind but climbing fast
+        [1.0, 1.69, 1.699999],  # close behind
+    ]
+    active = np.array([1, 2, 3])
+    np.testing.assert_array_equal(
+        _outpaced(histories, active, converged, iterations_left=100), [True, False, False]
+    )
+    # Without a converged start nothing is compared.
+    none = np.zeros(4, dtype=bool)
+    assert not _outpaced(histories, active, none, iterations_left=100).any()
+    # With many iterations left, even the crawl could close the gap.
+    assert not _outpaced(histories, active, converged, iterations_left=10**6).any()

@@ -10,7 +10,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._loss import Grouping, assign, grouped_assignment, smallest_by_line, weighted_mean
-from ._lstsq import gram_matrix, lstsq_by_labels, pseudo_inverse, refit_exactly
+from ._lstsq import (
+    WeightedLeastSquares,
+    gram_matrix,
+    lstsq_by_labels,
+    pseudo_inverse,
+    refit_exactly,
+)
 
 FloatArray = NDArray[np.float64]
 StepCallback = Callable[[int, float], None]
@@ -458,6 +464,8 @@ def classic_am_batch(
     converged = np.zeros(n_starts, dtype=bool)
     group_size = max(1, _BATCH_RESIDUAL_ELEMENTS // (n_components * n_samples))
     best_so_far = np.inf
+    # The rows' outer products, formed once for every iteration's refit.
+    row_products = WeightedLeastSquares(Z, y).products if n_starts > 1 else None
     for first in range(0, n_starts, group_size):
         group = np.arange(first, min(first + group_size, n_starts))
         active = group
@@ -488,7 +496,7 @@ def classic_am_batch(
             if active.size == 0 or iteration == max_iter or out_of_time:
                 break
             fitted, counts = lstsq_by_labels(
-                Z, y, labels, n_components, sample_weight=sample_weight
+                Z, y, labels, n_components, sample_weight=sample_weight, row_products=row_products
             )
             thetas[active] = np.where((counts > 0)[:, :, None], fitted, thetas[active])
             fitted_on = labels

@@ -174,9 +174,14 @@ def lines_of_random_rows(ctx: FitContext, count: int) -> FloatArray:
     return lstsq_row_sets(ctx.Z, ctx.y, row_sets)
 
 
-def random_rows_lines(ctx: FitContext) -> FloatArray:
-    """A starting line set: every line fitted on its own small random set of rows."""
-    return lines_of_random_rows(ctx, ctx.n_components)
+def random_rows_lines(ctx: FitContext, count: int) -> FloatArray:
+    """``count`` starting line sets: every line fitted on its own small random set of rows.
+
+    Returns
+    -------
+    ndarray of shape (count, n_components, n_params)
+    """
+    return np.stack([lines_of_random_rows(ctx, ctx.n_components) for _ in range(count)])
 
 
 StartingLines = Callable[[FitContext], FloatArray]
@@ -193,7 +198,7 @@ def _sources(ctx: FitContext) -> list[tuple[str, StartingLines]]:
     iterations = {"max_iter": p["max_iter"], "tol": p["tol"]}
     search = {"subsample_size": p["subsample_size"], "n_partitions": p["n_partitions"]}
 
-    def random_starts(kind: StartingLines, count: int) -> StartingLines:
+    def random_starts(kind: Callable[[FitContext, int], FloatArray], count: int) -> StartingLines:
         return lambda c: starting_lines(c, kind, count)
 
     def a3(c: FitContext) -> FloatArray:

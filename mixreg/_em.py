@@ -9,8 +9,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._am import SolverResult, StepCallback, assign_many
-from ._loss import Grouping, grouped_assignment, weighted_mean
-from ._lstsq import lstsq_weighted
+from ._loss import Grouping, weighted_mean
+from ._lstsq import WeightedLeastSquares
 
 FloatArray = NDArray[np.float64]
 
@@ -40,8 +40,8 @@ class EStep:
     grouped)."""
     log_likelihood: FloatArray
     """Shape (n_starts,): log-likelihood per unit of weight (per row without weights)."""
-    residuals: FloatArray
-    """Shape (n_starts, n_components, n_samples)."""
+    min_loss: FloatArray
+    """Shape (n_starts,): the lines' (weighted, grouped) min-loss."""
     mixing: FloatArray | None
     """Shape (n_starts, n_components): with groups, the mean of the groups' posteriors (the
     M-step's mixture weights); None otherwise (the M-step takes them from the rows)."""
@@ -58,6 +58,7 @@ def e_step(
     *,
     sample_weight: FloatArray | None = None,
     grouping: Grouping | None = None,
+    squared_residuals: FloatArray | None = None,
 ) -> EStep:
     """Responsibilities of every line for every row, for many starts at once.
 
@@ -73,22 +74,36 @@ def e_step(
         Mixture weights and noise variances.
     sample_weight : ndarray of shape (n_samples,), optional
     grouping : Grouping, optional
+    squared_residuals : ndarray of shape (n_starts, n_components, n_samples), optional
+        The squared residuals of ``theta``, when the caller has them (the M-step that fitted
+        ``theta`` computed them for the variances).
     """
     n_starts, n_components, n_params = theta.shape
-    residuals = (theta.reshape(-1, n_params) @ Z.T).reshape(n_starts, n_components, -1)
-    np.subtract(y, residuals, out=residuals)
+    if squared_residuals is None:
+        squared_residuals = (theta.reshape(-1, n_params) @ Z.T).reshape(n_starts, n_components, -1)
+        np.subtract(y, squared_residuals, out=squared_residuals)
+        np.square(squared_residuals, out=squared_residuals)
+    total_weight = Z.shape[0] if sample_weight is None else float(sample_weight.sum())
     if grouping is None:
         log_prob = (np.log(weights) - 0.5 * np.log(2.0 * np.pi * variances))[
             :, :, None
-        ] - residuals * residuals / (2.0 * variances)[:, :, None]
+        ] - squared_residuals / (2.0 * variances)[:, :, None]
+        min_loss = weighted_mean(squared_residuals.min(axis=1), sample_weight)
     else:
-        log_density = (
-            -0.5 * np.log(2.0 * np.pi * variances)[:, :, None]
-            - residuals * residuals / (2.0 * variances)[:, :, None]
+        # A group's log-density on a line needs only its rows' (weighted) count and sum of
+        # squared residuals; the same sums give the grouped min-loss.
+        if sample_weight is None:
+            group_weight = grouping.sizes().astype(np.float64)
+            group_squared = grouping.sum(squared_residuals)
+        else:
+            group_weight = grouping.sum(sample_weight)
+            group_squared = grouping.sum(squared_residuals * sample_weight)
+        log_prob = (
+            np.log(weights)[:, :, None]
+            - 0.5 * np.log(2.0 * np.pi * variances)[:, :, None] * group_weight
+            - group_squared / (2.0 * variances)[:, :, None]
         )
-        if sample_weight is not None:
-            log_density *= sample_weight
-        log_prob = np.log(weights)[:, :, None] + grouping.sum(log_density)
+        min_loss = group_squared.min(axis=1).sum(axis=1) / total_weight
     top = log_prob[:, 0].copy()
     for component in range(1, n_components):
         np.maximum(top, log_prob[:, component], out=top)
@@ -99,12 +114,11 @@ def e_step(
     log_norm = top + np.log(total)
     if grouping is None:
         log_likelihood = weighted_mean(log_norm, sample_weight)
-        return EStep(log_prob, log_likelihood, residuals, None, log_prob)
-    total_weight = Z.shape[0] if sample_weight is None else float(sample_weight.sum())
+        return EStep(log_prob, log_likelihood, min_loss, None, log_prob)
     return EStep(
         responsibilities=log_prob[:, :, grouping.codes],
         log_likelihood=log_norm.sum(axis=1) / total_weight,
-        residuals=residuals,
+        min_loss=min_loss,
         mixing=log_prob.mean(axis=2),
         unit_posteriors=log_prob,
     )
@@ -119,20 +133,27 @@ def m_step(
     *,
     sample_weight: FloatArray | None = None,
     mixing: FloatArray | None = None,
-) -> tuple[FloatArray, FloatArray, FloatArray]:
+    solver: WeightedLeastSquares | None = None,
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Weighted least squares per line, then the weights and noise variances (many starts).
 
     Each row's responsibility is multiplied by its sample weight. The mixture weights are
     ``mixing`` when given (the groups' mean posterior), else each line's share of the
     responsibility mass. A line with (numerically) no responsibility mass keeps its previous
     value rather than collapsing to the zero line.
+
+    ``solver`` is a :class:`~mixreg._lstsq.WeightedLeastSquares` of ``Z`` and ``y`` kept
+    across iterations (one is made when omitted). Returns the lines, weights and variances,
+    then the squared residuals of the new lines (the next E-step's).
     """
     n_starts, n_components, n_samples = responsibilities.shape
     n_params = Z.shape[1]
     if sample_weight is not None:
         responsibilities = responsibilities * sample_weight
     mass = responsibilities.sum(axis=2)
-    fitted = lstsq_weighted(Z, y, responsibilities.reshape(-1, n_samples)).reshape(
+    if solver is None:
+        solver = WeightedLeastSquares(Z, y)
+    fitted = solver.solve(responsibilities.reshape(-1, n_samples)).reshape(
         n_starts, n_components, n_params
     )
     theta = np.where((mass > _EMPTY_MASS)[:, :, None], fitted, previous_theta)
@@ -147,7 +168,7 @@ def m_step(
         total_weight = n_samples if sample_weight is None else float(sample_weight.sum())
         mixing = mass / total_weight
     weights = np.maximum(mixing, _WEIGHT_FLOOR)
-    return theta, weights / weights.sum(axis=1, keepdims=True), variances
+    return theta, weights / weights.sum(axis=1, keepdims=True), variances, residuals
 
 
 def initial_parameters(
@@ -240,6 +261,9 @@ def em_batch(
     n_iter = np.zeros(n_starts, dtype=np.intp)
     converged = np.zeros(n_starts, dtype=bool)
     active = np.arange(n_starts)
+    solver = WeightedLeastSquares(Z, y)
+    # The M-step's squared residuals of its new lines are the next E-step's.
+    squared: FloatArray | None = None
     for iteration in range(max_iter + 1):
         expectation = e_step(
             Z,
@@ -249,16 +273,10 @@ def em_batch(
             variances[active],
             sample_weight=sample_weight,
             grouping=grouping,
+            squared_residuals=squared,
         )
         responsibilities, log_likelihood = expectation.responsibilities, expectation.log_likelihood
-        mixing = expectation.mixing
-        residuals = expectation.residuals
-        np.square(residuals, out=residuals)
-        if grouping is None:
-            loss = weighted_mean(residuals.min(axis=1), sample_weight)
-        else:
-            squared, _ = grouped_assignment(residuals, sample_weight, grouping)
-            loss = weighted_mean(squared, sample_weight)
+        mixing, loss = expectation.mixing, expectation.min_loss
         settled = np.zeros(active.size, dtype=bool)
         for position, start in enumerate(active.tolist()):
             if iteration > 0:
@@ -275,7 +293,7 @@ def em_batch(
         out_of_time = deadline is not None and time.monotonic() > deadline
         if active.size == 0 or iteration == max_iter or out_of_time:
             break
-        thetas[active], weights[active], variances[active] = m_step(
+        thetas[active], weights[active], variances[active], squared = m_step(
             Z,
             y,
             responsibilities,
@@ -283,6 +301,7 @@ def em_batch(
             variance_floor,
             sample_weight=sample_weight,
             mixing=None if mixing is None else mixing[keep],
+            solver=solver,
         )
         n_iter[active] += 1
     return EMBatchResult(

@@ -21,7 +21,7 @@ from ._em import EMResult, e_step, em_batch
 from ._gate import (
     GatedEMResult,
     GateScaling,
-    gated_em,
+    gated_em_batch,
     gated_log_densities,
     log_gate,
     log_softmax,
@@ -313,7 +313,7 @@ class _GatedFit:
 def _fit_gate(ctx: FitContext, columns: FloatArray, theta: FloatArray) -> _GatedFit:
     """Gated EM from the fitted lines and from the best of a batch of EM restarts, in the
     fit's scaled units; the start that ends with the higher likelihood is kept."""
-    scaling, design = GateScaling.of(columns)
+    scaling, design = GateScaling.of(columns, ctx.sample_weight)
     floor = _GATE_VARIANCE_FLOOR * float(np.var(ctx.y)) + np.finfo(np.float64).tiny
     # The lowest min-loss lines need not lie near the likelihood's highest maximum (a line
     # through the rows two components share fits them well but explains neither): EM
@@ -321,26 +321,25 @@ def _fit_gate(ctx: FitContext, columns: FloatArray, theta: FloatArray) -> _Gated
     restarts = em_batch(
         ctx.Z,
         ctx.y,
-        np.stack([random_partition_lines(ctx) for _ in range(_GATE_EM_RESTARTS)]),
+        random_partition_lines(ctx, _GATE_EM_RESTARTS),
         max_iter=_GATE_MAX_ITER,
         tol=_GATE_RESTART_TOL,
         deadline=ctx.deadline,
         variance_floor=floor,
+        sample_weight=ctx.sample_weight,
     )
     best_restart = int(np.argmax([history[-1] for history in restarts.log_likelihood_histories]))
-    results = [
-        gated_em(
-            ctx.Z,
-            ctx.y,
-            design,
-            start,
-            max_iter=_GATE_MAX_ITER,
-            tol=_GATE_TOL,
-            variance_floor=floor,
-            deadline=ctx.deadline,
-        )
-        for start in (theta, restarts.thetas[best_restart])
-    ]
+    results = gated_em_batch(
+        ctx.Z,
+        ctx.y,
+        design,
+        np.stack([theta, restarts.thetas[best_restart]]),
+        max_iter=_GATE_MAX_ITER,
+        tol=_GATE_TOL,
+        variance_floor=floor,
+        deadline=ctx.deadline,
+        sample_weight=ctx.sample_weight,
+    )
     chosen = int(np.argmax([result.log_likelihood_history[-1] for result in results]))
     return _GatedFit(
         em=results[chosen],
@@ -551,10 +550,12 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         variances, and the gate's multinomial logit (first component as reference) by a
         warm-started Newton method; EM stops when the mean log-likelihood per row changes by at
         most 1e-8, after 1,000 iterations, or at the time budget. Gated EM also starts from the
-        best of 10 (ungated) EM restarts from random partitions of the rows, as flexmix starts,
+        best of 5 (ungated) EM restarts from random partitions of the rows, as flexmix starts,
         and the start that ends with the higher likelihood is kept: the lowest min-loss lines
         need not lie near the likelihood's highest maximum. The fitted lines are then the
-        gated mixture's. Without a gate nothing of the above runs.
+        gated mixture's. With sample weights every step of it is weighted (a row of weight w
+        counts as w copies of itself, in the gate's Newton steps too). Without a gate nothing
+        of the above runs.
 
     Attributes
     ----------
@@ -616,13 +617,16 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         Only for a gated fit; the first is zero.
     log_likelihood_ : float
         Only for a gated fit, or with ``standard_errors=True``: the gated mixture's total
-        log-likelihood of the training rows, or the maximum-likelihood fit's.
+        log-likelihood of the training rows (weighted by ``sample_weight``), or the
+        maximum-likelihood fit's.
     bic_ : float
         Only for a gated fit: ``-2 log_likelihood_ + n_parameters log(n_samples)`` with
         ``n_parameters`` counting every line's coefficients and intercept, its noise variance
-        and the ``(n_components - 1) * (n_concomitant + 1)`` free parameters of the gate.
+        and the ``(n_components - 1) * (n_concomitant + 1)`` free parameters of the gate;
+        with sample weights ``n_samples`` is their total.
     log_likelihood_history_ : ndarray
-        Only for a gated fit: gated EM's mean log-likelihood per row at every iteration.
+        Only for a gated fit: gated EM's mean log-likelihood per row (per unit of weight) at
+        every iteration.
     gate_n_iter_ : int
     gate_converged_ : bool
         Only for a gated fit: gated EM's iterations, and whether it stopped by its tolerance
@@ -805,6 +809,14 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         weights = None if sample_weight is None else check_sample_weight(sample_weight, len(y_arr))
         group_labels: NDArray[Any] | None = None
         codes: NDArray[np.intp] | None = None
+        if concomitant is not None and not self.gating:
+            raise ValueError(
+                "concomitant columns were given but gating=False: set gating=True to let the "
+                "mixing probabilities depend on them"
+            )
+        gate_columns = (
+            None if concomitant is None else check_concomitant(concomitant, n_samples=len(y_arr))
+        )
         if groups is not None:
             if self.algorithm not in GROUPED_ALGORITHMS:
                 raise ValueError(
@@ -822,6 +834,8 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             if not kept.all():
                 # A row of weight zero is a row that is not there.
                 X_arr, y_arr, weights = X_arr[kept], y_arr[kept], weights[kept]
+                if gate_columns is not None:
+                    gate_columns = gate_columns[kept]
                 if codes is not None and group_labels is not None:
                     present, codes = np.unique(codes[kept], return_inverse=True)
                     group_labels, codes = group_labels[present], codes.ravel()
@@ -830,17 +844,13 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         grouping = None if codes is None else Grouping.of(codes)
         n_samples, n_features = X_arr.shape
         params = self.resolved_parameters(n_samples, n_features)
-        if self.gating and (weights is not None or grouping is not None):
-            given = "sample_weight" if weights is not None else "groups"
-            raise ValueError(f"{given}: a gated fit takes neither sample weights nor groups")
-        if concomitant is not None and not self.gating:
+        if self.gating and grouping is not None:
+            raise ValueError("groups: a gated fit takes no groups")
+        if self.gating and weights is not None and self.standard_errors:
             raise ValueError(
-                "concomitant columns were given but gating=False: set gating=True to let the "
-                "mixing probabilities depend on them"
+                "standard_errors: a gated fit with sample weights has no standard errors; "
+                "leave out one of them"
             )
-        gate_columns = (
-            None if concomitant is None else check_concomitant(concomitant, n_samples=n_samples)
-        )
         for name in _GATE_ATTRIBUTES:
             if hasattr(self, name):
                 delattr(self, name)
@@ -1242,18 +1252,21 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         beta = gate.em.beta[order]
         # The softmax is unchanged by a common shift: the first component becomes the reference.
         beta -= beta[0]
-        n_samples, n_gate_params = gate.design.shape
+        n_gate_params = gate.design.shape[1]
+        n_observations = float(
+            gate.design.shape[0] if ctx.sample_weight is None else ctx.sample_weight.sum()
+        )
         k = beta.shape[0]
         self.gate_coef_, self.gate_intercept_ = gate.scaling.to_caller(beta)
-        self.weights_ = np.exp(log_gate(gate.design, beta)).mean(axis=0)
+        self.weights_ = weighted_mean(np.exp(log_gate(gate.design, beta)).T, ctx.sample_weight)
         self.noise_variance_ = _in_caller_units(gate.em.variances[order], ctx.loss_scale)
         # The density of y is that of the scaled target divided by the scale.
         self.log_likelihood_history_ = np.asarray(gate.em.log_likelihood_history) - float(
             np.log(scaling.y_scale)
         )
-        self.log_likelihood_ = float(n_samples * self.log_likelihood_history_[-1])
+        self.log_likelihood_ = float(n_observations * self.log_likelihood_history_[-1])
         n_parameters = gate_parameter_count(k, ctx.Z.shape[1], n_gate_params - 1)
-        self.bic_ = -2.0 * self.log_likelihood_ + n_parameters * float(np.log(n_samples))
+        self.bic_ = -2.0 * self.log_likelihood_ + n_parameters * float(np.log(n_observations))
         self.gate_n_iter_ = gate.em.n_iter
         self.gate_converged_ = gate.em.converged
         self.gate_start_ = gate.start
@@ -1436,10 +1449,17 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         most_likely: FloatArray = values[np.arange(values.shape[0]), chosen]
         return most_likely
 
-    def gated_log_likelihood(self, X: ArrayLike, y: ArrayLike, Z: ArrayLike | None = None) -> float:
+    def gated_log_likelihood(
+        self,
+        X: ArrayLike,
+        y: ArrayLike,
+        Z: ArrayLike | None = None,
+        sample_weight: ArrayLike | None = None,
+    ) -> float:
         """Total log-likelihood of (X, y) under the gated mixture (held-out rows, for instance).
 
-        ``sum_i log sum_j pi_j(z_i) N(y_i; <x_i, coef_j> + intercept_j, noise_variance_j)``.
+        ``sum_i w_i log sum_j pi_j(z_i) N(y_i; <x_i, coef_j> + intercept_j, noise_variance_j)``,
+        with every ``w_i = 1`` without ``sample_weight``.
         """
         self._check_fitted()
         X_arr, y_arr = check_X_y(X, y)
@@ -1454,7 +1474,9 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             self.noise_variance_,
             np.column_stack([self.gate_coef_, self.gate_intercept_]),
         )
-        return float(row_log_likelihood.sum())
+        if sample_weight is None:
+            return float(row_log_likelihood.sum())
+        return float(row_log_likelihood @ check_sample_weight(sample_weight, len(y_arr)))
 
     def predict(self, X: ArrayLike) -> FloatArray:
         """List-decoded predictions: one column per line.

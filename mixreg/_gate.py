@@ -16,6 +16,7 @@ EM) and the log-likelihood never decreases from one iteration to the next.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -23,7 +24,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._em import initial_parameters
-from ._lstsq import lstsq_weighted
+from ._loss import weighted_mean
+from ._lstsq import WeightedLeastSquares
 
 FloatArray = NDArray[np.float64]
 
@@ -51,10 +53,14 @@ class GateScaling:
     scale: FloatArray
 
     @classmethod
-    def of(cls, concomitant: FloatArray) -> tuple[GateScaling, FloatArray]:
-        """The scaling of the concomitant matrix (n, q) and its design (n, q + 1)."""
-        mean = concomitant.mean(axis=0)
-        spread = concomitant.std(axis=0)
+    def of(
+        cls, concomitant: FloatArray, sample_weight: FloatArray | None = None
+    ) -> tuple[GateScaling, FloatArray]:
+        """The scaling of the concomitant matrix (n, q) and its design (n, q + 1); with
+        sample weights, their weighted mean and spread (those of the repeated rows)."""
+        mean = weighted_mean(concomitant.T, sample_weight)
+        centred = concomitant - mean
+        spread = np.sqrt(weighted_mean((centred * centred).T, sample_weight))
         spread[spread <= np.finfo(np.float64).tiny] = 1.0
         scaling = cls(mean=mean, scale=spread)
         return scaling, scaling.design(concomitant)
@@ -75,16 +81,17 @@ class GateScaling:
 
 
 def log_softmax(logits: FloatArray) -> FloatArray:
-    """Row-wise log-softmax of (n, k) logits, without overflow."""
-    top = logits.max(axis=1, keepdims=True)
+    """Row-wise log-softmax of (..., n, k) logits, without overflow."""
+    top = logits.max(axis=-1, keepdims=True)
     shifted: FloatArray = logits - top
-    shifted -= np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    shifted -= np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
     return shifted
 
 
 def log_gate(W: FloatArray, beta: FloatArray) -> FloatArray:
-    """Log mixing probabilities (n, k) of design rows ``W`` (n, p) under gate ``beta`` (k, p)."""
-    return log_softmax(W @ beta.T)
+    """Log mixing probabilities (..., n, k) of design rows ``W`` (n, p) under gates ``beta``
+    (..., k, p)."""
+    return log_softmax(W @ np.swapaxes(beta, -1, -2))
 
 
 def gate_objective(W: FloatArray, responsibilities: FloatArray, beta: FloatArray) -> float:
@@ -101,8 +108,13 @@ def gate_objective(W: FloatArray, responsibilities: FloatArray, beta: FloatArray
 
 
 def _objective(responsibilities: FloatArray, log_probabilities: FloatArray) -> float:
-    total = float(np.einsum("ij,ij->", responsibilities, log_probabilities))
-    return -total / int(log_probabilities.shape[0])
+    return float(_objectives(responsibilities, log_probabilities))
+
+
+def _objectives(responsibilities: FloatArray, log_probabilities: FloatArray) -> FloatArray:
+    """:func:`gate_objective` of a stack of gates: arrays (..., n, k) to shape (...)."""
+    total: FloatArray = np.einsum("...ij,...ij->...", responsibilities, log_probabilities)
+    return -total / int(log_probabilities.shape[-2])
 
 
 def gate_gradient(W: FloatArray, responsibilities: FloatArray, beta: FloatArray) -> FloatArray:
@@ -117,7 +129,9 @@ def gate_gradient(W: FloatArray, responsibilities: FloatArray, beta: FloatArray)
 
 
 def _gradient(W: FloatArray, responsibilities: FloatArray, probabilities: FloatArray) -> FloatArray:
-    gradient: FloatArray = (probabilities - responsibilities)[:, 1:].T @ W / W.shape[0]
+    """Gradients of a stack: (..., n, k) probabilities to shape (..., k - 1, p)."""
+    excess = np.swapaxes((probabilities - responsibilities)[..., 1:], -1, -2)
+    gradient: FloatArray = excess @ W / W.shape[0]
     return gradient
 
 
@@ -135,14 +149,31 @@ def gate_hessian(W: FloatArray, beta: FloatArray) -> FloatArray:
     return _hessian(W, np.exp(log_gate(W, beta)))
 
 
-def _hessian(W: FloatArray, probabilities: FloatArray) -> FloatArray:
+def _hessian(
+    W: FloatArray, probabilities: FloatArray, weighted_W: FloatArray | None = None
+) -> FloatArray:
+    """Hessians of a stack: (..., n, k) probabilities to shape (..., (k - 1) p, (k - 1) p).
+
+    ``weighted_W`` is ``W`` with each row times its weight (mean 1), for a weighted objective.
+    """
     n_samples, p = W.shape
-    free = probabilities.shape[1] - 1
-    weighted = (probabilities[:, 1:, None] * W[:, None, :]).reshape(n_samples, free * p)
-    hessian: FloatArray = -(weighted.T @ weighted)
-    diagonal = (weighted.T @ W).reshape(free, p, p)
+    lead = probabilities.shape[:-2]
+    free = probabilities.shape[-1] - 1
+    weighted = (probabilities[..., 1:, None] * W[:, None, :]).reshape(*lead, n_samples, free * p)
+    if weighted_W is None:
+        transposed = np.swapaxes(weighted, -1, -2)
+    else:
+        transposed = np.swapaxes(
+            (probabilities[..., 1:, None] * weighted_W[:, None, :]).reshape(
+                *lead, n_samples, free * p
+            ),
+            -1,
+            -2,
+        )
+    hessian: FloatArray = -(transposed @ weighted)
+    diagonal = (transposed @ W).reshape(*lead, free, p, p)
     for j in range(free):
-        hessian[j * p : (j + 1) * p, j * p : (j + 1) * p] += diagonal[j]
+        hessian[..., j * p : (j + 1) * p, j * p : (j + 1) * p] += diagonal[..., j, :, :]
     hessian /= n_samples
     return hessian
 
@@ -174,35 +205,94 @@ def gate_m_step(
     beta = np.array(beta, dtype=np.float64)
     if beta.shape[0] == 1:
         return beta
-    log_probabilities = log_gate(W, beta)
-    objective = _objective(responsibilities, log_probabilities)
+    fitted, _ = _newton(W, responsibilities[None], beta[None], log_gate(W, beta)[None], max_steps)
+    result: FloatArray = fitted[0]
+    return result
+
+
+def _newton(
+    W: FloatArray,
+    responsibilities: FloatArray,
+    beta: FloatArray,
+    log_probabilities: FloatArray,
+    max_steps: int,
+    row_weight: FloatArray | None = None,
+) -> tuple[FloatArray, FloatArray]:
+    """:func:`gate_m_step` for a stack of gates at once, from their log-probabilities.
+
+    Each gate takes its own steps, halvings and stop, exactly as alone; the stack shares the
+    matrix products and the batched solve. With ``row_weight`` (shape (n_samples,), mean 1)
+    the objective, gradient and Hessian weigh each row by it: a row of weight 2 counts as
+    two copies of itself.
+
+    Parameters
+    ----------
+    W : ndarray of shape (n_samples, p)
+    responsibilities : ndarray of shape (n_gates, n_samples, n_components)
+    beta : ndarray of shape (n_gates, n_components, p)
+    log_probabilities : ndarray of shape (n_gates, n_samples, n_components)
+        ``log_gate(W, beta)``.
+
+    Returns
+    -------
+    beta, log_probabilities
+        The new gates and their log-probabilities (the next E-step's).
+    """
+    beta, log_probabilities = beta.copy(), log_probabilities.copy()
+    n_gates, n_components, p = beta.shape
+    weighted_W, weighted_responsibilities = W, responsibilities
+    if row_weight is not None:
+        weighted_W = W * row_weight[:, None]
+        weighted_responsibilities = responsibilities * row_weight[:, None]
+    objective = _objectives(weighted_responsibilities, log_probabilities)
+    moving = np.ones(n_gates, dtype=bool)
     for _ in range(max_steps):
         probabilities = np.exp(log_probabilities)
-        gradient = _gradient(W, responsibilities, probabilities).ravel()
-        if np.max(np.abs(gradient)) <= _GRADIENT_TOL:
+        gradient = _gradient(weighted_W, responsibilities, probabilities).reshape(n_gates, -1)
+        moving &= np.max(np.abs(gradient), axis=1) > _GRADIENT_TOL
+        if not moving.any():
             break
-        hessian = _hessian(W, probabilities)
-        hessian[np.diag_indices_from(hessian)] += _HESSIAN_DAMPING * max(
-            float(np.max(np.diag(hessian))), np.finfo(np.float64).tiny
+        hessian = _hessian(W, probabilities, None if row_weight is None else weighted_W)
+        diagonal = np.einsum("gii->gi", hessian)
+        diagonal += _HESSIAN_DAMPING * np.maximum(
+            diagonal.max(axis=1, keepdims=True), np.finfo(np.float64).tiny
         )
-        try:
-            direction = np.linalg.solve(hessian, gradient)
-        except np.linalg.LinAlgError:
-            direction = gradient
-        slope = float(gradient @ direction)
-        step = 1.0
+        direction = _newton_directions(hessian, gradient)
+        slope = np.einsum("gi,gi->g", gradient, direction)
+        steps = direction.reshape(n_gates, n_components - 1, p)
+        step = np.ones(n_gates)
+        searching = moving.copy()
         for _ in range(_HALVINGS):
             trial = beta.copy()
-            trial[1:] -= step * direction.reshape(beta.shape[0] - 1, -1)
+            trial[:, 1:] -= step[:, None, None] * steps
             trial_log_probabilities = log_gate(W, trial)
-            trial_objective = _objective(responsibilities, trial_log_probabilities)
-            if trial_objective <= objective - _ARMIJO * step * slope:
+            trial_objective = _objectives(weighted_responsibilities, trial_log_probabilities)
+            accepted = searching & (trial_objective <= objective - _ARMIJO * step * slope)
+            beta[accepted] = trial[accepted]
+            log_probabilities[accepted] = trial_log_probabilities[accepted]
+            objective[accepted] = trial_objective[accepted]
+            searching &= ~accepted
+            if not searching.any():
                 break
-            step *= 0.5
-        else:
-            break
-        beta, objective, log_probabilities = trial, trial_objective, trial_log_probabilities
-    return beta
+            step[searching] *= 0.5
+        # A gate whose line search found no step is at its optimum (to rounding): it stops.
+        moving &= ~searching
+    return beta, log_probabilities
+
+
+def _newton_directions(hessian: FloatArray, gradient: FloatArray) -> FloatArray:
+    """Newton directions of a stack of (damped) systems; the gradient itself where a Hessian
+    is singular."""
+    directions: FloatArray
+    try:
+        directions = np.asarray(np.linalg.solve(hessian, gradient[:, :, None])[:, :, 0], np.float64)
+        return directions
+    except np.linalg.LinAlgError:
+        directions = np.array(gradient, dtype=np.float64)
+        for gate, (matrix, vector) in enumerate(zip(hessian, gradient, strict=True)):
+            with contextlib.suppress(np.linalg.LinAlgError):
+                directions[gate] = np.linalg.solve(matrix, vector)
+        return directions
 
 
 def gated_log_densities(
@@ -221,13 +311,20 @@ def gated_log_densities(
     row_log_likelihood : ndarray of shape (n_samples,)
     """
     residuals = y[:, None] - Z @ theta.T
+    return _log_joint(log_gate(W, beta), residuals * residuals, variances)
+
+
+def _log_joint(
+    log_gate_probabilities: FloatArray, squared: FloatArray, variances: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """:func:`gated_log_densities` from the log gate and the squared residuals (..., n, k), with
+    variances (..., k)."""
+    variances = variances[..., None, :]
     log_joint = (
-        log_gate(W, beta)
-        - 0.5 * np.log(2.0 * np.pi * variances)
-        - residuals * residuals / (2.0 * variances)
+        log_gate_probabilities - 0.5 * np.log(2.0 * np.pi * variances) - squared / (2.0 * variances)
     )
-    top = log_joint.max(axis=1)
-    row_log_likelihood = top + np.log(np.exp(log_joint - top[:, None]).sum(axis=1))
+    top = log_joint.max(axis=-1)
+    row_log_likelihood = top + np.log(np.exp(log_joint - top[..., None]).sum(axis=-1))
     return log_joint, row_log_likelihood
 
 
@@ -239,7 +336,8 @@ class GatedEMResult:
     variances: FloatArray
     beta: FloatArray
     log_likelihood_history: list[float]
-    """Mean log-likelihood per row (scaled units) before each M-step and at the end."""
+    """Mean log-likelihood per row (per unit of weight, with sample weights; scaled units)
+    before each M-step and at the end."""
     n_iter: int
     converged: bool
 
@@ -254,6 +352,7 @@ def gated_em(
     tol: float,
     variance_floor: float,
     deadline: float | None = None,
+    sample_weight: FloatArray | None = None,
 ) -> GatedEMResult:
     """EM for the gated mixture of regressions, started from the given lines.
 
@@ -261,6 +360,10 @@ def gated_em(
     gate starts as those constant weights); EM then runs until the mean log-likelihood per row
     changes by at most ``tol``, for at most ``max_iter`` iterations or until ``deadline`` (at
     least one iteration runs).
+
+    With ``sample_weight`` the likelihood is weighted: a row of weight ``w`` counts as ``w``
+    copies of itself in every step (the lines' least squares, the variances and the gate's
+    Newton steps), and the mean log-likelihood is per unit of weight.
 
     Parameters
     ----------
@@ -272,44 +375,159 @@ def gated_em(
     theta : ndarray of shape (n_components, n_params)
     variance_floor : float
         Smallest noise variance of a line (keeps the likelihood bounded).
+    sample_weight : ndarray of shape (n_samples,), optional
+        Positive row weights.
 
     Returns
     -------
     GatedEMResult
     """
-    theta = np.array(theta, dtype=np.float64)
-    weights, variances = initial_parameters(Z, y, theta, variance_floor)
-    beta = np.zeros((theta.shape[0], W.shape[1]))
-    beta[:, -1] = np.log(weights) - np.log(weights[0])
-    history: list[float] = []
-    n_iter, converged = 0, False
-    while True:
-        log_joint, row_log_likelihood = gated_log_densities(Z, y, W, theta, variances, beta)
-        history.append(float(row_log_likelihood.mean()))
-        if len(history) > 1 and abs(history[-1] - history[-2]) <= tol:
-            converged = True
-            break
+    return gated_em_batch(
+        Z,
+        y,
+        W,
+        np.asarray(theta, dtype=np.float64)[None],
+        max_iter=max_iter,
+        tol=tol,
+        variance_floor=variance_floor,
+        deadline=deadline,
+        sample_weight=sample_weight,
+    )[0]
+
+
+# A start still climbing stops when a converged start leads it by more than this many times what
+# its last step, repeated for every iteration left, would add: EM's steps shrink, so it cannot
+# catch up (its steps would have to grow this much, on average, for the rest of the run).
+_CATCH_UP_FACTOR = 10.0
+
+
+def _outpaced(
+    histories: list[list[float]],
+    active: NDArray[np.intp],
+    converged: NDArray[np.bool_],
+    iterations_left: int,
+) -> NDArray[np.bool_]:
+    """Which of the ``active`` starts (not converged) cannot reach the best converged start's
+    likelihood in the iterations left (see :data:`_CATCH_UP_FACTOR`)."""
+    outpaced = np.zeros(active.size, dtype=bool)
+    if not converged.any():
+        return outpaced
+    best = max(histories[start][-1] for start in np.flatnonzero(converged).tolist())
+    for position, start in enumerate(active.tolist()):
+        history = histories[start]
+        if converged[start] or len(history) < 2:
+            continue
+        step = max(history[-1] - history[-2], 0.0)
+        outpaced[position] = best - history[-1] > _CATCH_UP_FACTOR * iterations_left * step
+    return outpaced
+
+
+def gated_em_batch(
+    Z: FloatArray,
+    y: FloatArray,
+    W: FloatArray,
+    thetas: FloatArray,
+    *,
+    max_iter: int,
+    tol: float,
+    variance_floor: float,
+    deadline: float | None = None,
+    sample_weight: FloatArray | None = None,
+) -> list[GatedEMResult]:
+    """:func:`gated_em` from many starts at once, each run to its own stop.
+
+    Every iteration of the starts still running is one E-step and one M-step over stacked
+    arrays (the per-iteration overhead of small data is paid once); a start leaves the batch
+    when its mean log-likelihood per row changes by at most ``tol``, or, reported as not
+    converged, when a converged start leads it by more than :data:`_CATCH_UP_FACTOR` times
+    what its last step, repeated for every iteration left, would add (a start that cannot
+    catch up need not run to ``max_iter``).
+
+    Parameters
+    ----------
+    thetas : ndarray of shape (n_starts, n_components, n_params)
+    Other parameters as :func:`gated_em`.
+
+    Returns
+    -------
+    list of GatedEMResult
+        One per start, in order.
+    """
+    thetas = np.array(thetas, dtype=np.float64)
+    n_starts, n_components, _ = thetas.shape
+    variances = np.empty((n_starts, n_components))
+    betas = np.zeros((n_starts, n_components, W.shape[1]))
+    for start in range(n_starts):
+        weights, variances[start] = initial_parameters(
+            Z, y, thetas[start], variance_floor, sample_weight=sample_weight
+        )
+        betas[start, :, -1] = np.log(weights) - np.log(weights[0])
+    histories: list[list[float]] = [[] for _ in range(n_starts)]
+    n_iter = np.zeros(n_starts, dtype=np.intp)
+    converged = np.zeros(n_starts, dtype=bool)
+    solver = WeightedLeastSquares(Z, y)
+    # The gate's Newton steps weigh the rows by their weights scaled to mean 1.
+    row_weight = None
+    if sample_weight is not None:
+        row_weight = sample_weight * (sample_weight.size / float(sample_weight.sum()))
+    active = np.arange(n_starts)
+    # Each M-step hands the next E-step the squared residuals and log gate it computed.
+    residuals = y[:, None] - Z @ np.swapaxes(thetas, -1, -2)
+    squared = residuals * residuals
+    log_gate_probabilities = log_gate(W, betas)
+    for iteration in range(max_iter + 1):
+        log_joint, row_log_likelihood = _log_joint(
+            log_gate_probabilities, squared, variances[active]
+        )
+        means = weighted_mean(row_log_likelihood, sample_weight)
+        settled = np.zeros(active.size, dtype=bool)
+        for position, start in enumerate(active.tolist()):
+            history = histories[start]
+            history.append(float(means[position]))
+            settled[position] = len(history) > 1 and abs(history[-1] - history[-2]) <= tol
+        converged[active[settled]] = True
+        keep = ~settled & ~_outpaced(histories, active, converged, max_iter - iteration)
         # One iteration runs even past the deadline, so the gate is fitted at least once.
-        out_of_time = n_iter > 0 and deadline is not None and time.monotonic() > deadline
-        if n_iter == max_iter or out_of_time:
+        out_of_time = iteration > 0 and deadline is not None and time.monotonic() > deadline
+        active = active[keep]
+        if active.size == 0 or iteration == max_iter or out_of_time:
             break
-        responsibilities = np.exp(log_joint - row_log_likelihood[:, None])
-        mass = responsibilities.sum(axis=0)
-        fitted = lstsq_weighted(Z, y, np.ascontiguousarray(responsibilities.T))
-        theta = np.where((mass > _EMPTY_MASS)[:, None], fitted, theta)
-        squared = (y[:, None] - Z @ theta.T) ** 2
-        variances = np.maximum(
-            np.einsum("ij,ij->j", responsibilities, squared)
+        log_joint, row_log_likelihood = log_joint[keep], row_log_likelihood[keep]
+        log_gate_probabilities = log_gate_probabilities[keep]
+        responsibilities = np.exp(log_joint - row_log_likelihood[:, :, None])
+        weighted = (
+            responsibilities if sample_weight is None else responsibilities * sample_weight[:, None]
+        )
+        mass = weighted.sum(axis=1)
+        fitted = solver.solve(
+            np.swapaxes(weighted, -1, -2).reshape(active.size * n_components, -1)
+        ).reshape(active.size, n_components, -1)
+        thetas[active] = np.where((mass > _EMPTY_MASS)[:, :, None], fitted, thetas[active])
+        residuals = y[:, None] - Z @ np.swapaxes(thetas[active], -1, -2)
+        squared = residuals * residuals
+        variances[active] = np.maximum(
+            np.einsum("gij,gij->gj", weighted, squared)
             / np.maximum(mass, np.finfo(np.float64).tiny),
             variance_floor,
         )
-        beta = gate_m_step(W, responsibilities, beta)
-        n_iter += 1
-    return GatedEMResult(
-        theta=theta,
-        variances=variances,
-        beta=beta,
-        log_likelihood_history=history,
-        n_iter=n_iter,
-        converged=converged,
-    )
+        if n_components > 1:
+            betas[active], log_gate_probabilities = _newton(
+                W,
+                responsibilities,
+                betas[active],
+                log_gate_probabilities,
+                _NEWTON_STEPS,
+                row_weight,
+            )
+        n_iter[active] += 1
+    return [
+        GatedEMResult(
+            theta=thetas[start],
+            variances=variances[start],
+            beta=betas[start],
+            log_likelihood_history=histories[start],
+            n_iter=int(n_iter[start]),
+            converged=bool(converged[start]),
+        )
+        for start in range(n_starts)
+    ]

@@ -66,6 +66,10 @@ class Grouping:
         ).astype(np.float64, copy=False)
         return sums.reshape(*lead, self.n_groups)
 
+    def sizes(self) -> NDArray[np.intp]:
+        """Rows of each group: shape (n_groups,)."""
+        return np.bincount(self.codes, minlength=self.n_groups)
+
     def subset(self, rows: NDArray[np.intp]) -> Grouping:
         """The grouping of the chosen rows, groups renumbered from 0."""
         _, codes = np.unique(self.codes[rows], return_inverse=True)

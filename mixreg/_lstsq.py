@@ -15,6 +15,7 @@ are solved from their rows by an SVD (the minimum-norm answer, as ``LinearRegres
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -350,17 +351,47 @@ def lstsq_row_sets(Z: FloatArray, y: FloatArray, row_sets: NDArray[np.intp]) -> 
     return lstsq_of_parts(Z, y, row_sets, np.ones(row_sets.shape, dtype=bool))
 
 
+@functools.cache
+def _upper_triangle(n_params: int) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """Row and column indices of the upper triangle of a ``n_params`` square (cached: the
+    iterative fits ask for the same few sizes thousands of times)."""
+    rows, cols = np.triu_indices(n_params)
+    return rows, cols
+
+
+def _row_products(Z: FloatArray, y: FloatArray) -> FloatArray:
+    """Each row's ``z z^T`` (upper triangle) followed by ``z y``: shape (n_rows, n_upper + p)."""
+    upper_rows, upper_cols = _upper_triangle(Z.shape[1])
+    n_upper = upper_rows.size
+    products = np.empty((Z.shape[0], n_upper + Z.shape[1]))
+    np.multiply(Z[:, upper_rows], Z[:, upper_cols], out=products[:, :n_upper])
+    np.multiply(Z, y[:, None], out=products[:, n_upper:])
+    return products
+
+
+def _unpack_sums(sums: FloatArray, n_params: int) -> tuple[FloatArray, FloatArray]:
+    """Symmetric Gram matrices and right-hand sides from sums of :func:`_row_products`."""
+    upper_rows, upper_cols = _upper_triangle(n_params)
+    n_upper = upper_rows.size
+    gram = np.empty((sums.shape[0], n_params, n_params))
+    gram[:, upper_rows, upper_cols] = sums[:, :n_upper]
+    gram[:, upper_cols, upper_rows] = sums[:, :n_upper]
+    return gram, sums[:, n_upper:]
+
+
 def _weighted_sums(
     Z: FloatArray,
     y: FloatArray,
     n_parts: int,
     weights_of_rows: Callable[[int, int], FloatArray],
+    row_products: FloatArray | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     """``sum_i w_pi z_i z_i^T`` and ``sum_i w_pi z_i y_i`` for many parts ``p`` in shared products.
 
     Each block of rows' outer products is formed once and shared by every part in one matrix
     product (only the upper triangle: Gram matrices are symmetric; the right-hand sides ride
-    along as extra columns). Used for few parameters only (the data are standardized by the
+    along as extra columns), or read from ``row_products`` (:func:`_row_products` of all
+    rows) when given. Used for few parameters only (the data are standardized by the
     estimator, so these uncentred sums lose nothing that matters for a starting point).
 
     Returns
@@ -369,21 +400,57 @@ def _weighted_sums(
     rhs : ndarray of shape (n_parts, n_params)
     """
     n_samples, n_params = Z.shape
-    upper_rows, upper_cols = np.triu_indices(n_params)
-    n_upper = upper_rows.size
-    sums = np.zeros((n_parts, n_upper + n_params))
-    block_rows = max(1, _MEMBERSHIP_BLOCK_ELEMENTS // max(n_parts, n_upper + n_params))
+    n_columns = n_params * (n_params + 3) // 2
+    sums = np.zeros((n_parts, n_columns))
+    block_rows = max(1, _MEMBERSHIP_BLOCK_ELEMENTS // max(n_parts, n_columns))
     for start in range(0, n_samples, block_rows):
         stop = min(start + block_rows, n_samples)
-        Zb = Z[start:stop]
-        products = np.concatenate(
-            [Zb[:, upper_rows] * Zb[:, upper_cols], Zb * y[start:stop, None]], axis=1
+        products = (
+            _row_products(Z[start:stop], y[start:stop])
+            if row_products is None
+            else row_products[start:stop]
         )
         sums += weights_of_rows(start, stop) @ products
-    gram = np.empty((n_parts, n_params, n_params))
-    gram[:, upper_rows, upper_cols] = sums[:, :n_upper]
-    gram[:, upper_cols, upper_rows] = sums[:, :n_upper]
-    return gram, sums[:, n_upper:]
+    return _unpack_sums(sums, n_params)
+
+
+class WeightedLeastSquares:
+    """Weighted least squares of fixed rows under ever new weights (EM's M-steps).
+
+    An iterative fit solves the same rows' normal equations under new weights at every
+    iteration. With few parameters and rows enough to hold them, the rows' outer products
+    are formed once here (``products``), and every solve then reads them instead of forming
+    them again: the same sums as :func:`lstsq_weighted`, to the last bit.
+
+    Parameters
+    ----------
+    Z : ndarray of shape (n_samples, n_params)
+    y : ndarray of shape (n_samples,)
+    """
+
+    def __init__(self, Z: FloatArray, y: FloatArray) -> None:
+        self.Z, self.y = Z, y
+        n_samples, n_params = Z.shape
+        n_columns = n_params * (n_params + 3) // 2
+        self.products: FloatArray | None = None
+        """The rows' outer products and ``z y`` (see :func:`_weighted_sums`), or None when
+        there are too many parameters or rows to keep them (a block of gathered rows)."""
+        if n_params <= _SHARED_PRODUCTS_MAX_PARAMS and n_samples * n_columns <= _BLOCK_ELEMENTS:
+            self.products = _row_products(Z, y)
+
+    def solve(self, weights: FloatArray) -> FloatArray:
+        """The weighted least-squares line of every row of ``weights``.
+
+        Parameters
+        ----------
+        weights : ndarray of shape (n_parts, n_samples)
+            Non-negative sample weights per part.
+
+        Returns
+        -------
+        theta : ndarray of shape (n_parts, n_params)
+        """
+        return lstsq_weighted(self.Z, self.y, weights, row_products=self.products)
 
 
 def _shares_products(n_parts: int, n_params: int) -> bool:
@@ -453,6 +520,7 @@ def lstsq_by_labels(
     n_components: int,
     *,
     sample_weight: FloatArray | None = None,
+    row_products: FloatArray | None = None,
 ) -> tuple[FloatArray, NDArray[np.intp]]:
     """Least squares of each part of many partitions of all rows.
 
@@ -469,6 +537,9 @@ def lstsq_by_labels(
     n_components : int
     sample_weight : ndarray of shape (n_samples,), optional
         Positive row weights: weighted least squares, centred on the weighted means.
+    row_products : ndarray, optional
+        :attr:`WeightedLeastSquares.products` of ``Z`` and ``y``, read instead of formed
+        (the shared products of a batched polish).
 
     Returns
     -------
@@ -494,7 +565,7 @@ def lstsq_by_labels(
                 weights *= sample_weight[start:stop]
             return weights
 
-        gram, rhs = _weighted_sums(Z, y, n_parts, membership)
+        gram, rhs = _weighted_sums(Z, y, n_parts, membership, row_products)
         theta = solve_normal_equations(gram, rhs)
         return theta.reshape(n_partitions, n_components, n_params), counts
     centre = has_intercept_column(Z)
@@ -574,7 +645,9 @@ def lstsq_by_label(
     return theta[0], counts[0]
 
 
-def lstsq_weighted(Z: FloatArray, y: FloatArray, weights: FloatArray) -> FloatArray:
+def lstsq_weighted(
+    Z: FloatArray, y: FloatArray, weights: FloatArray, *, row_products: FloatArray | None = None
+) -> FloatArray:
     """Weighted least squares of every row of ``weights`` on all samples (EM's M-step).
 
     Parameters
@@ -583,6 +656,8 @@ def lstsq_weighted(Z: FloatArray, y: FloatArray, weights: FloatArray) -> FloatAr
     y : ndarray of shape (n_samples,)
     weights : ndarray of shape (n_parts, n_samples)
         Non-negative sample weights per part (responsibilities of each line of each start).
+    row_products : ndarray, optional
+        :attr:`WeightedLeastSquares.products` of ``Z`` and ``y``, read instead of formed.
 
     Returns
     -------
@@ -590,7 +665,9 @@ def lstsq_weighted(Z: FloatArray, y: FloatArray, weights: FloatArray) -> FloatAr
     """
     n_parts, n_params = weights.shape[0], Z.shape[1]
     if _shares_products(n_parts, n_params):
-        gram, rhs = _weighted_sums(Z, y, n_parts, lambda start, stop: weights[:, start:stop])
+        gram, rhs = _weighted_sums(
+            Z, y, n_parts, lambda start, stop: weights[:, start:stop], row_products
+        )
         return solve_normal_equations(gram, rhs)
     centre = has_intercept_column(Z)
     return weighted_moments(Z, y, weights, centre).solve(centre)

@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._am import SolverResult, classic_am_batch, gradient_am
-from ._em import EMResult, em
+from ._em import EMResult, em_batch
 from ._loss import Grouping
 from ._lstsq import lstsq_by_labels
 from ._subsample import (
@@ -90,18 +90,30 @@ def random_lines(ctx: FitContext) -> FloatArray:
     return lines
 
 
-def random_partition_lines(ctx: FitContext) -> FloatArray:
-    """Least-squares lines of a random partition of the rows (flexmix's default start); with
-    groups, a random partition of the groups."""
+def random_partition_lines(ctx: FitContext, count: int) -> FloatArray:
+    """Least-squares lines of ``count`` random partitions of the rows (flexmix's default
+    start); with groups, random partitions of the groups.
+
+    Each partition is its own draw from the generator, as if drawn one call at a time; the
+    partitions are solved together (one product for all their parts).
+
+    Returns
+    -------
+    ndarray of shape (count, n_components, n_params)
+    """
     units = ctx.Z.shape[0] if ctx.grouping is None else ctx.grouping.n_groups
-    labels = np.asarray(ctx.rng.integers(0, ctx.n_components, size=units), dtype=np.intp)
-    if ctx.grouping is not None:
-        labels = labels[ctx.grouping.codes]
-    theta, _ = lstsq_by_labels(
-        ctx.Z, ctx.y, labels[None, :], ctx.n_components, sample_weight=ctx.sample_weight
+    labels = np.stack(
+        [
+            np.asarray(ctx.rng.integers(0, ctx.n_components, size=units), dtype=np.intp)
+            for _ in range(count)
+        ]
     )
-    lines: FloatArray = theta[0]
-    return lines
+    if ctx.grouping is not None:
+        labels = labels[:, ctx.grouping.codes]
+    theta, _ = lstsq_by_labels(
+        ctx.Z, ctx.y, labels, ctx.n_components, sample_weight=ctx.sample_weight
+    )
+    return theta
 
 
 def _quality(result: SolverResult) -> float:
@@ -141,16 +153,11 @@ def iterative(
     solver: Callable[..., SolverResult],
     random_start: Callable[[FitContext], FloatArray],
     *extra_params: str,
-    grouped: bool = False,
 ) -> Callable[[FitContext], SolverResult]:
-    """An iterative algorithm (AM, classical AM, EM) run from ``n_init`` starts; ``grouped``
-    says whether the solver takes a ``grouping``."""
+    """An iterative algorithm (gradient AM) run from ``n_init`` starts, one after the other."""
 
     def fit(ctx: FitContext) -> SolverResult:
         p = ctx.params
-        data: dict[str, Any] = {"sample_weight": ctx.sample_weight}
-        if grouped:
-            data["grouping"] = ctx.grouping
         solve = partial(
             solver,
             ctx.Z,
@@ -158,7 +165,7 @@ def iterative(
             max_iter=p["max_iter"],
             tol=p["tol"],
             deadline=ctx.deadline,
-            **data,
+            sample_weight=ctx.sample_weight,
             **{name: p[name] for name in extra_params},
         )
         return restarts(ctx, solve, random_start)
@@ -251,12 +258,15 @@ def fit_subsample_am(ctx: FitContext) -> SolverResult:
 
 
 def starting_lines(
-    ctx: FitContext, random_start: Callable[[FitContext], FloatArray], count: int
+    ctx: FitContext, random_starts: Callable[[FitContext, int], FloatArray], count: int
 ) -> FloatArray:
-    """``count`` random starts (or the given ``init``), shape (count, n_components, n_params)."""
+    """``count`` random starts (or the given ``init``), shape (count, n_components, n_params).
+
+    ``random_starts(ctx, count)`` draws the starts, e.g. :func:`random_partition_lines`.
+    """
     if ctx.params.get("init") is not None:
         return np.asarray(ctx.params["init"], dtype=np.float64)[None]
-    return np.stack([random_start(ctx) for _ in range(count)])
+    return random_starts(ctx, count)
 
 
 def fit_classic_am(ctx: FitContext) -> SolverResult:
@@ -285,13 +295,51 @@ def fit_classic_am(ctx: FitContext) -> SolverResult:
     )
 
 
+def fit_em(ctx: FitContext) -> SolverResult:
+    """EM from ``n_init`` random-partition starts (flexmix's), run together as one batch; the
+    best by :func:`_quality` (the highest final log-likelihood, the first of equals) wins.
+
+    The starts are drawn as :func:`restarts` draws them, one after the other, and EM uses no
+    randomness, so each start ends as it would alone; a batch pays the per-iteration overhead
+    of small data once for all its starts.
+    """
+    p = ctx.params
+    starts = starting_lines(ctx, random_partition_lines, p["n_init"])
+    batch = em_batch(
+        ctx.Z,
+        ctx.y,
+        starts,
+        max_iter=p["max_iter"],
+        tol=p["tol"],
+        deadline=ctx.deadline,
+        callback=lambda iteration, loss: ctx.report(
+            iteration / p["max_iter"], iteration=iteration, loss=loss
+        ),
+        sample_weight=ctx.sample_weight,
+        grouping=ctx.grouping,
+    )
+    results = [
+        EMResult(
+            theta=batch.thetas[start],
+            loss_history=batch.loss_histories[start],
+            n_iter=int(batch.n_iter[start]),
+            converged=bool(batch.converged[start]),
+            weights=batch.weights[start],
+            variances=batch.variances[start],
+            log_likelihood_history=batch.log_likelihood_histories[start],
+        )
+        for start in range(starts.shape[0])
+    ]
+    return min(results, key=_quality)
+
+
 SOLVERS: dict[str, Callable[[FitContext], SolverResult]] = {
     "am": iterative(gradient_am, random_lines, "step_size"),
     "am-classic": fit_classic_am,
     "subsample": fit_subsample,
     "subsample-exhaustive": fit_subsample_exhaustive,
     "subsample+am": fit_subsample_am,
-    "em": iterative(em, random_partition_lines, grouped=True),
+    "em": fit_em,
 }
 
 GROUPED_ALGORITHMS = ("auto", "am-classic", "em")

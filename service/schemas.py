@@ -482,9 +482,13 @@ class _FitBase(_Strict):
         if self.weights is not None and self.n_bootstrap:
             raise _invalid("n_bootstrap: the bootstrap resamples unweighted rows only")
         if self.gating is not None:
-            for field in ("groups", "weights"):
-                if getattr(self, field) is not None:
-                    raise _invalid(f"{field}: a gated fit takes neither groups nor weights")
+            if self.groups is not None:
+                raise _invalid("groups: a gated fit takes no groups")
+            if self.weights is not None and self.standard_errors:
+                raise _invalid(
+                    "standard_errors: a gated fit with weights has no standard errors; leave "
+                    "out standard_errors or weights"
+                )
             if self.n_bootstrap:
                 raise _invalid(
                     "n_bootstrap: the bootstrap is for fits without a gate; leave out "

@@ -590,16 +590,19 @@ def gate_record(
     """What a gated model stores of its gate: the model document's gate (coefficients,
     intercepts, noise variances, log-likelihood, BIC), gated EM's iterations and convergence,
     and on the holdout the log-likelihood and the RMSE of the expected and of the most likely
-    value (None without a holdout)."""
+    value (None without a holdout); with weights, each holdout row counts its weight."""
     gate = estimator.to_dict(concomitant_names=spec.concomitant_names)["gate"]
     holdout = None
-    if len(split.y_holdout):
+    weights = split.weights_holdout
+    if len(split.y_holdout) and (weights is None or weights.sum() > 0):
         X, y, Z = split.X_holdout, split.y_holdout, split.Z_holdout
         holdout = {
-            "log_likelihood": estimator.gated_log_likelihood(X, y, Z),
-            "rmse_expected": float(np.sqrt(np.mean((y - estimator.predict_expected(X, Z)) ** 2))),
+            "log_likelihood": estimator.gated_log_likelihood(X, y, Z, weights),
+            "rmse_expected": float(
+                np.sqrt(np.average((y - estimator.predict_expected(X, Z)) ** 2, weights=weights))
+            ),
             "rmse_most_likely": float(
-                np.sqrt(np.mean((y - estimator.predict_most_likely(X, Z)) ** 2))
+                np.sqrt(np.average((y - estimator.predict_most_likely(X, Z)) ** 2, weights=weights))
             ),
         }
     return {

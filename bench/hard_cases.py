@@ -125,7 +125,10 @@ def reference_fits(
             "coef": fitted.coef_.tolist(),
             "intercept": fitted.intercept_.tolist(),
         }
-        _save_cache(REFERENCE_CACHE, cache)
+        # Read again before writing: a `--fill references` of other sets may run beside this.
+        saved = _load_cache(REFERENCE_CACHE)
+        saved.setdefault(data.key, {})[name] = entries[name]
+        _save_cache(REFERENCE_CACHE, saved)
     return entries
 
 
@@ -203,7 +206,8 @@ def flexmix_fit(
         return None
     log(f"{data.key}: flexmix stepFlexmix nrep={FLEXMIX_STARTS}")
     cache[data.key] = run_flexmix(data)
-    _save_cache(FLEXMIX_CACHE, cache)
+    # Read again before writing: a `--fill flexmix` of other sets may run beside this one.
+    _save_cache(FLEXMIX_CACHE, {**_load_cache(FLEXMIX_CACHE), data.key: cache[data.key]})
     return cache[data.key]
 
 

@@ -55,6 +55,9 @@ def _fits(code: Path, kind: str, rounds: int) -> dict[str, object]:
     answer = subprocess.run(
         [sys.executable, "-c", _FITS, kind, str(rounds)],
         env={"PYTHONPATH": str(code), "OPENBLAS_NUM_THREADS": "1", "PATH": ""},
+        # `python -c` puts its working directory first on sys.path: run it in ``code``, or it
+        # would import this checkout's mixreg whatever PYTHONPATH says.
+        cwd=code,
         capture_output=True,
         text=True,
         check=True,

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from mixreg import MixtureOfLinearRegressions
+from mixreg import _gate as gate_module
 from mixreg._gate import (
     GateScaling,
     gate_gradient,
@@ -314,3 +315,26 @@ def test_a_spent_time_budget_still_fits_the_gate_once() -> None:
     ).fit(data.X, data.y)
     assert model.gate_n_iter_ == 1 and not model.gate_converged_
     assert np.ptp(model.predict_proba(data.X)[:, 0]) > 0.1
+
+
+@pytest.mark.parametrize(("seed", "n_components"), [(0, 2), (1, 3), (2, 3), (3, 4)])
+def test_one_newton_step_per_iteration_reaches_the_maximum_of_more_steps(
+    seed: int, n_components: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gated EM takes one Newton step of the gate per iteration: it ends where EM with the
+    gate fitted to convergence at every iteration ends, to EM's tolerance (1e-8 per row)."""
+    data = make_gated(
+        n_samples=200, n_components=n_components, n_concomitant=2, noise=0.3, random_state=seed
+    )
+
+    def fitted(steps: int) -> MixtureOfLinearRegressions:
+        monkeypatch.setattr(gate_module, "_NEWTON_STEPS", steps)
+        model = MixtureOfLinearRegressions(
+            n_components=n_components, algorithm="am-classic", gating=True, random_state=seed
+        )
+        return model.fit(data.X, data.y, concomitant=data.concomitant)
+
+    one, many = fitted(1), fitted(20)
+    assert one.log_likelihood_ >= many.log_likelihood_ - 1e-6 * data.y.size
+    np.testing.assert_allclose(one.coef_, many.coef_, atol=1e-3)
+    np.testing.assert_allclose(one.gate_coef_, many.gate_coef_, atol=1e-2)

@@ -167,14 +167,25 @@ def _endpoint_seconds(n_keys: int, rounds: int, folder: Path) -> tuple[float, fl
         )
         repository.claim_job(session, job_id=job.id, worker_id="bench", now=repository.utcnow())
         shard = 65_536
-        for position, start in enumerate(range(0, n_keys, shard)):
+        starts = range(0, n_keys, shard)
+        # The shards' rows are not read here: the keys' lines are made up.
+        repository.plan_job_shards(
+            session,
+            job_id=job.id,
+            shards=[(min(shard, n_keys - start), np.zeros(0, dtype=np.int64)) for start in starts],
+        )
+        for position, start in enumerate(starts):
             count = min(shard, n_keys - start)
+            now = repository.utcnow()
+            repository.claim_job_shard(
+                session, job_id=job.id, claimant="bench", now=now, stale_before=now
+            )
             repository.store_job_shard(
                 session,
                 job_id=job.id,
-                worker_id="bench",
-                attempt=1,
                 position=position,
+                claimant="bench",
+                worker_id="bench",
                 arrays={
                     "keys": keys[start : start + count],
                     "coef": rng.standard_normal((count, k, d)),

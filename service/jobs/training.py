@@ -20,9 +20,11 @@ import math
 import os
 import threading
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
@@ -50,7 +52,7 @@ from mixreg import (
 )
 from models_store import registry, repository
 from models_store.session import make_engine, make_sessionmaker, read_scope, session_scope
-from models_store.tables import Job
+from models_store.tables import TERMINAL_JOB_STATUSES, Job
 from service.data.columns import load_columns
 from service.jobs.fit_columns import GROUPS, WEIGHTS, wanted_columns
 from service.logs import LogFormat, configure_logging, job_context
@@ -1029,6 +1031,7 @@ def run_job(
     worker_alive: Connection | None = None,
     data_loaded: EventType | None = None,
     log_format: LogFormat | None = None,
+    stale_after_s: float = 15.0,
 ) -> str:
     """Fit the running job ``job_id`` and store its model (a k sweep: one per k), finishing the
     job in the same unit of work.
@@ -1039,7 +1042,9 @@ def run_job(
     finds that out (``EXIT_ATTEMPT_SUPERSEDED``). The heartbeat starts before the data are
     loaded, so a slow load never looks like a lost worker. ``worker_alive`` is the read end of
     a pipe held open by the worker process; the fit stops when it closes. ``data_loaded`` is set
-    once the data are loaded (the worker's time limit counts from then). ``log_format``, when
+    once the data are loaded (the worker's time limit counts from then). A keyed job's shard claimed
+    by a process whose heartbeat is older than ``stale_after_s`` (seconds, on the database's
+    clock) is claimed again. ``log_format``, when
     given, configures the logging of this process (a fit process does not inherit its
     worker's); every line logged during the fit names ``job_id``. Returns the status the job
     was left in by this call (``"lost"`` if the job was not, or stopped being, owned by the
@@ -1059,6 +1064,7 @@ def run_job(
                 attempt=attempt,
                 worker_alive=worker_alive,
                 data_loaded=data_loaded,
+                stale_after_s=stale_after_s,
             )
     finally:
         engine.dispose()
@@ -1078,13 +1084,15 @@ DEFAULT_KEYS_PER_SHARD = 65_536
 
 @dataclass(frozen=True)
 class KeyedData:
-    """A keyed fit's key column split as the rows are (``TrainHoldout``), and its settings."""
+    """A keyed fit's key column (every row, in row order), the rows of the split
+    (``TrainHoldout``), and its settings."""
 
     split_by: str
     small_keys: str
     keys_per_shard: int
-    keys_train: NDArray[Any]
-    keys_holdout: NDArray[Any]
+    keys: NDArray[Any]
+    train: IndexArray
+    holdout: IndexArray
 
     @classmethod
     def of_column(cls, job: Job, values: NDArray[Any]) -> KeyedData:
@@ -1099,8 +1107,9 @@ class KeyedData:
             split_by=job.split_by,
             small_keys=job.small_keys or "k1",
             keys_per_shard=job.keys_per_shard or DEFAULT_KEYS_PER_SHARD,
-            keys_train=values[train],
-            keys_holdout=values[holdout],
+            keys=values,
+            train=train,
+            holdout=holdout,
         )
 
 
@@ -1193,6 +1202,7 @@ def _run_job(
     attempt: int | None,
     worker_alive: Connection | None,
     data_loaded: EventType | None,
+    stale_after_s: float,
 ) -> str:
     owner = _current_attempt(session_factory, job_id, worker_id, attempt)
     if owner is None:
@@ -1232,19 +1242,21 @@ def _run_job(
             if claimed.keyed is None:
                 fitted, keyed = fit_split(data, spec, progress=progress), None
             else:
-                fitted, keyed = fit_keyed(
-                    data,
-                    claimed.keyed,
-                    spec,
-                    ShardStore(
-                        session_factory,
-                        job_id=job_id,
-                        worker_id=owner.worker_id,
-                        attempt=owner.attempt,
-                    ),
-                    keys_per_shard=claimed.keyed.keys_per_shard,
-                    progress=progress,
-                )
+                with ShardStore(
+                    session_factory,
+                    job_id=job_id,
+                    worker_id=owner.worker_id,
+                    stale_after_s=stale_after_s,
+                    heartbeat_interval_s=heartbeat_interval_s,
+                ) as shards:
+                    fitted, keyed = fit_keyed(
+                        data,
+                        claimed.keyed,
+                        spec,
+                        shards,
+                        wait_s=progress_interval_s or heartbeat_interval_s,
+                        progress=progress,
+                    )
         except JobLostError:
             return "lost"
         except FitCancelledError:
@@ -1367,32 +1379,127 @@ def _store_models(
 
 
 class ShardStore:
-    """Where a keyed job keeps the shards of keys it has fitted: the database, as the job's
-    running attempt (a shard stored by an earlier attempt is not fitted again)."""
+    """A keyed job's shards seen by one claimant (a process of a worker): its plan, claims,
+    stored shards and the progress of all of them.
+
+    Used as a context manager: a daemon thread renews the heartbeat of the claimant's shard
+    on the database's clock every ``heartbeat_interval_s`` (with the keys it has fitted of
+    it), notes when the job ended or is being cancelled (:meth:`fitting` then raises
+    :class:`FitCancelledError`), and ends the process if ``worker_alive`` (the read end of a
+    pipe its worker holds) closes. A claim whose heartbeat is older than ``stale_after_s`` is
+    free again, so a shard of a claimant that died is fitted by another.
+    """
 
     def __init__(
-        self, session_factory: sessionmaker[Session], *, job_id: str, worker_id: str, attempt: int
+        self,
+        session_factory: sessionmaker[Session],
+        *,
+        job_id: str,
+        worker_id: str,
+        stale_after_s: float,
+        heartbeat_interval_s: float,
+        worker_alive: Connection | None = None,
     ) -> None:
         self._session_factory = session_factory
-        self._job_id, self._worker_id, self._attempt = job_id, worker_id, attempt
+        self._job_id, self.worker_id = job_id, worker_id
+        # One claimant per process: its claims go stale together when it dies.
+        self.claimant = f"{worker_id}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+        self._stale_after_s = stale_after_s
+        self._interval_s = heartbeat_interval_s
+        self._worker_alive = worker_alive
+        self._keys_fitting = 0
+        self._job_ended = threading.Event()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="mixreg-shards", daemon=True)
 
-    def stored(self) -> set[int]:
-        """Positions of the shards already stored."""
-        with read_scope(self._session_factory) as session:
-            return set(repository.stored_job_shards(session, job_id=self._job_id))
+    def __enter__(self) -> ShardStore:
+        self._thread.start()
+        return self
 
-    def store(self, position: int, arrays: Mapping[str, NDArray[Any]]) -> None:
-        """Store a fitted shard; ``JobLostError`` if the attempt is no longer the job's."""
+    def __exit__(self, *exc_info: object) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        while not self._stopped.wait(self._interval_s):
+            if self._worker_alive is not None and self._worker_alive.poll():
+                logger.error("job %s: the worker process is gone; stopping", self._job_id)
+                os._exit(EXIT_PARENT_LOST)
+            try:
+                with session_scope(self._session_factory) as session:
+                    unfinished = repository.beat_job_shards(
+                        session,
+                        job_id=self._job_id,
+                        claimant=self.claimant,
+                        now=repository.database_now(session),
+                        keys_done=self._keys_fitting,
+                    )
+            except SQLAlchemyError:
+                logger.exception("job %s: shard heartbeat failed; retrying", self._job_id)
+            else:
+                if not unfinished:
+                    self._job_ended.set()
+
+    def plan(self, shards: Sequence[tuple[int, IndexArray]]) -> None:
+        """Record the job's shards (keys, rows per shard) unless an earlier attempt did."""
         with session_scope(self._session_factory) as session:
-            if not repository.store_job_shard(
+            repository.plan_job_shards(session, job_id=self._job_id, shards=shards)
+
+    def claim(self) -> repository.ShardClaim | None:
+        """Claim a free (or stale) shard of the job; None if there is none."""
+        with session_scope(self._session_factory) as session:
+            now = repository.database_now(session)
+            claim = repository.claim_job_shard(
                 session,
                 job_id=self._job_id,
-                worker_id=self._worker_id,
-                attempt=self._attempt,
+                claimant=self.claimant,
+                now=now,
+                stale_before=now - timedelta(seconds=self._stale_after_s),
+            )
+        self._keys_fitting = 0
+        if claim is not None:
+            logger.info(
+                "job %s: shard %d (%d keys, %d rows) claimed by %s",
+                self._job_id,
+                claim.position,
+                claim.n_keys,
+                claim.rows.size,
+                self.claimant,
+            )
+        return claim
+
+    def fitting(self, keys_done: int) -> None:
+        """Note the keys fitted of the claimed shard; raise :class:`FitCancelledError` once
+        the job is finished or being cancelled (its shards' work is then lost anyway)."""
+        self._keys_fitting = keys_done
+        if self._job_ended.is_set():
+            raise FitCancelledError(self._job_id)
+
+    def store(self, position: int, arrays: Mapping[str, NDArray[Any]]) -> bool:
+        """Store the fitted shard ``position``; False (nothing stored) if this claimant no
+        longer holds it or the job ended."""
+        with session_scope(self._session_factory) as session:
+            stored = repository.store_job_shard(
+                session,
+                job_id=self._job_id,
                 position=position,
+                claimant=self.claimant,
+                worker_id=self.worker_id,
                 arrays=arrays,
-            ):
-                raise JobLostError(self._job_id)
+            )
+        if not stored:
+            logger.warning(
+                "job %s: shard %d was not stored: its claim went to another worker or the "
+                "job ended",
+                self._job_id,
+                position,
+            )
+        return stored
+
+    def counts(self) -> repository.ShardCounts:
+        """The shards done and free, and the keys done over every claimant."""
+        with read_scope(self._session_factory) as session:
+            return repository.job_shard_counts(session, job_id=self._job_id)
 
     def load(self) -> dict[str, NDArray[Any]]:
         """Every stored shard, joined in key order."""
@@ -1400,16 +1507,60 @@ class ShardStore:
             return repository.load_job_shards(session, job_id=self._job_id)
 
 
-def _shard_arrays(keyed: mixreg.KeyedMixture) -> dict[str, NDArray[Any]]:
-    """The stored arrays of a fitted shard (text keys as fixed-width text: never pickled)."""
+def plan_shards(
+    keys: NDArray[Any], keys_per_shard: int
+) -> tuple[NDArray[Any], list[tuple[int, IndexArray]]]:
+    """The distinct keys of ``keys`` (every row's key, None or NaN where missing), sorted,
+    and per shard of ``keys_per_shard`` consecutive ones its key count and the rows of its
+    keys, increasing: what a claimant of the shard reads."""
+    present = np.flatnonzero(~mixreg.missing_keys(keys))
+    distinct, codes = np.unique(mixreg.key_array(keys[present]), return_inverse=True)
+    shard_of_row = codes.ravel() // keys_per_shard
+    # A stable sort keeps each shard's rows increasing.
+    order = np.argsort(shard_of_row, kind="stable")
+    n_shards = -(-distinct.size // keys_per_shard)
+    bounds = np.searchsorted(shard_of_row[order], np.arange(n_shards + 1))
+    return distinct, [
+        (
+            min(keys_per_shard, distinct.size - position * keys_per_shard),
+            present[order[bounds[position] : bounds[position + 1]]],
+        )
+        for position in range(n_shards)
+    ]
+
+
+def fit_shard(
+    X: FloatArray,
+    y: FloatArray,
+    keys: NDArray[Any],
+    position: int,
+    spec: FitSpec,
+    small_keys: str,
+    progress: Callable[[int], None],
+) -> dict[str, NDArray[Any]]:
+    """Fit a mixture per key on the rows of shard ``position`` (in row order) and return the
+    arrays stored for it (text keys as fixed-width text: never pickled). The shard draws from
+    its own seed (the job's seed and its position), so it fits the same whichever worker and
+    attempt fit it. ``progress`` gets the keys fitted so far, between batches of keys."""
+    fitted = mixreg.fit_per_key(
+        X,
+        y,
+        keys,
+        spec.n_components,
+        fit_intercept=spec.fit_intercept,
+        small_keys="skip" if small_keys == "skip" else "k1",
+        global_model=False,
+        random_state=np.random.default_rng([spec.seed, position]),
+        progress=lambda keys_done, _: progress(keys_done),
+    )
     return {
-        "keys": keyed.keys if keyed.keys.dtype.kind in "iu" else keyed.keys.astype(str),
-        "coef": keyed.coef,
-        "intercept": keyed.intercept,
-        "shares": keyed.shares,
-        "min_loss": keyed.min_loss,
-        "n_rows": keyed.n_rows,
-        "status": keyed.status,
+        "keys": fitted.keys if fitted.keys.dtype.kind in "iu" else fitted.keys.astype(str),
+        "coef": fitted.coef,
+        "intercept": fitted.intercept,
+        "shares": fitted.shares,
+        "min_loss": fitted.min_loss,
+        "n_rows": fitted.n_rows,
+        "status": fitted.status,
     }
 
 
@@ -1419,16 +1570,19 @@ def fit_keyed(
     spec: FitSpec,
     shards: ShardStore,
     *,
-    keys_per_shard: int,
+    wait_s: float,
     progress: ProgressCallback | None = None,
 ) -> tuple[FittedSweep, dict[str, Any]]:
-    """A keyed fit: the global model of the job's spec on the split (a tenth of the progress),
-    then a mixture per key on all rows (:func:`mixreg.fit_per_key`), shard by shard of
-    ``keys_per_shard`` consecutive keys, each stored as soon as it is fitted; shards already
-    stored (by an attempt that lost its worker) are skipped. Each shard draws from its own
-    seed (the job's seed and its position), so a shard fits the same whichever attempt fits it.
-    Progress counts keys. Returns the global fit and the keys' summary (counts by status,
-    failures, min-loss quantiles).
+    """A keyed fit: the global model of the job's spec on the split (a tenth of the
+    progress), then a mixture per key on all rows (:func:`mixreg.fit_per_key`), in shards of
+    ``keys_per_shard`` consecutive keys.
+
+    The shards are planned once per job (:func:`plan_shards`); this process then claims and
+    fits shards (from the rows it holds) as other workers may do at the same time (from the
+    rows they read), each stored as soon as it is fitted and once. When no shard is free it
+    waits ``wait_s`` and looks again: a claim that went stale is free again. Progress counts
+    the keys done over every claimant. Returns the global fit and the keys' summary (counts
+    by status, failures, min-loss quantiles) once every shard is stored.
     """
 
     def global_progress(fraction: float, info: dict[str, Any]) -> None:
@@ -1436,42 +1590,48 @@ def fit_keyed(
             progress(fraction * GLOBAL_SHARE, info)
 
     fitted = fit_split(split, spec, progress=global_progress)
-    X = np.concatenate([split.X_train, split.X_holdout])
-    y = np.concatenate([split.y_train, split.y_holdout])
-    keys = np.concatenate([keyed.keys_train, keyed.keys_holdout])
-    missing = mixreg.missing_keys(keys)
-    X, y, keys = X[~missing], y[~missing], keys[~missing]
-    distinct, codes = np.unique(mixreg.key_array(keys), return_inverse=True)
-    order = np.argsort(codes, kind="stable")
-    first_codes = np.arange(0, distinct.size + keys_per_shard, keys_per_shard)
-    bounds = np.searchsorted(codes[order], first_codes)
-    n_shards = -(-distinct.size // keys_per_shard)
-    done = shards.stored()
+    n_rows = len(keyed.keys)
+    X = np.empty((n_rows, split.n_features))
+    y = np.empty(n_rows)
+    X[keyed.train], X[keyed.holdout] = split.X_train, split.X_holdout
+    y[keyed.train], y[keyed.holdout] = split.y_train, split.y_holdout
+    distinct, plan = plan_shards(keyed.keys, keyed.keys_per_shard)
+    shards.plan(plan)
+    del plan
+    counted = {"at": -math.inf, "keys_done": 0}
 
-    def key_progress(keys_done: int) -> None:
-        # Called between batches of keys: a cancellation stops the fit there.
-        if progress is not None:
-            fraction = GLOBAL_SHARE + (1 - GLOBAL_SHARE) * keys_done / max(distinct.size, 1)
-            progress(fraction, {"keys_done": keys_done, "n_keys": int(distinct.size)})
+    def key_progress(*, refresh: bool = False) -> None:
+        # Called between batches of keys and while waiting: a cancellation stops the fit there.
+        if progress is None:
+            return
+        if refresh or time.monotonic() - counted["at"] >= wait_s:
+            counted["at"], counted["keys_done"] = time.monotonic(), shards.counts().keys_done
+        fraction = GLOBAL_SHARE + (1 - GLOBAL_SHARE) * counted["keys_done"] / max(distinct.size, 1)
+        progress(fraction, {"keys_done": counted["keys_done"], "n_keys": int(distinct.size)})
 
-    for position in range(n_shards):
-        first_key = position * keys_per_shard
-        key_progress(min(first_key, distinct.size))
-        if position in done:
+    def fitting(keys_done: int) -> None:
+        shards.fitting(keys_done)
+        key_progress()
+
+    while True:
+        claim = shards.claim()
+        if claim is None:
+            counts = shards.counts()
+            key_progress(refresh=True)
+            if counts.done == counts.n_shards:
+                break
+            time.sleep(wait_s)
             continue
-        rows = order[bounds[position] : bounds[position + 1]]
-        per_key = mixreg.fit_per_key(
-            X[rows],
-            y[rows],
-            keys[rows],
-            spec.n_components,
-            fit_intercept=spec.fit_intercept,
-            small_keys="skip" if keyed.small_keys == "skip" else "k1",
-            global_model=False,
-            random_state=np.random.default_rng([spec.seed, position]),
-            progress=_offset_progress(key_progress, first_key),
+        arrays = fit_shard(
+            X[claim.rows],
+            y[claim.rows],
+            keyed.keys[claim.rows],
+            claim.position,
+            spec,
+            keyed.small_keys,
+            fitting,
         )
-        shards.store(position, _shard_arrays(per_key))
+        shards.store(claim.position, arrays)
     stored = shards.load()
     n_keys = int(stored["keys"].size) if stored else 0
     summary = mixreg.KeyedMixture(
@@ -1482,7 +1642,7 @@ def fit_keyed(
         min_loss=stored.get("min_loss", np.zeros(0)),
         n_rows=stored.get("n_rows", np.zeros(0, dtype=np.int64)),
         status=stored.get("status", np.zeros(0, dtype=np.int8)),
-        rows_without_key=int(missing.sum()),
+        rows_without_key=int(mixreg.missing_keys(keyed.keys).sum()),
         failures={
             str(key): mixreg.FAILURE_REASON
             for key in stored["keys"][stored["status"] == mixreg.STATUSES.index("failed")][
@@ -1499,14 +1659,85 @@ GLOBAL_SHARE = 0.1
 """Share of a keyed fit's progress taken by its global model."""
 
 
-def _offset_progress(report: Callable[[int], None], first_key: int) -> Callable[[int, int], None]:
-    """``fit_per_key``'s progress (keys done of a shard, keys of the shard) as keys done of
-    the whole job, for a shard starting at key ``first_key``."""
+def run_shards(
+    job_id: str,
+    database_url: str,
+    *,
+    worker_id: str,
+    heartbeat_interval_s: float = 1.0,
+    stale_after_s: float = 15.0,
+    worker_alive: Connection | None = None,
+    log_format: LogFormat | None = None,
+) -> int:
+    """Fit shards of the keyed job ``job_id`` beside the process that runs the job: claim a
+    free (or stale) shard, read only its rows from the dataset, fit and store it; until no
+    shard is free. Returns how many shards this call stored.
 
-    def progress(keys_done: int, _: int) -> None:
-        report(first_key + keys_done)
+    Runs in a child process of a worker (``worker_id``); memory holds one shard's rows and one
+    chunk of the dataset. Stops (storing nothing more) when the job is finished or being
+    cancelled, and exits when ``worker_alive`` closes (its worker died): its claim goes stale
+    and another claimant fits the shard.
+    """
+    if log_format is not None:
+        configure_logging(log_format)
+    engine = make_engine(database_url)
+    try:
+        with job_context(job_id):
+            return _run_shards(
+                make_sessionmaker(engine),
+                job_id,
+                worker_id=worker_id,
+                heartbeat_interval_s=heartbeat_interval_s,
+                stale_after_s=stale_after_s,
+                worker_alive=worker_alive,
+            )
+    finally:
+        engine.dispose()
 
-    return progress
+
+def _run_shards(
+    session_factory: sessionmaker[Session],
+    job_id: str,
+    *,
+    worker_id: str,
+    heartbeat_interval_s: float,
+    stale_after_s: float,
+    worker_alive: Connection | None,
+) -> int:
+    with read_scope(session_factory) as session:
+        job = repository.get_job(session, job_id=job_id)
+        if job is None or job.split_by is None or job.status in TERMINAL_JOB_STATUSES:
+            return 0
+        spec, split_by, small_keys = FitSpec.of_job(job), job.split_by, job.small_keys or "k1"
+    stored = 0
+    with ShardStore(
+        session_factory,
+        job_id=job_id,
+        worker_id=worker_id,
+        stale_after_s=stale_after_s,
+        heartbeat_interval_s=heartbeat_interval_s,
+        worker_alive=worker_alive,
+    ) as shards:
+        while (claim := shards.claim()) is not None:
+            with read_scope(session_factory) as session:
+                job = repository.get_job(session, job_id=job_id)
+                dataset = (
+                    None
+                    if job is None
+                    else repository.get_dataset(session, dataset_id=job.dataset_id)
+                )
+                if dataset is None:
+                    return stored
+                X, y, keys = repository.read_dataset_rows(
+                    session, dataset=dataset, rows=claim.rows, column=split_by
+                )
+            try:
+                arrays = fit_shard(X, y, keys, claim.position, spec, small_keys, shards.fitting)
+            except FitCancelledError:
+                logger.info("job %s ended; shard %d dropped", job_id, claim.position)
+                return stored
+            stored += shards.store(claim.position, arrays)
+    return stored
 
 
 def sweep_record(fitted: FittedSweep, model_ids: Mapping[int, str]) -> dict[str, Any]:

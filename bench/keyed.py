@@ -8,6 +8,9 @@ the loop's time is extrapolated to every account. Each sampled account's min-los
 (ratio of the keyed fit's to the default's). The keyed single-row predict (the serving path's
 lookup of the row's key among 10^6 loaded keys, then its lines) is timed beside the plain
 single-row predict of one model. Peak memory (max RSS) of the fitting process is reported.
+The same accounts are then fitted as one keyed job through the service on PostgreSQL with 1
+and with 2 Procrastinate workers (``bench.keyed_workers``), with the peak memory of the API
+and of each worker's processes.
 
 ``python -m bench.keyed`` writes the section ``keyed`` of bench/RESULTS.md.
 """
@@ -27,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.keyed_workers import WorkersOutcome
+from bench.keyed_workers import measure as measure_workers
 from bench.sections import Report, load_average, log, machine_lines, write_section
 from mixreg import MixtureOfLinearRegressions, fit_per_key, min_loss
 from mixreg.datasets import make_shared_accounts
@@ -220,6 +225,56 @@ def _endpoint_seconds(n_keys: int, rounds: int, folder: Path) -> tuple[float, fl
     return statistics.median(timings["keyed"]), statistics.median(timings["plain"])
 
 
+def _workers_report(report: Report, workers: WorkersOutcome | str, n_accounts: int) -> None:
+    """The keyed job's times with 1 and 2 workers and the processes' peak memory."""
+    if isinstance(workers, str):
+        report.add(f"The keyed job through the service was not measured: {workers}.", "")
+        return
+    report.add(
+        f"The keyed job through the service (shards of {workers.keys_per_shard:,} keys; upload "
+        f"of the Parquet file {workers.upload_seconds:.0f} s, not counted). Wall time from "
+        "`POST /fit` to the job's success, which includes loading the rows and the job's "
+        "global model (a 10 s search) before the shards:",
+        "",
+    )
+    rows = []
+    for run in workers.runs:
+        for index, watch in enumerate(run.workers):
+            role = "runs the job" if watch.pid == run.job_worker_pid else "shard tasks"
+            rows.append(
+                [
+                    f"{run.n_workers}",
+                    f"{run.seconds:.1f} s ({n_accounts / run.seconds:.0f} keys/s)"
+                    if index == 0
+                    else "",
+                    f"worker {index} ({role})",
+                    f"{run.shards_by_worker.get(watch.pid, 0)}",
+                    f"{watch.own_mib:.0f} MiB",
+                    f"{watch.largest_child_mib:.0f} MiB",
+                ]
+            )
+    report.table(
+        [
+            "workers",
+            "keyed job wall time",
+            "worker",
+            "shards it fitted",
+            "peak RSS, worker process",
+            "peak RSS, its largest fit process",
+        ],
+        rows,
+    )
+    one, two = workers.runs
+    report.add(
+        f"Peak RSS of the API process (upload included): {workers.api_peak_mib:.0f} MiB. "
+        f"Time with 2 workers / with 1: {two.seconds / one.seconds:.2f} (both workers share "
+        "this machine's 2 cores with everything else running on it). The process that runs "
+        "the job holds every row (it fits the global model on them and plans the shards); a "
+        "shard task's process reads only its shards' rows.",
+        "",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.keyed",
@@ -230,6 +285,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--ratings", type=int, default=200)
     parser.add_argument("--sample", type=int, default=100, help="accounts of the default loop")
     parser.add_argument("--predict-keys", type=int, default=1_000_000)
+    parser.add_argument(
+        "--keys-per-shard",
+        type=int,
+        default=None,
+        help="shard size of the keyed job through the service (default: a 16th of the accounts)",
+    )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
     command = " ".join(["python -m bench.keyed", *(sys.argv[1:] if argv is None else argv)])
@@ -248,10 +309,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             "",
         )
     report.add(
-        "Measured here: the keyed estimator (the keyed job's fit) in one process. Not measured: "
-        "the peak memory of the API and of a worker running the job, and the job's time with 1 "
-        "and 2 Procrastinate workers (a keyed job runs as one task; its shards are stored as "
-        "they are fitted).",
+        "Measured here: the keyed estimator (the keyed job's fit) in one process against a loop "
+        "of the default estimator; then the same accounts as one keyed job through the service "
+        "on PostgreSQL (`mixreg serve`, `mixreg worker --concurrency 1`), with 1 worker and "
+        "then 2 workers on this one machine, and the peak memory (VmHWM) of the API process "
+        "and of each worker's processes.",
         "",
     )
     log("generating the accounts")
@@ -293,6 +355,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     log(f"single-row requests through the app among {args.predict_keys:,} keys")
     with tempfile.TemporaryDirectory(prefix="mixreg-bench-keyed-") as folder:
         keyed_request, plain_request = _endpoint_seconds(args.predict_keys, 1000, Path(folder))
+    keys_per_shard = args.keys_per_shard or -(-args.accounts // 16)
+    log(f"the keyed job through the service, in shards of {keys_per_shard:,} keys")
+    workers = measure_workers(X, y, account, keys_per_shard=keys_per_shard)
     ratio_q = np.quantile(ratios, [0.5, 0.99, 1.0])
     report.table(
         ["measure", "value"],
@@ -329,6 +394,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             ],
         ],
     )
+    _workers_report(report, workers, args.accounts)
     report.target("keyed fit speed-up", ">= 20x", f"{speedup:.0f}x", speedup >= 20)
     report.target(
         "median min-loss ratio", "<= 1.001", f"{ratio_q[0]:.5f}", bool(ratio_q[0] <= 1.001)

@@ -225,7 +225,9 @@ def _endpoint_seconds(n_keys: int, rounds: int, folder: Path) -> tuple[float, fl
     return statistics.median(timings["keyed"]), statistics.median(timings["plain"])
 
 
-def _workers_report(report: Report, workers: WorkersOutcome | str, n_accounts: int) -> None:
+def _workers_report(
+    report: Report, workers: WorkersOutcome | str, n_accounts: int, n_ratings: int
+) -> None:
     """The keyed job's times with 1 and 2 workers and the processes' peak memory."""
     if isinstance(workers, str):
         report.add(f"The keyed job through the service was not measured: {workers}.", "")
@@ -250,6 +252,7 @@ def _workers_report(report: Report, workers: WorkersOutcome | str, n_accounts: i
                     f"worker {index} ({role})",
                     f"{run.shards_by_worker.get(watch.pid, 0)}",
                     f"{watch.own_mib:.0f} MiB",
+                    f"{watch.fork_server_kib / 1024:.0f} MiB",
                     f"{watch.largest_child_mib:.0f} MiB",
                 ]
             )
@@ -260,12 +263,16 @@ def _workers_report(report: Report, workers: WorkersOutcome | str, n_accounts: i
             "worker",
             "shards it fitted",
             "peak RSS, worker process",
-            "peak RSS, its largest fit process",
+            "its fork server (libraries only)",
+            "its largest fit process",
         ],
         rows,
     )
     one, two = workers.runs
     report.add(
+        f"The rows take {n_accounts * n_ratings * 5 * 8 / 2**20:.0f} MiB as float64 (X and y), "
+        f"a shard's rows {workers.keys_per_shard * n_ratings * 5 * 8 / 2**20:.1f} MiB; a fit "
+        "process starts from its fork server's memory. "
         f"Peak RSS of the API process (upload included): {workers.api_peak_mib:.0f} MiB. "
         f"Time with 2 workers / with 1: {two.seconds / one.seconds:.2f} (both workers share "
         "this machine's 2 cores with everything else running on it). The process that runs "
@@ -394,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             ],
         ],
     )
-    _workers_report(report, workers, args.accounts)
+    _workers_report(report, workers, args.accounts, args.ratings)
     report.target("keyed fit speed-up", ">= 20x", f"{speedup:.0f}x", speedup >= 20)
     report.target(
         "median min-loss ratio", "<= 1.001", f"{ratio_q[0]:.5f}", bool(ratio_q[0] <= 1.001)

@@ -13,6 +13,7 @@ the worker's fit processes (children of its fork server), which end with their f
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
 import time
@@ -48,11 +49,12 @@ def peak_kib(pid: int) -> int:
     )
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (children, their children, ...)."""
-    found, frontier = [], [pid]
+def descendants(pid: int, *, min_depth: int = 1) -> list[int]:
+    """Every process below ``pid`` (children, their children, ...) at least ``min_depth``
+    levels down."""
+    found, frontier = [], [(pid, 0)]
     while frontier:
-        parent = frontier.pop()
+        parent, depth = frontier.pop()
         try:
             tasks = os.listdir(f"/proc/{parent}/task")
         except FileNotFoundError:
@@ -63,22 +65,31 @@ def descendants(pid: int) -> list[int]:
             except FileNotFoundError:
                 continue
             for child in map(int, children):
-                found.append(child)
-                frontier.append(child)
+                if depth + 1 >= min_depth:
+                    found.append(child)
+                frontier.append((child, depth + 1))
     return found
 
 
 @dataclass
 class MemoryWatch:
-    """The peak memory of a process and, separately, of the largest of its descendants."""
+    """The peak memory of a worker process and, separately, of the largest of its fit
+    processes (the children of its fork server, two levels down)."""
 
     pid: int
     own_kib: int = 0
     child_kib: dict[int, int] = field(default_factory=dict)
 
+    fork_server_kib: int = 0
+    """The largest direct child: the fork server, which holds the imported libraries only."""
+
     def sample(self) -> None:
         self.own_kib = max(self.own_kib, peak_kib(self.pid))
-        for child in descendants(self.pid):
+        children = set(descendants(self.pid))
+        grandchildren = set(descendants(self.pid, min_depth=2))
+        for child in children - grandchildren:
+            self.fork_server_kib = max(self.fork_server_kib, peak_kib(child))
+        for child in grandchildren:
             self.child_kib[child] = max(self.child_kib.get(child, 0), peak_kib(child))
 
     @property
@@ -224,6 +235,8 @@ def measure(
     reason = unreachable(server_url)
     if reason is not None:
         return reason
+    # The app measured before configured logging: its client's line per request is noise here.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     request = {
         "k": 2,
         "split_by": "account",
@@ -243,18 +256,18 @@ def measure(
         dataset_id = upload_accounts(client, X, y, account, folder)
         upload_seconds = time.perf_counter() - started
         request["dataset_id"] = dataset_id
-        workers: list[Process] = []
         runs = []
-        try:
-            for n_workers in (1, 2):
-                while len(workers) < n_workers:
-                    workers.append(
-                        Process(
-                            ["worker", "--concurrency", "1"],
-                            env=env,
-                            log_path=folder / f"worker-{len(workers)}.log",
-                        )
-                    )
+        for n_workers in (1, 2):
+            # Fresh workers for each run, so that each high-water mark is this run's.
+            workers = [
+                Process(
+                    ["worker", "--concurrency", "1"],
+                    env=env,
+                    log_path=folder / f"worker-{n_workers}-{index}.log",
+                )
+                for index in range(n_workers)
+            ]
+            try:
                 wait_until(
                     lambda n=n_workers: client.get("/readyz").json()["queue"]["workers"] == n,
                     timeout=180,
@@ -263,9 +276,16 @@ def measure(
                 )
                 log(f"the keyed job with {n_workers} worker(s)")
                 runs.append(run_job(client, request, workers, database_url))
-        finally:
-            for worker in workers:
-                worker.stop()
+            finally:
+                for worker in workers:
+                    worker.stop()
+            # The stopped workers' heartbeats must be gone before the next run counts workers.
+            wait_until(
+                lambda: client.get("/readyz").json()["queue"]["workers"] == 0,
+                timeout=180,
+                what="no worker left",
+                processes=[api],
+            )
         api_peak = peak_kib(api.process.pid) / 1024
     return WorkersOutcome(
         runs=runs,

@@ -105,6 +105,9 @@ class MemoryWatch:
 class JobRun:
     n_workers: int
     seconds: float
+    shard_seconds: float
+    """From the first poll that saw the keys counted (the global model done, the shards
+    planned) to the job's success."""
     job: dict[str, Any]
     workers: list[MemoryWatch]
     job_worker_pid: int
@@ -196,21 +199,26 @@ def run_job(
     response = client.post("/fit", json=request)
     response.raise_for_status()
     job_id = response.json()["job_id"]
+    shards_started: float | None = None
     while True:
         for watch in watches:
             watch.sample()
         for worker in workers:
             worker.check_alive()
         job = client.get(f"/jobs/{job_id}").json()
+        if shards_started is None and job["progress"].get("n_keys"):
+            shards_started = time.perf_counter()
         if job["status"] in TERMINAL:
             break
         time.sleep(0.2)
-    seconds = time.perf_counter() - started
+    finished = time.perf_counter()
+    seconds = finished - started
     if job["status"] != "succeeded":
         raise RuntimeError(f"the keyed job ended {job['status']}: {job.get('error')}")
     return JobRun(
         n_workers=len(workers),
         seconds=seconds,
+        shard_seconds=finished - (finished if shards_started is None else shards_started),
         job=job,
         workers=watches,
         job_worker_pid=int(str(job["worker_id"]).split(":")[1]),

@@ -104,7 +104,7 @@ bench-scaleout: install ## fits per minute: embedded worker, 1 and 2 Procrastina
 	$(BIN)/python -m bench.scaleout
 
 .PHONY: bench-keyed
-bench-keyed: install ## keyed fits: 10^5 accounts x 200 ratings vs a loop of the default fit; keyed predict among 10^6 keys
+bench-keyed: install ## keyed fits: 10^5 accounts x 200 ratings vs a loop of the default fit, the job on 1 and 2 workers (PostgreSQL); keyed predict among 10^6 keys
 	$(BIN)/python -m bench.keyed
 
 .PHONY: bench-serving

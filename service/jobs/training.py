@@ -1042,13 +1042,12 @@ def run_job(
     finds that out (``EXIT_ATTEMPT_SUPERSEDED``). The heartbeat starts before the data are
     loaded, so a slow load never looks like a lost worker. ``worker_alive`` is the read end of
     a pipe held open by the worker process; the fit stops when it closes. ``data_loaded`` is set
-    once the data are loaded (the worker's time limit counts from then). A keyed job's shard claimed
-    by a process whose heartbeat is older than ``stale_after_s`` (seconds, on the database's
-    clock) is claimed again. ``log_format``, when
-    given, configures the logging of this process (a fit process does not inherit its
-    worker's); every line logged during the fit names ``job_id``. Returns the status the job
-    was left in by this call (``"lost"`` if the job was not, or stopped being, owned by the
-    worker that claimed it).
+    once the data are loaded (the worker's time limit counts from then). A keyed job's shard
+    claimed by a process whose heartbeat is older than ``stale_after_s`` (seconds, on the
+    database's clock) is claimed again. ``log_format``, when given, configures the logging of
+    this process (a fit process does not inherit its worker's); every line logged during the
+    fit names ``job_id``. Returns the status the job was left in by this call (``"lost"`` if
+    the job was not, or stopped being, owned by the worker that claimed it).
     """
     if log_format is not None:
         configure_logging(log_format)

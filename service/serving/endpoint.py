@@ -371,8 +371,8 @@ async def serve_predict(
     reference = path_model_id or data.model_id or query_model_id
     if reference is None:
         raise InvalidInputError(
-            "name the model: an .npy or .npz body is sent to POST /models/{model_id}/predict "
-            "or to POST /predict?model_id=..."
+            "name the model: an .npy body is sent to POST /models/{model_id}/predict or to "
+            "POST /predict?model_id=... (an .npz body too)"
         )
     lines = await lines_of(request, reference)
     limits.check_answer_size(data.X.shape[0], lines.n_components, settings=settings)

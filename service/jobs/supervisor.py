@@ -151,6 +151,7 @@ class FitSupervisor:
                 "data_loaded": data_loaded,
                 "log_format": self._settings.log_format,
                 "stale_after_s": self._settings.stale_after_s,
+                "keyed_global_rows": self._settings.keyed_global_rows,
             },
             name=f"mixreg-fit-{job_id}",
             daemon=True,

@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from multiprocessing.connection import Connection
@@ -52,7 +52,8 @@ from mixreg import (
 )
 from models_store import registry, repository
 from models_store.session import make_engine, make_sessionmaker, read_scope, session_scope
-from models_store.tables import TERMINAL_JOB_STATUSES, Job
+from models_store.tables import TERMINAL_JOB_STATUSES, Dataset, Job
+from service.config import DEFAULT_KEYED_GLOBAL_ROWS
 from service.data.columns import load_columns
 from service.jobs.fit_columns import GROUPS, WEIGHTS, wanted_columns
 from service.logs import LogFormat, configure_logging, job_context
@@ -1032,6 +1033,7 @@ def run_job(
     data_loaded: EventType | None = None,
     log_format: LogFormat | None = None,
     stale_after_s: float = 15.0,
+    keyed_global_rows: int = DEFAULT_KEYED_GLOBAL_ROWS,
 ) -> str:
     """Fit the running job ``job_id`` and store its model (a k sweep: one per k), finishing the
     job in the same unit of work.
@@ -1046,8 +1048,10 @@ def run_job(
     claimed by a process whose heartbeat is older than ``stale_after_s`` (seconds, on the
     database's clock) is claimed again. ``log_format``, when given, configures the logging of
     this process (a fit process does not inherit its worker's); every line logged during the
-    fit names ``job_id``. Returns the status the job was left in by this call (``"lost"`` if
-    the job was not, or stopped being, owned by the worker that claimed it).
+    fit names ``job_id``. A keyed job's global model is fitted on at most ``keyed_global_rows``
+    rows drawn at random (``MIXREG_KEYED_GLOBAL_ROWS``). Returns the status the
+    job was left in by this call (``"lost"`` if the job was not, or stopped being, owned by the
+    worker that claimed it).
     """
     if log_format is not None:
         configure_logging(log_format)
@@ -1064,6 +1068,7 @@ def run_job(
                 worker_alive=worker_alive,
                 data_loaded=data_loaded,
                 stale_after_s=stale_after_s,
+                keyed_global_rows=keyed_global_rows,
             )
     finally:
         engine.dispose()
@@ -1083,33 +1088,60 @@ DEFAULT_KEYS_PER_SHARD = 65_536
 
 @dataclass(frozen=True)
 class KeyedData:
-    """A keyed fit's key column (every row, in row order), the rows of the split
-    (``TrainHoldout``), and its settings."""
+    """A keyed fit's dataset, key column and settings."""
 
+    dataset_id: str
     split_by: str
     small_keys: str
     keys_per_shard: int
-    keys: NDArray[Any]
-    train: IndexArray
-    holdout: IndexArray
 
     @classmethod
-    def of_column(cls, job: Job, values: NDArray[Any]) -> KeyedData:
-        """The keys of ``job``'s dataset column ``values`` (a number column: float with NaN
-        where missing; text: str, None where missing); an empty text is a missing key."""
-        if values.dtype == object:
-            values = values.copy()
-            values[values == ""] = None
-        train, holdout = holdout_split(values.shape[0], job.holdout_fraction, job.seed or 0)
+    def of_job(cls, job: Job) -> KeyedData:
+        """The keyed settings of ``job`` (which has a ``split_by``)."""
         assert job.split_by is not None
         return cls(
+            dataset_id=job.dataset_id,
             split_by=job.split_by,
             small_keys=job.small_keys or "k1",
             keys_per_shard=job.keys_per_shard or DEFAULT_KEYS_PER_SHARD,
-            keys=values,
-            train=train,
-            holdout=holdout,
         )
+
+
+def key_values(values: NDArray[Any]) -> NDArray[Any]:
+    """A key column's values (a number column: float with NaN where missing; text: str, None
+    where missing) with an empty text as a missing key."""
+    if values.dtype == object:
+        values = values.copy()
+        values[values == ""] = None
+    return values
+
+
+def keyed_global_sample(
+    n_rows: int, holdout_fraction: float, seed: int, max_rows: int
+) -> tuple[IndexArray, NDArray[np.bool_]]:
+    """The rows a keyed job's global model is fitted and scored on: at most ``max_rows`` rows
+    drawn at random (seeded by ``seed``; every row if there are no more), increasing, and
+    which of them are held out.
+
+    A row is held out exactly when it is in the job's holdout over all rows
+    (:func:`holdout_split` of ``n_rows``), so the sample is a random part of both sides of
+    the usual split, and every row when the dataset fits in ``max_rows``.
+    """
+    # holdout_split's draw, kept as a mask: a row's flag, not the split's sorted indices.
+    in_holdout = np.zeros(n_rows, dtype=bool)
+    permutation = np.random.default_rng(seed).permutation(n_rows)
+    in_holdout[permutation[: holdout_size(n_rows, holdout_fraction)]] = True
+    del permutation
+    if n_rows <= max_rows:
+        return np.arange(n_rows, dtype=np.int64), in_holdout
+    # A stream of its own: the split's permutation is left as it was.
+    rng = np.random.default_rng([seed, GLOBAL_SAMPLE_STREAM])
+    rows = np.sort(rng.choice(n_rows, size=max_rows, replace=False))
+    return rows, in_holdout[rows]
+
+
+GLOBAL_SAMPLE_STREAM = 1
+"""Spawn key (after the job's seed) of the draw of a keyed job's global sample."""
 
 
 @dataclass(frozen=True)
@@ -1141,9 +1173,10 @@ def _current_attempt(
 
 
 def _load_claimed_job(
-    session_factory: sessionmaker[Session], job_id: str, owner: _Attempt
+    session_factory: sessionmaker[Session], job_id: str, owner: _Attempt, keyed_global_rows: int
 ) -> _ClaimedJob | None:
-    """Read the job's spec and split its dataset; None if the attempt is no longer current.
+    """Read the job's spec and split its dataset (a keyed job: the rows of its global model,
+    :func:`keyed_global_sample`); None if the attempt is no longer current.
 
     One read transaction (a snapshot, no write lock on SQLite), so the heartbeat and every
     other writer go on while the data are read.
@@ -1160,24 +1193,20 @@ def _load_claimed_job(
         if dataset is None:
             raise JobLostError(f"dataset {job.dataset_id} of job {job_id} is gone")
         spec = FitSpec.of_job(job)
-        columns = load_columns(dataset, wanted_columns(spec.weights_column, spec.groups_column))
-        data = TrainHoldout.of_blocks(
-            repository.iter_dataset_blocks(session, dataset=dataset),
-            n_rows=dataset.n_rows,
-            n_features=dataset.n_features,
-            spec=spec,
-            weights=columns.get(WEIGHTS),
-            groups=columns.get(GROUPS),
-        )
-        if spec.concomitant_names is not None:
-            gate_columns = repository.load_dataset_columns(dataset, spec.concomitant_names)
-            data = data.with_concomitant(
-                np.column_stack([gate_columns[name] for name in spec.concomitant_names]), spec
-            )
-        keyed = None
         if job.split_by is not None:
-            values = repository.load_dataset_columns(dataset, [job.split_by])[job.split_by]
-            keyed = KeyedData.of_column(job, values)
+            keyed = KeyedData.of_job(job)
+            # A keyed fit takes neither weights, groups nor gating (service.schemas).
+            rows, held = keyed_global_sample(
+                dataset.n_rows, spec.holdout_fraction, spec.seed, keyed_global_rows
+            )
+            X, y, _ = repository.read_dataset_rows(
+                session, dataset=dataset, rows=rows, column=keyed.split_by
+            )
+            del rows
+            data = TrainHoldout(X[~held], y[~held], X[held], y[held])
+            del X, y
+        else:
+            keyed, data = None, _load_split(session, dataset, spec)
         return _ClaimedJob(
             worker_id=owner.worker_id,
             attempt=owner.attempt,
@@ -1191,6 +1220,25 @@ def _load_claimed_job(
         )
 
 
+def _load_split(session: Session, dataset: Dataset, spec: FitSpec) -> TrainHoldout:
+    """Every row of ``dataset`` split by ``spec``, with the columns the fit uses."""
+    columns = load_columns(dataset, wanted_columns(spec.weights_column, spec.groups_column))
+    data = TrainHoldout.of_blocks(
+        repository.iter_dataset_blocks(session, dataset=dataset),
+        n_rows=dataset.n_rows,
+        n_features=dataset.n_features,
+        spec=spec,
+        weights=columns.get(WEIGHTS),
+        groups=columns.get(GROUPS),
+    )
+    if spec.concomitant_names is None:
+        return data
+    gate_columns = repository.load_dataset_columns(dataset, spec.concomitant_names)
+    return data.with_concomitant(
+        np.column_stack([gate_columns[name] for name in spec.concomitant_names]), spec
+    )
+
+
 def _run_job(
     session_factory: sessionmaker[Session],
     job_id: str,
@@ -1202,6 +1250,7 @@ def _run_job(
     worker_alive: Connection | None,
     data_loaded: EventType | None,
     stale_after_s: float,
+    keyed_global_rows: int,
 ) -> str:
     owner = _current_attempt(session_factory, job_id, worker_id, attempt)
     if owner is None:
@@ -1215,7 +1264,7 @@ def _run_job(
         worker_alive=worker_alive,
     )
     with heartbeat:
-        claimed = _load_claimed_job(session_factory, job_id, owner)
+        claimed = _load_claimed_job(session_factory, job_id, owner, keyed_global_rows)
         if claimed is None:
             return "lost"
         if data_loaded is not None:
@@ -1238,7 +1287,7 @@ def _run_job(
             os.getpid(),
         )
         try:
-            if claimed.keyed is None:
+            if (keyed_data := claimed.keyed) is None:
                 fitted, keyed = fit_split(data, spec, progress=progress), None
             else:
                 with ShardStore(
@@ -1250,9 +1299,11 @@ def _run_job(
                 ) as shards:
                     fitted, keyed = fit_keyed(
                         data,
-                        claimed.keyed,
+                        keyed_data,
                         spec,
                         shards,
+                        read_keys=lambda: _key_blocks(session_factory, keyed_data),
+                        read_rows=lambda rows: _read_keyed_rows(session_factory, keyed_data, rows),
                         wait_s=progress_interval_s or heartbeat_interval_s,
                         progress=progress,
                     )
@@ -1506,26 +1557,60 @@ class ShardStore:
             return repository.load_job_shards(session, job_id=self._job_id)
 
 
-def plan_shards(
-    keys: NDArray[Any], keys_per_shard: int
-) -> tuple[NDArray[Any], list[tuple[int, IndexArray]]]:
-    """The distinct keys of ``keys`` (every row's key, None or NaN where missing), sorted,
-    and per shard of ``keys_per_shard`` consecutive ones its key count and the rows of its
-    keys, increasing: what a claimant of the shard reads."""
-    present = np.flatnonzero(~mixreg.missing_keys(keys))
-    distinct, codes = np.unique(mixreg.key_array(keys[present]), return_inverse=True)
-    shard_of_row = codes.ravel() // keys_per_shard
-    # A stable sort keeps each shard's rows increasing.
-    order = np.argsort(shard_of_row, kind="stable")
+@dataclass(frozen=True)
+class ShardPlan:
+    """A keyed job's distinct keys (sorted), per shard of ``keys_per_shard`` consecutive ones
+    its key count and the rows of its keys (increasing), and the rows without a key."""
+
+    distinct: NDArray[Any]
+    shards: list[tuple[int, IndexArray]]
+    rows_without_key: int
+
+
+def plan_shards(read_keys: Callable[[], Iterable[NDArray[Any]]], keys_per_shard: int) -> ShardPlan:
+    """Plan a keyed job's shards from its key column, read twice block by block (consecutive
+    blocks of rows in row order, as :func:`key_values` gives them) by ``read_keys``: the
+    distinct keys first, then each block's rows to their shard.
+
+    Memory holds the distinct keys, one block and the plan's row indices, never the whole
+    column: a row's shard is the position of its key among the sorted distinct keys, divided
+    by ``keys_per_shard``.
+    """
+    distinct_parts: list[NDArray[Any]] = []
+    rows_without_key = 0
+    for block in read_keys():
+        missing = mixreg.missing_keys(block)
+        rows_without_key += int(missing.sum())
+        distinct_parts.append(np.unique(mixreg.key_array(block[~missing])))
+    distinct = (
+        np.unique(np.concatenate(distinct_parts)) if distinct_parts else np.zeros(0, np.float64)
+    )
+    del distinct_parts
     n_shards = -(-distinct.size // keys_per_shard)
-    bounds = np.searchsorted(shard_of_row[order], np.arange(n_shards + 1))
-    return distinct, [
-        (
-            min(keys_per_shard, distinct.size - position * keys_per_shard),
-            present[order[bounds[position] : bounds[position + 1]]],
-        )
-        for position in range(n_shards)
-    ]
+    rows_of: list[list[IndexArray]] = [[] for _ in range(n_shards)]
+    start = 0
+    for block in read_keys():
+        present = np.flatnonzero(~mixreg.missing_keys(block))
+        shard_of_row = np.searchsorted(distinct, mixreg.key_array(block[present])) // keys_per_shard
+        # A stable sort keeps each shard's rows increasing, and blocks come in row order.
+        order = np.argsort(shard_of_row, kind="stable")
+        bounds = np.searchsorted(shard_of_row[order], np.arange(n_shards + 1))
+        for position in np.flatnonzero(np.diff(bounds)):
+            rows_of[position].append(
+                start + present[order[bounds[position] : bounds[position + 1]]]
+            )
+        start += block.shape[0]
+    return ShardPlan(
+        distinct=distinct,
+        shards=[
+            (
+                min(keys_per_shard, distinct.size - position * keys_per_shard),
+                np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64),
+            )
+            for position, rows in enumerate(rows_of)
+        ],
+        rows_without_key=rows_without_key,
+    )
 
 
 def fit_shard(
@@ -1563,40 +1648,44 @@ def fit_shard(
     }
 
 
+ReadRows = Callable[[IndexArray], tuple[FloatArray, FloatArray, NDArray[Any]]]
+"""Reads rows of a keyed job's dataset (increasing indices): their X, y and keys."""
+
+
 def fit_keyed(
     split: TrainHoldout,
     keyed: KeyedData,
     spec: FitSpec,
     shards: ShardStore,
     *,
+    read_keys: Callable[[], Iterable[NDArray[Any]]],
+    read_rows: ReadRows,
     wait_s: float,
     progress: ProgressCallback | None = None,
 ) -> tuple[FittedSweep, dict[str, Any]]:
-    """A keyed fit: the global model of the job's spec on the split (a tenth of the
-    progress), then a mixture per key on all rows (:func:`mixreg.fit_per_key`), in shards of
-    ``keys_per_shard`` consecutive keys.
+    """A keyed fit: the shards planned from the key column (``read_keys``,
+    :func:`plan_shards`), the global model of the job's spec on ``split`` (its sample of rows,
+    :func:`keyed_global_sample`; a tenth of the progress), then a mixture per key on all rows
+    (:func:`mixreg.fit_per_key`), in shards of ``keys_per_shard`` consecutive keys.
 
-    The shards are planned once per job (:func:`plan_shards`); this process then claims and
-    fits shards (from the rows it holds) as other workers may do at the same time (from the
-    rows they read), each stored as soon as it is fitted and once. When no shard is free it
-    waits ``wait_s`` and looks again: a claim that went stale is free again. Progress counts
-    the keys done over every claimant. Returns the global fit and the keys' summary (counts
-    by status, failures, min-loss quantiles) once every shard is stored.
+    The shards are planned once per job and stored first, so other workers fit shards while
+    this process fits the global model; it then claims and fits shards too, each read by
+    ``read_rows`` (only the chunks holding its rows), stored as soon as it is fitted and once.
+    Memory holds ``split``, the plan and one shard's rows, never every row. When no shard is
+    free it waits ``wait_s`` and looks again: a claim that went stale is free again. Progress
+    counts the keys done over every claimant. Returns the global fit and the keys' summary
+    (counts by status, failures, min-loss quantiles) once every shard is stored.
     """
+    plan = plan_shards(read_keys, keyed.keys_per_shard)
+    shards.plan(plan.shards)
+    distinct, rows_without_key = plan.distinct, plan.rows_without_key
+    del plan
 
     def global_progress(fraction: float, info: dict[str, Any]) -> None:
         if progress is not None:
             progress(fraction * GLOBAL_SHARE, info)
 
     fitted = fit_split(split, spec, progress=global_progress)
-    n_rows = len(keyed.keys)
-    X = np.empty((n_rows, split.n_features))
-    y = np.empty(n_rows)
-    X[keyed.train], X[keyed.holdout] = split.X_train, split.X_holdout
-    y[keyed.train], y[keyed.holdout] = split.y_train, split.y_holdout
-    distinct, plan = plan_shards(keyed.keys, keyed.keys_per_shard)
-    shards.plan(plan)
-    del plan
     counted = {"at": -math.inf, "keys_done": 0}
 
     def key_progress(*, refresh: bool = False) -> None:
@@ -1621,15 +1710,9 @@ def fit_keyed(
                 break
             time.sleep(wait_s)
             continue
-        arrays = fit_shard(
-            X[claim.rows],
-            y[claim.rows],
-            keyed.keys[claim.rows],
-            claim.position,
-            spec,
-            keyed.small_keys,
-            fitting,
-        )
+        X, y, keys = read_rows(claim.rows)
+        arrays = fit_shard(X, y, keys, claim.position, spec, keyed.small_keys, fitting)
+        del X, y, keys
         shards.store(claim.position, arrays)
     stored = shards.load()
     n_keys = int(stored["keys"].size) if stored else 0
@@ -1641,7 +1724,7 @@ def fit_keyed(
         min_loss=stored.get("min_loss", np.zeros(0)),
         n_rows=stored.get("n_rows", np.zeros(0, dtype=np.int64)),
         status=stored.get("status", np.zeros(0, dtype=np.int8)),
-        rows_without_key=int(mixreg.missing_keys(keyed.keys).sum()),
+        rows_without_key=rows_without_key,
         failures={
             str(key): mixreg.FAILURE_REASON
             for key in stored["keys"][stored["status"] == mixreg.STATUSES.index("failed")][
@@ -1694,6 +1777,33 @@ def run_shards(
         engine.dispose()
 
 
+def _key_blocks(session_factory: sessionmaker[Session], keyed: KeyedData) -> Iterator[NDArray[Any]]:
+    """The key column of ``keyed``'s dataset, chunk by chunk (:func:`key_values`), in one read
+    transaction."""
+    with read_scope(session_factory) as session:
+        dataset = repository.get_dataset(session, dataset_id=keyed.dataset_id)
+        if dataset is None:
+            raise JobLostError(f"dataset {keyed.dataset_id} is gone")
+        for block in repository.iter_dataset_columns(
+            session, dataset=dataset, names=[keyed.split_by]
+        ):
+            yield key_values(block[keyed.split_by])
+
+
+def _read_keyed_rows(
+    session_factory: sessionmaker[Session], keyed: KeyedData, rows: IndexArray
+) -> tuple[FloatArray, FloatArray, NDArray[Any]]:
+    """The rows ``rows`` of ``keyed``'s dataset (X, y, keys), read from the chunks holding
+    them only (:func:`models_store.repository.read_dataset_rows`)."""
+    with read_scope(session_factory) as session:
+        dataset = repository.get_dataset(session, dataset_id=keyed.dataset_id)
+        if dataset is None:
+            raise JobLostError(f"dataset {keyed.dataset_id} is gone")
+        return repository.read_dataset_rows(
+            session, dataset=dataset, rows=rows, column=keyed.split_by
+        )
+
+
 def _run_shards(
     session_factory: sessionmaker[Session],
     job_id: str,
@@ -1707,7 +1817,7 @@ def _run_shards(
         job = repository.get_job(session, job_id=job_id)
         if job is None or job.split_by is None or job.status in TERMINAL_JOB_STATUSES:
             return 0
-        spec, split_by, small_keys = FitSpec.of_job(job), job.split_by, job.small_keys or "k1"
+        spec, keyed = FitSpec.of_job(job), KeyedData.of_job(job)
     stored = 0
     with ShardStore(
         session_factory,
@@ -1718,23 +1828,18 @@ def _run_shards(
         worker_alive=worker_alive,
     ) as shards:
         while (claim := shards.claim()) is not None:
-            with read_scope(session_factory) as session:
-                job = repository.get_job(session, job_id=job_id)
-                dataset = (
-                    None
-                    if job is None
-                    else repository.get_dataset(session, dataset_id=job.dataset_id)
-                )
-                if dataset is None:
-                    return stored
-                X, y, keys = repository.read_dataset_rows(
-                    session, dataset=dataset, rows=claim.rows, column=split_by
-                )
             try:
-                arrays = fit_shard(X, y, keys, claim.position, spec, small_keys, shards.fitting)
+                X, y, keys = _read_keyed_rows(session_factory, keyed, claim.rows)
+            except JobLostError:
+                return stored
+            try:
+                arrays = fit_shard(
+                    X, y, keys, claim.position, spec, keyed.small_keys, shards.fitting
+                )
             except FitCancelledError:
                 logger.info("job %s ended; shard %d dropped", job_id, claim.position)
                 return stored
+            del X, y, keys
             stored += shards.store(claim.position, arrays)
     return stored
 

@@ -129,8 +129,11 @@ def _shards_by_worker(database_url: str, model_id: str) -> dict[int, int]:
 
 
 @contextlib.contextmanager
-def service(database_url: str, folder: Path) -> Iterator[tuple[httpx.Client, Process, dict]]:
-    """The API (``mixreg serve``, Procrastinate queue) on an upgraded empty database."""
+def service(
+    database_url: str, folder: Path, settings: dict[str, str] | None = None
+) -> Iterator[tuple[httpx.Client, Process, dict]]:
+    """The API (``mixreg serve``, Procrastinate queue) on an upgraded empty database, with the
+    ``MIXREG_*`` ``settings`` given (for its workers too)."""
     env = {
         **os.environ,
         "MIXREG_DATABASE_URL": database_url,
@@ -141,6 +144,7 @@ def service(database_url: str, folder: Path) -> Iterator[tuple[httpx.Client, Pro
         "MIXREG_MAX_UPLOAD_BYTES": str(8 * 1024**3),
         "MIXREG_MAX_ROWS": str(10**8),
         "MIXREG_MAX_DECODED_BYTES": str(16 * 1024**3),
+        **(settings or {}),
     }
     import subprocess
 
@@ -235,10 +239,17 @@ class WorkersOutcome:
 
 
 def measure(
-    X: np.ndarray, y: np.ndarray, account: np.ndarray, *, keys_per_shard: int
+    X: np.ndarray,
+    y: np.ndarray,
+    account: np.ndarray,
+    *,
+    keys_per_shard: int,
+    worker_counts: tuple[int, ...] = (1, 2),
+    global_rows: int | None = None,
 ) -> WorkersOutcome | str:
-    """The same keyed job with 1 and with 2 workers; a sentence instead if PostgreSQL is not
-    reachable."""
+    """The same keyed job with each of ``worker_counts`` workers in turn (the global model on
+    at most ``global_rows`` rows; default, the service's); a sentence instead if PostgreSQL is
+    not reachable."""
     server_url = os.environ.get("MIXREG_BENCH_POSTGRES_URL", DEFAULT_POSTGRES_URL)
     reason = unreachable(server_url)
     if reason is not None:
@@ -256,7 +267,11 @@ def measure(
     with (
         tempfile.TemporaryDirectory(prefix="mixreg-bench-keyed-workers-") as name,
         bench_database(server_url, "mixreg_bench_keyed") as database_url,
-        service(database_url, Path(name)) as (client, api, env),
+        service(
+            database_url,
+            Path(name),
+            {} if global_rows is None else {"MIXREG_KEYED_GLOBAL_ROWS": str(global_rows)},
+        ) as (client, api, env),
     ):
         folder = Path(name)
         log(f"uploading {len(y):,} rows")
@@ -265,7 +280,7 @@ def measure(
         upload_seconds = time.perf_counter() - started
         request["dataset_id"] = dataset_id
         runs = []
-        for n_workers in (1, 2):
+        for n_workers in worker_counts:
             # Fresh workers for each run, so that each high-water mark is this run's.
             workers = [
                 Process(

@@ -1671,10 +1671,11 @@ def fit_keyed(
     The shards are planned once per job and stored first, so other workers fit shards while
     this process fits the global model; it then claims and fits shards too, each read by
     ``read_rows`` (only the chunks holding its rows), stored as soon as it is fitted and once.
-    Memory holds ``split``, the plan and one shard's rows, never every row. When no shard is
-    free it waits ``wait_s`` and looks again: a claim that went stale is free again. Progress
-    counts the keys done over every claimant. Returns the global fit and the keys' summary
-    (counts by status, failures, min-loss quantiles) once every shard is stored.
+    Memory holds ``split``, the plan until it is stored, then one shard's rows at a time (and
+    one chunk while they are read), never every row. When no shard is free it waits
+    ``wait_s`` and looks again: a claim that went stale is free again. Progress counts the
+    keys done over every claimant. Returns the global fit and the keys' summary (counts by
+    status, failures, min-loss quantiles) once every shard is stored.
     """
     plan = plan_shards(read_keys, keyed.keys_per_shard)
     shards.plan(plan.shards)

@@ -36,7 +36,7 @@ class Settings(BaseSettings):
     stale_after_s: float = Field(default=15.0, gt=0)
     # Rows a keyed job's global model (for unknown keys) is fitted on at most, drawn at random:
     # what the job's process holds besides one shard, whatever the dataset's size.
-    keyed_global_rows: int = Field(default=DEFAULT_KEYED_GLOBAL_ROWS, ge=1)
+    keyed_global_rows: int = Field(default=DEFAULT_KEYED_GLOBAL_ROWS, ge=1000)
     max_attempts: int = Field(default=3, ge=1)
     poll_interval_s: float = Field(default=0.2, gt=0)
     progress_interval_s: float = Field(default=0.5, ge=0)

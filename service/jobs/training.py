@@ -1120,28 +1120,28 @@ def keyed_global_sample(
     n_rows: int, holdout_fraction: float, seed: int, max_rows: int
 ) -> tuple[IndexArray, NDArray[np.bool_]]:
     """The rows a keyed job's global model is fitted and scored on: at most ``max_rows`` rows
-    drawn at random (seeded by ``seed``; every row if there are no more), increasing, and
-    which of them are held out.
+    drawn at random (every row if there are no more), increasing, and which of them are held
+    out.
 
     A row is held out exactly when it is in the job's holdout over all rows
-    (:func:`holdout_split` of ``n_rows``), so the sample is a random part of both sides of
-    the usual split, and every row when the dataset fits in ``max_rows``.
+    (:func:`holdout_split` of ``n_rows``). The sample is the first rows of each side of the
+    split in that split's own random order, in proportion to the sides' sizes: a uniform
+    random part of each side, drawn with no second permutation of the rows.
     """
-    # holdout_split's draw, kept as a mask: a row's flag, not the split's sorted indices.
-    in_holdout = np.zeros(n_rows, dtype=bool)
+    n_holdout = holdout_size(n_rows, holdout_fraction)
+    # holdout_split's draw: its first n_holdout entries are the holdout.
     permutation = np.random.default_rng(seed).permutation(n_rows)
-    in_holdout[permutation[: holdout_size(n_rows, holdout_fraction)]] = True
-    del permutation
     if n_rows <= max_rows:
-        return np.arange(n_rows, dtype=np.int64), in_holdout
-    # A stream of its own: the split's permutation is left as it was.
-    rng = np.random.default_rng([seed, GLOBAL_SAMPLE_STREAM])
-    rows = np.sort(rng.choice(n_rows, size=max_rows, replace=False))
-    return rows, in_holdout[rows]
-
-
-GLOBAL_SAMPLE_STREAM = 1
-"""Spawn key (after the job's seed) of the draw of a keyed job's global sample."""
+        held = np.zeros(n_rows, dtype=bool)
+        held[permutation[:n_holdout]] = True
+        return np.arange(n_rows, dtype=np.int64), held
+    n_held = round(max_rows * n_holdout / n_rows)
+    rows = np.concatenate(
+        (permutation[:n_held], permutation[n_holdout : n_holdout + max_rows - n_held])
+    )
+    del permutation
+    order = np.argsort(rows)
+    return rows[order], order < n_held
 
 
 @dataclass(frozen=True)
@@ -1595,22 +1595,21 @@ def plan_shards(read_keys: Callable[[], Iterable[NDArray[Any]]], keys_per_shard:
         # A stable sort keeps each shard's rows increasing, and blocks come in row order.
         order = np.argsort(shard_of_row, kind="stable")
         bounds = np.searchsorted(shard_of_row[order], np.arange(n_shards + 1))
-        for position in np.flatnonzero(np.diff(bounds)):
-            rows_of[position].append(
-                start + present[order[bounds[position] : bounds[position + 1]]]
-            )
+        for shard in np.flatnonzero(np.diff(bounds)):
+            rows_of[shard].append(start + present[order[bounds[shard] : bounds[shard + 1]]])
         start += block.shape[0]
-    return ShardPlan(
-        distinct=distinct,
-        shards=[
+    shards: list[tuple[int, IndexArray]] = []
+    for position in range(n_shards):
+        # Joined shard by shard, each block's part let go: the row indices are held once.
+        parts, rows_of[position] = rows_of[position], []
+        shards.append(
             (
                 min(keys_per_shard, distinct.size - position * keys_per_shard),
-                np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64),
+                np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64),
             )
-            for position, rows in enumerate(rows_of)
-        ],
-        rows_without_key=rows_without_key,
-    )
+        )
+        del parts
+    return ShardPlan(distinct=distinct, shards=shards, rows_without_key=rows_without_key)
 
 
 def fit_shard(

@@ -104,8 +104,13 @@ bench-scaleout: install ## fits per minute: embedded worker, 1 and 2 Procrastina
 	$(BIN)/python -m bench.scaleout
 
 .PHONY: bench-keyed
-bench-keyed: install ## keyed fits: 10^5 accounts x 200 ratings vs a loop of the default fit; keyed predict among 10^6 keys
+bench-keyed: install ## keyed fits: 10^5 accounts x 200 ratings vs a loop of the default fit, the job on 1 and 2 workers (PostgreSQL); keyed predict among 10^6 keys
 	$(BIN)/python -m bench.keyed
+	$(MAKE) --no-print-directory bench-keyed-memory
+
+.PHONY: bench-keyed-memory
+bench-keyed-memory: install ## a keyed job's peak memory per process, data many times a shard: 20,000 accounts x 200 ratings on 2 workers (PostgreSQL)
+	$(BIN)/python -m bench.keyed --memory --accounts 20000 --keys-per-shard 1250 --global-rows 200000
 
 .PHONY: bench-serving
 bench-serving: install wrk ## predict throughput beside a bare endpoint, batches, big uploads (installs wrk)

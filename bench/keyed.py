@@ -8,6 +8,9 @@ the loop's time is extrapolated to every account. Each sampled account's min-los
 (ratio of the keyed fit's to the default's). The keyed single-row predict (the serving path's
 lookup of the row's key among 10^6 loaded keys, then its lines) is timed beside the plain
 single-row predict of one model. Peak memory (max RSS) of the fitting process is reported.
+The same accounts are then fitted as one keyed job through the service on PostgreSQL with 1
+and with 2 Procrastinate workers (``bench.keyed_workers``), with the peak memory of the API
+and of each worker's processes.
 
 ``python -m bench.keyed`` writes the section ``keyed`` of bench/RESULTS.md.
 """
@@ -27,12 +30,16 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.keyed_workers import WorkersOutcome
+from bench.keyed_workers import measure as measure_workers
 from bench.sections import Report, load_average, log, machine_lines, write_section
 from mixreg import MixtureOfLinearRegressions, fit_per_key, min_loss
 from mixreg.datasets import make_shared_accounts
+from service.config import DEFAULT_KEYED_GLOBAL_ROWS
 from service.serving.prediction import StoredLines, keyed_lines, positions_of, predict_rows
 
 SECTION = "keyed"
+MEMORY_SECTION = "keyed-memory"
 FULL_ACCOUNTS = 100_000
 QUARTERS = 4
 DEFAULT_OUTPUT = Path(__file__).with_name("RESULTS.md")
@@ -167,14 +174,25 @@ def _endpoint_seconds(n_keys: int, rounds: int, folder: Path) -> tuple[float, fl
         )
         repository.claim_job(session, job_id=job.id, worker_id="bench", now=repository.utcnow())
         shard = 65_536
-        for position, start in enumerate(range(0, n_keys, shard)):
+        starts = range(0, n_keys, shard)
+        # The shards' rows are not read here: the keys' lines are made up.
+        repository.plan_job_shards(
+            session,
+            job_id=job.id,
+            shards=[(min(shard, n_keys - start), np.zeros(0, dtype=np.int64)) for start in starts],
+        )
+        for position, start in enumerate(starts):
             count = min(shard, n_keys - start)
+            now = repository.utcnow()
+            repository.claim_job_shard(
+                session, job_id=job.id, claimant="bench", now=now, stale_before=now
+            )
             repository.store_job_shard(
                 session,
                 job_id=job.id,
-                worker_id="bench",
-                attempt=1,
                 position=position,
+                claimant="bench",
+                worker_id="bench",
                 arrays={
                     "keys": keys[start : start + count],
                     "coef": rng.standard_normal((count, k, d)),
@@ -209,6 +227,125 @@ def _endpoint_seconds(n_keys: int, rounds: int, folder: Path) -> tuple[float, fl
     return statistics.median(timings["keyed"]), statistics.median(timings["plain"])
 
 
+def _workers_report(
+    report: Report,
+    workers: WorkersOutcome | str,
+    n_accounts: int,
+    n_ratings: int,
+    global_rows: int = DEFAULT_KEYED_GLOBAL_ROWS,
+) -> None:
+    """The keyed job's times with 1 and 2 workers and the processes' peak memory."""
+    if isinstance(workers, str):
+        report.add(f"The keyed job through the service was not measured: {workers}.", "")
+        return
+    report.add(
+        f"The keyed job through the service (shards of {workers.keys_per_shard:,} keys; upload "
+        f"of the Parquet file {workers.upload_seconds:.0f} s, not counted). Wall time from "
+        "`POST /fit` to the job's success, which includes planning the shards and the job's "
+        "global model (a search of 10 s at most):",
+        "",
+    )
+    rows = []
+    for run in workers.runs:
+        for index, watch in enumerate(run.workers):
+            role = "runs the job" if watch.pid == run.job_worker_pid else "shard tasks"
+            rows.append(
+                [
+                    f"{run.n_workers}",
+                    f"{run.seconds:.1f} s" if index == 0 else "",
+                    f"{run.shard_seconds:.1f} s ({n_accounts / run.shard_seconds:.1f} keys/s)"
+                    if index == 0 and run.shard_seconds > 0
+                    else "",
+                    f"worker {index} ({role})",
+                    f"{run.shards_by_worker.get(watch.pid, 0)}",
+                    f"{watch.own_mib:.0f} MiB",
+                    f"{watch.fork_server_kib / 1024:.0f} MiB",
+                    f"{watch.largest_child_mib:.0f} MiB",
+                ]
+            )
+    report.table(
+        [
+            "workers",
+            "keyed job wall time",
+            "of which the shards",
+            "worker",
+            "shards it fitted",
+            "peak RSS, worker process",
+            "its fork server (libraries only)",
+            "its largest fit process",
+        ],
+        rows,
+    )
+    sizes = (
+        f"The rows take {_mib(n_accounts * n_ratings):.0f} MiB as float64 (X and y), "
+        f"a shard's rows {_mib(workers.keys_per_shard * n_ratings):.1f} MiB, the global "
+        f"model's sample (at most {global_rows:,} rows, `MIXREG_KEYED_GLOBAL_ROWS`) "
+        f"{_mib(min(global_rows, n_accounts * n_ratings)):.1f} MiB; a fit process starts from "
+        "its fork server's memory. "
+        f"Peak RSS of the API process (upload included): {workers.api_peak_mib:.0f} MiB. "
+    )
+    if len(workers.runs) == 2:
+        one, two = workers.runs
+        sizes += (
+            f"Time with 2 workers / with 1: {two.seconds / one.seconds:.2f} for the whole job, "
+            f"{two.shard_seconds / max(one.shard_seconds, 1e-9):.2f} for its shards (both "
+            "workers share this machine's 2 cores with everything else running on it; the "
+            "1-worker run comes first). "
+        )
+    report.add(
+        sizes + "The shards' time starts at the first poll (every 0.2 s) that sees the keys "
+        "counted, once the global model is fitted (other workers fit shards meanwhile). The "
+        "process that runs the job reads the key column chunk by chunk to plan the shards, "
+        "then holds the global model's sample and one shard's rows at a time; a shard task's "
+        "process holds its shard's rows and one chunk.",
+        "",
+    )
+
+
+def _mib(n_rows: int) -> float:
+    """MiB of ``n_rows`` rows of X (d = 4) and y as float64."""
+    return n_rows * 5 * 8 / 2**20
+
+
+def _memory_run(args: argparse.Namespace, command: str) -> None:
+    """The keyed job alone, on 2 workers, on data many times a shard: the section
+    ``keyed-memory``."""
+    report = Report()
+    n_rows = args.accounts * args.ratings
+    keys_per_shard = args.keys_per_shard or -(-args.accounts // 16)
+    report.add(
+        f"## A keyed job's memory, data many times a shard ({args.accounts:,} accounts x "
+        f"{args.ratings} ratings = {n_rows:,} rows, d = 4, k = 2)",
+        "",
+    )
+    report.add("Machine and run:", "", *machine_lines(command), "")
+    report.add(
+        "Measured here: one keyed job through the service on PostgreSQL (`mixreg serve`, two "
+        "`mixreg worker --concurrency 1`), in "
+        f"{-(-args.accounts // keys_per_shard)} shards, and the peak memory (VmHWM) of the "
+        "API process and of each worker's processes, beside the data's size. The job's own "
+        "fit process plans the shards from the key column and fits the global model on a "
+        "random sample of rows; no process loads every row.",
+        "",
+    )
+    log("generating the accounts")
+    X, y, account, _ = make_shared_accounts(
+        n_accounts=args.accounts, n_ratings=args.ratings, n_features=4, random_state=0
+    )
+    log(f"the keyed job through the service, in shards of {keys_per_shard:,} keys")
+    workers = measure_workers(
+        X,
+        y,
+        account,
+        keys_per_shard=keys_per_shard,
+        worker_counts=(2,),
+        global_rows=args.global_rows,
+    )
+    _workers_report(report, workers, args.accounts, args.ratings, args.global_rows)
+    report.add(f"Load average (1, 5, 15 min) at the end: {load_average()}", "")
+    write_section(args.output, MEMORY_SECTION, "\n".join(report.lines))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.keyed",
@@ -219,9 +356,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--ratings", type=int, default=200)
     parser.add_argument("--sample", type=int, default=100, help="accounts of the default loop")
     parser.add_argument("--predict-keys", type=int, default=1_000_000)
+    parser.add_argument(
+        "--keys-per-shard",
+        type=int,
+        default=None,
+        help="shard size of the keyed job through the service (default: a 16th of the accounts)",
+    )
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="only the keyed job through the service, on 2 workers, with its processes' peak "
+        "memory beside the data's size: the keyed-memory section",
+    )
+    parser.add_argument(
+        "--global-rows",
+        type=int,
+        default=DEFAULT_KEYED_GLOBAL_ROWS,
+        help="MIXREG_KEYED_GLOBAL_ROWS of the service: rows of the job's global model at most",
+    )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
     command = " ".join(["python -m bench.keyed", *(sys.argv[1:] if argv is None else argv)])
+    if args.memory:
+        _memory_run(args, command)
+        return
     report = Report()
     n_rows = args.accounts * args.ratings
     report.add(
@@ -237,10 +395,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             "",
         )
     report.add(
-        "Measured here: the keyed estimator (the keyed job's fit) in one process. Not measured: "
-        "the peak memory of the API and of a worker running the job, and the job's time with 1 "
-        "and 2 Procrastinate workers (a keyed job runs as one task; its shards are stored as "
-        "they are fitted).",
+        "Measured here: the keyed estimator (the keyed job's fit) in one process against a loop "
+        "of the default estimator; then the same accounts as one keyed job through the service "
+        "on PostgreSQL (`mixreg serve`, `mixreg worker --concurrency 1`), with 1 worker and "
+        "then 2 workers on this one machine, and the peak memory (VmHWM) of the API process "
+        "and of each worker's processes.",
         "",
     )
     log("generating the accounts")
@@ -282,6 +441,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     log(f"single-row requests through the app among {args.predict_keys:,} keys")
     with tempfile.TemporaryDirectory(prefix="mixreg-bench-keyed-") as folder:
         keyed_request, plain_request = _endpoint_seconds(args.predict_keys, 1000, Path(folder))
+    keys_per_shard = args.keys_per_shard or -(-args.accounts // 16)
+    log(f"the keyed job through the service, in shards of {keys_per_shard:,} keys")
+    workers = measure_workers(
+        X, y, account, keys_per_shard=keys_per_shard, global_rows=args.global_rows
+    )
     ratio_q = np.quantile(ratios, [0.5, 0.99, 1.0])
     report.table(
         ["measure", "value"],
@@ -318,6 +482,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             ],
         ],
     )
+    _workers_report(report, workers, args.accounts, args.ratings, args.global_rows)
     report.target("keyed fit speed-up", ">= 20x", f"{speedup:.0f}x", speedup >= 20)
     report.target(
         "median min-loss ratio", "<= 1.001", f"{ratio_q[0]:.5f}", bool(ratio_q[0] <= 1.001)

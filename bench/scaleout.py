@@ -136,17 +136,18 @@ def unreachable(server_url: str) -> str | None:
 
 
 @contextlib.contextmanager
-def bench_database(server_url: str) -> Iterator[str]:
-    """Create the benchmark's database on the server of ``server_url``; drop it at the end."""
+def bench_database(server_url: str, name: str = DATABASE_NAME) -> Iterator[str]:
+    """Create the benchmark's database ``name`` on the server of ``server_url``; drop it at
+    the end."""
     admin = make_url(server_url).set(drivername="postgresql").render_as_string(False)
     with psycopg.connect(admin, autocommit=True, connect_timeout=5) as connection:
-        connection.execute(f"DROP DATABASE IF EXISTS {DATABASE_NAME} WITH (FORCE)")
-        connection.execute(f"CREATE DATABASE {DATABASE_NAME}")
+        connection.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        connection.execute(f"CREATE DATABASE {name}")
     try:
-        yield make_url(server_url).set(database=DATABASE_NAME).render_as_string(False)
+        yield make_url(server_url).set(database=name).render_as_string(False)
     finally:
         with psycopg.connect(admin, autocommit=True, connect_timeout=5) as connection:
-            connection.execute(f"DROP DATABASE IF EXISTS {DATABASE_NAME} WITH (FORCE)")
+            connection.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def reset_schema(database_url: str) -> None:

@@ -26,6 +26,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    or_,
     select,
     text,
     update,
@@ -58,6 +59,7 @@ from models_store.tables import (
     DatasetChunk,
     Job,
     KeyedJobShard,
+    KeyedJobShardClaim,
     KeyedModelChunk,
     Model,
 )
@@ -494,6 +496,55 @@ def sample_dataset_rows(
         X_parts.append(decode_matrix(bytes(x_data), n_rows, dataset.n_features)[mine])
         y_parts.append(decode_vector(bytes(y_data), n_rows)[mine])
     return np.concatenate(X_parts), np.concatenate(y_parts)
+
+
+def read_dataset_rows(
+    session: Session, *, dataset: Dataset, rows: npt.NDArray[np.int64], column: str
+) -> tuple[FloatArray, FloatArray, npt.NDArray[Any]]:
+    """The rows ``rows`` (increasing indices) of ``dataset``: ``X``, ``y`` and the values of
+    its extra column ``column``, in that order.
+
+    Only the chunks that hold some of the rows are fetched, one at a time, so memory holds the
+    rows asked for and one chunk, whatever the dataset's size.
+    """
+    types = _check_column_names(dataset, [column])
+    sizes = session.execute(
+        select(DatasetChunk.position, DatasetChunk.n_rows)
+        .where(DatasetChunk.dataset_id == dataset.id)
+        .order_by(DatasetChunk.position)
+    ).all()
+    positions = np.array([position for position, _ in sizes], dtype=np.int64)
+    ends = np.cumsum([n_rows for _, n_rows in sizes], dtype=np.int64)
+    if rows.size and (rows[0] < 0 or rows[-1] >= (ends[-1] if ends.size else 0)):
+        raise ValueError(f"dataset {dataset.id} has no row {int(rows[-1])}")
+    # Rows [cuts[i], cuts[i + 1]) of ``rows`` lie in chunk i.
+    cuts = np.searchsorted(rows, np.concatenate(([0], ends)))
+    needed = np.flatnonzero(np.diff(cuts) > 0)
+    X = np.empty((rows.size, dataset.n_features), dtype=np.float64)
+    y = np.empty(rows.size, dtype=np.float64)
+    values = np.empty(rows.size, dtype=np.float64 if types[column] == NUMBER else object)
+    chunks = session.execute(
+        select(
+            DatasetChunk.n_rows, DatasetChunk.x_data, DatasetChunk.y_data, DatasetChunk.extra_data
+        )
+        .where(
+            DatasetChunk.dataset_id == dataset.id,
+            DatasetChunk.position.in_(positions[needed].tolist()),
+        )
+        .order_by(DatasetChunk.position),
+        execution_options={"yield_per": 1},
+    )
+    for (n_rows, x_data, y_data, extra_data), index in zip(chunks, needed, strict=True):
+        first, stop = cuts[index], cuts[index + 1]
+        mine = rows[first:stop] - (ends[index] - n_rows)
+        X[first:stop] = decode_matrix(bytes(x_data), n_rows, dataset.n_features)[mine]
+        y[first:stop] = decode_vector(bytes(y_data), n_rows)[mine]
+        if extra_data is None:
+            raise ValueError(f"dataset {dataset.id} has a chunk without its extra columns")
+        values[first:stop] = decode_columns(bytes(extra_data), n_rows, [column], types)[column][
+            mine
+        ]
+    return X, y, values
 
 
 def load_dataset_arrays(dataset: Dataset) -> tuple[FloatArray, FloatArray]:
@@ -1417,38 +1468,208 @@ def load_keyed_arrays(session: Session, *, model_id: str) -> dict[str, npt.NDArr
     return {name: np.concatenate(arrays) for name, arrays in parts.items()}
 
 
+@dataclass(frozen=True)
+class ShardClaim:
+    """A shard of a keyed job claimed by one claimant: its position, keys and dataset rows."""
+
+    position: int
+    n_keys: int
+    rows: npt.NDArray[np.int64]
+    """The dataset rows of the shard's keys, in increasing order."""
+
+
+def encode_rows(rows: npt.NDArray[np.int64]) -> bytes:
+    """The increasing row indices ``rows`` as ``.npz``: runs of consecutive rows (starts and
+    lengths) when that is smaller, as when the rows of a key are next to each other, else
+    the rows themselves (32 bits each when they fit)."""
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    if 2 * (breaks.size + 1) < rows.size:
+        edges = np.concatenate(([0], breaks, [rows.size]))
+        return encode_arrays({"starts": rows[edges[:-1]], "lengths": np.diff(edges)})
+    small = rows.size == 0 or int(rows[-1]) < np.iinfo(np.int32).max
+    return encode_arrays({"rows": rows.astype(np.int32 if small else np.int64)})
+
+
+def decode_rows(data: bytes) -> npt.NDArray[np.int64]:
+    """The row indices that :func:`encode_rows` encoded."""
+    arrays = decode_arrays(data)
+    if "rows" in arrays:
+        rows: npt.NDArray[np.int64] = arrays["rows"].astype(np.int64)
+        return rows
+    starts, lengths = arrays["starts"].astype(np.int64), arrays["lengths"].astype(np.int64)
+    firsts = np.cumsum(lengths) - lengths
+    expanded: npt.NDArray[np.int64] = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(
+        starts - firsts, lengths
+    )
+    return expanded
+
+
+def plan_job_shards(
+    session: Session, *, job_id: str, shards: Sequence[tuple[int, npt.NDArray[np.int64]]]
+) -> bool:
+    """Record the shards of the keyed job ``job_id`` (per shard its key count and the rows of
+    its keys, increasing) as claims nobody holds, unless its plan exists already (an earlier
+    attempt made it: the plan of a job never changes); a shard already stored is done. True if
+    the plan was recorded by this call."""
+    session.execute(select(Job.id).where(Job.id == job_id).with_for_update())
+    if session.scalar(select(func.count()).where(KeyedJobShardClaim.job_id == job_id)):
+        return False
+    stored = set(stored_job_shards(session, job_id=job_id))
+    for position, (n_keys, rows) in enumerate(shards):
+        session.execute(
+            insert(KeyedJobShardClaim).values(
+                job_id=job_id,
+                position=position,
+                n_keys=n_keys,
+                n_rows=len(rows),
+                rows=encode_rows(np.asarray(rows, dtype=np.int64)),
+                keys_done=0,
+                done=position in stored,
+            )
+        )
+    return True
+
+
+_UNFINISHED = ("queued", "running")
+
+
+def _job_unfinished(job_id: str) -> ColumnElement[bool]:
+    """The job exists, is queued or running, and nobody asked to cancel it."""
+    return (
+        select(Job.id)
+        .where(Job.id == job_id, Job.status.in_(_UNFINISHED), Job.cancel_requested.is_(False))
+        .exists()
+    )
+
+
+def claim_job_shard(
+    session: Session, *, job_id: str, claimant: str, now: datetime, stale_before: datetime
+) -> ShardClaim | None:
+    """Claim for ``claimant`` the first shard of the keyed job ``job_id`` that is not done and
+    that nobody holds, or whose claimant's heartbeat is older than ``stale_before``; None if
+    there is none (or the job is finished or being cancelled). Rows other transactions hold
+    are skipped (``FOR UPDATE SKIP LOCKED``), so claimants never wait for one another."""
+    row = session.execute(
+        select(KeyedJobShardClaim.position, KeyedJobShardClaim.n_keys, KeyedJobShardClaim.rows)
+        .where(
+            KeyedJobShardClaim.job_id == job_id,
+            KeyedJobShardClaim.done.is_(False),
+            or_(
+                KeyedJobShardClaim.claimed_by.is_(None),
+                KeyedJobShardClaim.heartbeat_at < stale_before,
+            ),
+            _job_unfinished(job_id),
+        )
+        .order_by(KeyedJobShardClaim.position)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    ).first()
+    if row is None:
+        return None
+    position, n_keys, rows = row
+    session.execute(
+        update(KeyedJobShardClaim)
+        .where(KeyedJobShardClaim.job_id == job_id, KeyedJobShardClaim.position == position)
+        .values(claimed_by=claimant, heartbeat_at=now, keys_done=0)
+    )
+    return ShardClaim(position=position, n_keys=n_keys, rows=decode_rows(bytes(rows)))
+
+
+def beat_job_shards(
+    session: Session, *, job_id: str, claimant: str, now: datetime, keys_done: int | None = None
+) -> bool:
+    """Renew the heartbeat of the shards of ``job_id`` that ``claimant`` holds (and record
+    the keys it has fitted of them); False if the job is finished or being cancelled, when
+    its shards' work should stop."""
+    values: dict[str, Any] = {"heartbeat_at": now}
+    if keys_done is not None:
+        values["keys_done"] = keys_done
+    session.execute(
+        update(KeyedJobShardClaim)
+        .where(
+            KeyedJobShardClaim.job_id == job_id,
+            KeyedJobShardClaim.claimed_by == claimant,
+            KeyedJobShardClaim.done.is_(False),
+        )
+        .values(**values)
+    )
+    return bool(session.scalar(select(_job_unfinished(job_id))))
+
+
+@dataclass(frozen=True)
+class ShardCounts:
+    """Where a keyed job's shards stand."""
+
+    n_shards: int
+    done: int
+    keys_done: int
+    """Keys of the stored shards plus those fitted so far in the claimed ones."""
+    claimable: int
+    """Shards not done that nobody holds (stale claims not counted)."""
+
+
+def job_shard_counts(session: Session, *, job_id: str) -> ShardCounts:
+    """How many shards the keyed job ``job_id`` has, are done and are free, and its keys done."""
+    n_shards, done, keys_done, claimable = session.execute(
+        select(
+            func.count(),
+            func.count().filter(KeyedJobShardClaim.done.is_(True)),
+            func.coalesce(
+                func.sum(
+                    case(
+                        (KeyedJobShardClaim.done.is_(True), KeyedJobShardClaim.n_keys),
+                        else_=KeyedJobShardClaim.keys_done,
+                    )
+                ),
+                0,
+            ),
+            func.count().filter(
+                KeyedJobShardClaim.done.is_(False), KeyedJobShardClaim.claimed_by.is_(None)
+            ),
+        ).where(KeyedJobShardClaim.job_id == job_id)
+    ).one()
+    return ShardCounts(int(n_shards), int(done), int(keys_done), int(claimable))
+
+
 def store_job_shard(
     session: Session,
     *,
     job_id: str,
-    worker_id: str,
-    attempt: int,
     position: int,
+    claimant: str,
+    worker_id: str,
     arrays: Mapping[str, npt.ArrayLike],
 ) -> bool:
-    """Store the fitted shard ``position`` of the running keyed job ``job_id``, replacing any
-    earlier copy (so a shard is stored once whatever the retries); False, storing nothing, if
-    the job is no longer run by ``worker_id``'s attempt ``attempt``."""
-    owner = session.execute(
-        select(Job.id).where(Job.id == job_id, *_owned_by(worker_id, attempt)).with_for_update()
-    ).first()
-    if owner is None:
-        return False
-    session.execute(
-        delete(KeyedJobShard).where(
-            KeyedJobShard.job_id == job_id, KeyedJobShard.position == position
+    """Store the fitted shard ``position`` of the keyed job ``job_id`` and mark it done, if
+    ``claimant`` still holds it and the job is unfinished; False, storing nothing, otherwise
+    (its claim went stale and another claimant took it, or the job ended): a shard is stored
+    once. ``worker_id`` is recorded as the worker that fitted it, with the job's attempt."""
+    encoded = encode_arrays(arrays)
+    marked = _execute_counting(
+        session,
+        update(KeyedJobShardClaim)
+        .where(
+            KeyedJobShardClaim.job_id == job_id,
+            KeyedJobShardClaim.position == position,
+            KeyedJobShardClaim.claimed_by == claimant,
+            KeyedJobShardClaim.done.is_(False),
+            _job_unfinished(job_id),
         )
+        .values(done=True, keys_done=KeyedJobShardClaim.n_keys),
     )
-    session.add(
-        KeyedJobShard(
+    if marked != 1:
+        return False
+    attempt = session.scalar(select(Job.attempts).where(Job.id == job_id))
+    session.execute(
+        insert(KeyedJobShard).values(
             job_id=job_id,
             position=position,
             n_keys=len(np.asarray(arrays["keys"])),
             fitted_attempt=attempt,
-            data=encode_arrays(arrays),
+            fitted_by=worker_id,
+            data=encoded,
         )
     )
-    session.flush()
     return True
 
 
@@ -1480,17 +1701,20 @@ def load_job_shards(session: Session, *, job_id: str) -> dict[str, npt.NDArray[A
 
 def publish_job_shards(session: Session, *, job_id: str, model_id: str) -> None:
     """Make the keyed job's stored shards the chunks of its model ``model_id`` (in the
-    database, nothing passes through Python) and delete them from the job."""
+    database, nothing passes through Python) and delete them, and its shard claims, from the
+    job."""
     session.execute(
         insert(KeyedModelChunk).from_select(
-            ["model_id", "position", "n_keys", "fitted_attempt", "data"],
+            ["model_id", "position", "n_keys", "fitted_attempt", "fitted_by", "data"],
             select(
                 literal(model_id),
                 KeyedJobShard.position,
                 KeyedJobShard.n_keys,
                 KeyedJobShard.fitted_attempt,
+                KeyedJobShard.fitted_by,
                 KeyedJobShard.data,
             ).where(KeyedJobShard.job_id == job_id),
         )
     )
     session.execute(delete(KeyedJobShard).where(KeyedJobShard.job_id == job_id))
+    session.execute(delete(KeyedJobShardClaim).where(KeyedJobShardClaim.job_id == job_id))

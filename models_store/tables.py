@@ -240,6 +240,8 @@ class KeyedModelChunk(Base):
     n_keys: Mapped[int]
     # The attempt of the job that fitted these keys (None: stored at once by the model's job).
     fitted_attempt: Mapped[int | None]
+    # The worker that fitted these keys (revision 0016; None before it).
+    fitted_by: Mapped[str | None] = mapped_column(String)
     data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
@@ -256,7 +258,33 @@ class KeyedJobShard(Base):
     position: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
     n_keys: Mapped[int]
     fitted_attempt: Mapped[int]
+    # The worker that fitted the shard (revision 0016).
+    fitted_by: Mapped[str | None] = mapped_column(String)
     data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class KeyedJobShardClaim(Base):
+    """A shard of a keyed job's plan and who fits it (revision 0016): any worker may claim a
+    shard that is not ``done`` and not claimed, or whose claimant's ``heartbeat_at`` is older
+    than the stale limit (a claimant that died), so several workers fit one job's shards.
+    ``rows`` are the dataset rows of the shard's keys, ``.npz`` (``rows``, or ``starts`` and
+    ``lengths`` of runs of consecutive rows), so a claimant reads only the chunks that hold
+    them."""
+
+    __tablename__ = "keyed_job_shard_claims"
+
+    job_id: Mapped[str] = mapped_column(
+        String(ID_LENGTH), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    n_keys: Mapped[int]
+    n_rows: Mapped[int]
+    rows: Mapped[bytes] = mapped_column(LargeBinary)
+    claimed_by: Mapped[str | None] = mapped_column(String)
+    heartbeat_at: Mapped[datetime | None]
+    # Keys its claimant has fitted so far (the job's progress counts them).
+    keys_done: Mapped[int] = mapped_column(default=0)
+    done: Mapped[bool] = mapped_column(default=False)
 
 
 class RegisteredModel(Base):

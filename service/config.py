@@ -12,6 +12,10 @@ from sqlalchemy.engine import make_url
 MAX_K_SWEEP_LIMIT = 1000
 """The most k values a sweep may ever list; ``MIXREG_MAX_K_SWEEP`` is at most this."""
 
+DEFAULT_KEYED_GLOBAL_ROWS = 1_000_000
+"""Rows a keyed job's global model (for unknown keys) is fitted on at most, drawn at random:
+the job's process holds them besides one shard, whatever the dataset's size."""
+
 
 class Settings(BaseSettings):
     """Settings read from ``MIXREG_*`` environment variables (see the README's table)."""
@@ -33,6 +37,9 @@ class Settings(BaseSettings):
     fit_niceness: int = Field(default=10, ge=0, le=19)
     heartbeat_interval_s: float = Field(default=1.0, gt=0)
     stale_after_s: float = Field(default=15.0, gt=0)
+    # Rows a keyed job's global model (for unknown keys) is fitted on at most, drawn at random:
+    # what the job's process holds besides one shard, whatever the dataset's size.
+    keyed_global_rows: int = Field(default=DEFAULT_KEYED_GLOBAL_ROWS, ge=1000)
     max_attempts: int = Field(default=3, ge=1)
     poll_interval_s: float = Field(default=0.2, gt=0)
     progress_interval_s: float = Field(default=0.5, ge=0)

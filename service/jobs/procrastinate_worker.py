@@ -19,6 +19,11 @@ the truth for the job's state; Procrastinate's tables are only the queue
   the embedded reaper's decision on its job (queued again, or failed "worker lost" once out of
   attempts) and is retried or finished to match. One worker at a time does this, under a
   PostgreSQL advisory lock;
+- spreads a keyed job over the workers: once the job's fit has planned its shards, the worker
+  running it defers ``mixreg.fit_shards`` tasks; each, on whichever worker has a free slot,
+  fits free shards in a child process (reading only their rows) until none is free, beside the
+  job's own fit, which fits shards too, waits for the others and stores the model
+  (``docs/adr/0027-keyed-shards-over-several-workers.md``);
 - defers a task for every queued job that has none (queued by a process in embedded mode), so
   switching a deployment to Procrastinate strands no job.
 """
@@ -48,10 +53,20 @@ from models_store.session import make_engine, make_sessionmaker, session_scope
 from service.config import Settings
 from service.jobs.retention import apply_retention
 from service.jobs.supervisor import FitSupervisor, RunningFit, new_worker_id
-from service.jobs.task_queue import FIT_QUEUE, FIT_TASK, FitTaskQueue, libpq_conninfo
+from service.jobs.task_queue import (
+    FIT_QUEUE,
+    FIT_TASK,
+    SHARDS_TASK,
+    FitTaskQueue,
+    libpq_conninfo,
+)
 from service.logs import job_context
 
 logger = logging.getLogger(__name__)
+
+MAX_SHARD_TASKS = 16
+"""Shard tasks deferred per keyed job at most: each fits shards until none is free, so more
+tasks than free worker slots only end at once."""
 
 RECOVERY_LOCK_KEY = 0x6D69787265670002
 """PostgreSQL advisory lock held by the one worker that recovers stalled tasks at a time."""
@@ -124,6 +139,7 @@ class TaskClaim:
     found: str
     algorithm: str
     attempt: int
+    keyed: bool = False
 
 
 def claim_for_task(
@@ -144,6 +160,7 @@ def claim_for_task(
             found="missing" if job is None else job.status,
             algorithm="" if job is None else job.algorithm,
             attempt=0 if job is None else job.attempts,
+            keyed=job is not None and job.split_by is not None,
         )
 
 
@@ -212,6 +229,7 @@ class FitWorker:
         app.task(name=FIT_TASK, queue=FIT_QUEUE, pass_context=True, retry=RetryHandedBack())(
             self.run_task
         )
+        app.task(name=SHARDS_TASK, queue=FIT_QUEUE, pass_context=True)(self.run_shard_task)
         return app
 
     # Running a task ---------------------------------------------------------------------------
@@ -233,16 +251,30 @@ class FitWorker:
             logger.info("job %s is %s, not queued; its task has nothing to do", job_id, claim.found)
             return f"nothing to do: the job is {claim.found}"
         fit = self._supervisor.start(job_id, claim.algorithm, claim.attempt)
-        status = self._status_of(job_id) if fit is None else self._watch(fit, context.abort_reason)
+        status = (
+            self._status_of(job_id)
+            if fit is None
+            else self._watch(fit, context.abort_reason, keyed=claim.keyed)
+        )
         if status == "cancelled":
             raise JobAborted(f"job {job_id} cancelled")
         if status == "failed":
             raise JobFailedError(f"job {job_id} failed: {self._error_of(job_id)}")
         return status
 
-    def _watch(self, fit: RunningFit, abort_reason: Callable[[], AbortReason | None]) -> str:
+    def _watch(
+        self,
+        fit: RunningFit,
+        abort_reason: Callable[[], AbortReason | None],
+        *,
+        keyed: bool = False,
+    ) -> str:
         assert self._supervisor is not None
+        # A keyed job's shard tasks are deferred once its fit has planned the shards.
+        shards_deferred = not keyed
         while True:
+            if not shards_deferred:
+                shards_deferred = self._defer_shard_tasks(fit.job_id)
             reason = abort_reason()
             if reason is AbortReason.SHUTDOWN:
                 if self._supervisor.hand_back(fit) == "queued":
@@ -252,6 +284,48 @@ class FitWorker:
             if status is not None:
                 return status
             time.sleep(self._settings.poll_interval_s)
+
+    def _defer_shard_tasks(self, job_id: str) -> bool:
+        """Defer a shard task per free shard but one (the job's own fit takes one), at most
+        :data:`MAX_SHARD_TASKS`, once the keyed job ``job_id`` has planned its shards; False
+        while it has not."""
+        assert self._session_factory is not None
+        with session_scope(self._session_factory) as session:
+            counts = repository.job_shard_counts(session, job_id=job_id)
+            if counts.n_shards == 0:
+                return False
+            count = min(counts.claimable - 1, MAX_SHARD_TASKS)
+            if count > 0:
+                self._task_queue.enqueue_shards(session, job_id, count)
+        logger.info("job %s: %d shard tasks deferred", job_id, max(count, 0))
+        return True
+
+    def run_shard_task(self, context: procrastinate.JobContext, job_id: str) -> str:
+        """The task ``mixreg.fit_shards``: fit free shards of the keyed job ``job_id`` in a
+        child process until none is free (:func:`service.jobs.training.run_shards`).
+
+        Runs in a thread of the worker. On a shutdown the child is stopped: the shard it held
+        goes stale and is fitted by another claimant. A cancelled job stops the child by
+        itself (its shard heartbeat sees it).
+        """
+        assert self._session_factory is not None and self._supervisor is not None
+        with job_context(job_id):
+            with session_scope(self._session_factory) as session:
+                free = repository.job_shard_counts(session, job_id=job_id).claimable
+            if not free:
+                return "nothing to do: no free shard"
+            process, alive_writer = self._supervisor.start_shards(job_id)
+            try:
+                while process.is_alive():
+                    if context.abort_reason() is not None:
+                        process.terminate()
+                        process.join()
+                        return "stopped"
+                    time.sleep(self._settings.poll_interval_s)
+                process.join()
+            finally:
+                alive_writer.close()
+            return f"shards fitted; the process exited with {process.exitcode}"
 
     def _status_of(self, job_id: str) -> str:
         assert self._session_factory is not None
@@ -305,6 +379,13 @@ class FitWorker:
                 logger.info(
                     "task %s of job %s lost its worker; the job is %s", task.id, job_id, status
                 )
+        # A shard task of a lost worker only ends: its shard's claim goes stale by itself.
+        for task in await app.job_manager.get_stalled_jobs(
+            queue=FIT_QUEUE,
+            task_name=SHARDS_TASK,
+            seconds_since_heartbeat=self._settings.stale_after_s,
+        ):
+            await app.job_manager.finish_job(task, status=TaskStatus.FAILED, delete_job=False)
         await asyncio.to_thread(self._defer_missing_tasks)
         if time.monotonic() >= self._next_retention:
             assert self._session_factory is not None  # built in _main

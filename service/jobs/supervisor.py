@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from models_store import repository
 from models_store.session import session_scope
 from service.config import Settings
-from service.jobs.training import EXIT_ATTEMPT_SUPERSEDED, EXIT_PARENT_LOST, run_job
+from service.jobs.training import EXIT_ATTEMPT_SUPERSEDED, EXIT_PARENT_LOST, run_job, run_shards
 from service.metrics import ServiceMetrics
 
 logger = logging.getLogger(__name__)
@@ -161,6 +161,8 @@ class FitSupervisor:
                 "worker_alive": alive_reader,
                 "data_loaded": data_loaded,
                 "log_format": self._settings.log_format,
+                "stale_after_s": self._settings.stale_after_s,
+                "keyed_global_rows": self._settings.keyed_global_rows,
             },
             name=f"mixreg-fit-{job_id}",
             daemon=True,
@@ -194,6 +196,36 @@ class FitSupervisor:
             process.pid,
         )
         return fit
+
+    def start_shards(self, job_id: str) -> tuple[BaseProcess, Connection]:
+        """Start a child process that fits free shards of the keyed job ``job_id`` beside the
+        process running the job (:func:`service.jobs.training.run_shards`); return it and the
+        write end of the pipe whose closing (this process dying) stops it."""
+        alive_reader, alive_writer = self._context.Pipe(duplex=False)
+        process = self._context.Process(
+            target=run_shards,
+            args=(job_id, self._settings.database_url),
+            kwargs={
+                "worker_id": self.worker_id,
+                "heartbeat_interval_s": self._settings.heartbeat_interval_s,
+                "stale_after_s": self._settings.stale_after_s,
+                "worker_alive": alive_reader,
+                "log_format": self._settings.log_format,
+            },
+            name=f"mixreg-shards-{job_id}",
+            daemon=True,
+        )
+        try:
+            process.start()
+        finally:
+            alive_reader.close()
+        logger.info(
+            "job %s: fitting its shards in process %s of worker %s",
+            job_id,
+            process.pid,
+            self.worker_id,
+        )
+        return process, alive_writer
 
     def check(self, fit: RunningFit, *, cancel_requested: bool) -> str | None:
         """One look at a running fit; return the job's final status once the fit is over.

@@ -21,6 +21,10 @@ from models_store import repository
 FIT_TASK = "mixreg.fit"
 """Name of the Procrastinate task that runs a fit job; its one argument is ``job_id``."""
 
+SHARDS_TASK = "mixreg.fit_shards"
+"""Name of the Procrastinate task that fits free shards of a keyed job beside the worker that
+runs the job; its one argument is ``job_id``."""
+
 FIT_QUEUE = "fits"
 """The Procrastinate queue the fit tasks go to and ``mixreg worker`` listens on."""
 
@@ -61,6 +65,16 @@ class FitTaskQueue:
         ).defer(job_id=job_id)
         repository.set_task_id(session, job_id=job_id, task_id=task_id)
         return task_id
+
+    def enqueue_shards(self, session: Session, job_id: str, count: int) -> None:
+        """Defer ``count`` tasks that fit free shards of the running keyed job ``job_id``, in
+        ``session``'s transaction: each runs on whichever worker has a free slot and fits
+        shards until none is free."""
+        task = self._app.configure_task(
+            SHARDS_TASK, queue=FIT_QUEUE, connection=_driver_connection(session)
+        )
+        for _ in range(count):
+            task.defer(job_id=job_id)
 
     def abort(self, session: Session, task_id: int) -> bool:
         """Cancel a waiting task, or ask the worker running it to abort, in ``session``'s

@@ -20,9 +20,11 @@ import math
 import os
 import threading
 import time
+import uuid
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
@@ -50,7 +52,8 @@ from mixreg import (
 )
 from models_store import registry, repository
 from models_store.session import make_engine, make_sessionmaker, read_scope, session_scope
-from models_store.tables import Job
+from models_store.tables import TERMINAL_JOB_STATUSES, Dataset, Job
+from service.config import DEFAULT_KEYED_GLOBAL_ROWS
 from service.data.columns import load_columns
 from service.jobs.fit_columns import GROUPS, WEIGHTS, wanted_columns
 from service.logs import LogFormat, configure_logging, job_context
@@ -1048,6 +1051,8 @@ def run_job(
     worker_alive: Connection | None = None,
     data_loaded: EventType | None = None,
     log_format: LogFormat | None = None,
+    stale_after_s: float = 15.0,
+    keyed_global_rows: int = DEFAULT_KEYED_GLOBAL_ROWS,
 ) -> str:
     """Fit the running job ``job_id`` and store its model (a k sweep: one per k), finishing the
     job in the same unit of work.
@@ -1058,10 +1063,13 @@ def run_job(
     finds that out (``EXIT_ATTEMPT_SUPERSEDED``). The heartbeat starts before the data are
     loaded, so a slow load never looks like a lost worker. ``worker_alive`` is the read end of
     a pipe held open by the worker process; the fit stops when it closes. ``data_loaded`` is set
-    once the data are loaded (the worker's time limit counts from then). ``log_format``, when
-    given, configures the logging of this process (a fit process does not inherit its
-    worker's); every line logged during the fit names ``job_id``. Returns the status the job
-    was left in by this call (``"lost"`` if the job was not, or stopped being, owned by the
+    once the data are loaded (the worker's time limit counts from then). A keyed job's shard
+    claimed by a process whose heartbeat is older than ``stale_after_s`` (seconds, on the
+    database's clock) is claimed again. ``log_format``, when given, configures the logging of
+    this process (a fit process does not inherit its worker's); every line logged during the
+    fit names ``job_id``. A keyed job's global model is fitted on at most ``keyed_global_rows``
+    rows drawn at random (``MIXREG_KEYED_GLOBAL_ROWS``). Returns the status the
+    job was left in by this call (``"lost"`` if the job was not, or stopped being, owned by the
     worker that claimed it).
     """
     if log_format is not None:
@@ -1078,6 +1086,8 @@ def run_job(
                 attempt=attempt,
                 worker_alive=worker_alive,
                 data_loaded=data_loaded,
+                stale_after_s=stale_after_s,
+                keyed_global_rows=keyed_global_rows,
             )
     finally:
         engine.dispose()
@@ -1097,30 +1107,60 @@ DEFAULT_KEYS_PER_SHARD = 65_536
 
 @dataclass(frozen=True)
 class KeyedData:
-    """A keyed fit's key column split as the rows are (``TrainHoldout``), and its settings."""
+    """A keyed fit's dataset, key column and settings."""
 
+    dataset_id: str
     split_by: str
     small_keys: str
     keys_per_shard: int
-    keys_train: NDArray[Any]
-    keys_holdout: NDArray[Any]
 
     @classmethod
-    def of_column(cls, job: Job, values: NDArray[Any]) -> KeyedData:
-        """The keys of ``job``'s dataset column ``values`` (a number column: float with NaN
-        where missing; text: str, None where missing); an empty text is a missing key."""
-        if values.dtype == object:
-            values = values.copy()
-            values[values == ""] = None
-        train, holdout = holdout_split(values.shape[0], job.holdout_fraction, job.seed or 0)
+    def of_job(cls, job: Job) -> KeyedData:
+        """The keyed settings of ``job`` (which has a ``split_by``)."""
         assert job.split_by is not None
         return cls(
+            dataset_id=job.dataset_id,
             split_by=job.split_by,
             small_keys=job.small_keys or "k1",
             keys_per_shard=job.keys_per_shard or DEFAULT_KEYS_PER_SHARD,
-            keys_train=values[train],
-            keys_holdout=values[holdout],
         )
+
+
+def key_values(values: NDArray[Any]) -> NDArray[Any]:
+    """A key column's values (a number column: float with NaN where missing; text: str, None
+    where missing) with an empty text as a missing key."""
+    if values.dtype == object:
+        values = values.copy()
+        values[values == ""] = None
+    return values
+
+
+def keyed_global_sample(
+    n_rows: int, holdout_fraction: float, seed: int, max_rows: int
+) -> tuple[IndexArray, NDArray[np.bool_]]:
+    """The rows a keyed job's global model is fitted and scored on: at most ``max_rows`` rows
+    drawn at random (every row if there are no more), increasing, and which of them are held
+    out.
+
+    A row is held out exactly when it is in the job's holdout over all rows
+    (:func:`holdout_split` of ``n_rows``). The sample is the first rows of each side of the
+    split in that split's own random order, in proportion to the sides' sizes: a uniform
+    random part of each side, drawn with no second permutation of the rows.
+    """
+    n_holdout = holdout_size(n_rows, holdout_fraction)
+    # holdout_split's draw: its first n_holdout entries are the holdout.
+    permutation = np.random.default_rng(seed).permutation(n_rows)
+    if n_rows <= max_rows:
+        held = np.zeros(n_rows, dtype=bool)
+        held[permutation[:n_holdout]] = True
+        return np.arange(n_rows, dtype=np.int64), held
+    n_held = round(max_rows * n_holdout / n_rows)
+    rows = np.concatenate(
+        (permutation[:n_held], permutation[n_holdout : n_holdout + max_rows - n_held])
+    )
+    del permutation
+    order = np.argsort(rows)
+    return rows[order], order < n_held
 
 
 @dataclass(frozen=True)
@@ -1152,9 +1192,10 @@ def _current_attempt(
 
 
 def _load_claimed_job(
-    session_factory: sessionmaker[Session], job_id: str, owner: _Attempt
+    session_factory: sessionmaker[Session], job_id: str, owner: _Attempt, keyed_global_rows: int
 ) -> _ClaimedJob | None:
-    """Read the job's spec and split its dataset; None if the attempt is no longer current.
+    """Read the job's spec and split its dataset (a keyed job: the rows of its global model,
+    :func:`keyed_global_sample`); None if the attempt is no longer current.
 
     One read transaction (a snapshot, no write lock on SQLite), so the heartbeat and every
     other writer go on while the data are read.
@@ -1171,24 +1212,20 @@ def _load_claimed_job(
         if dataset is None:
             raise JobLostError(f"dataset {job.dataset_id} of job {job_id} is gone")
         spec = FitSpec.of_job(job)
-        columns = load_columns(dataset, wanted_columns(spec.weights_column, spec.groups_column))
-        data = TrainHoldout.of_blocks(
-            repository.iter_dataset_blocks(session, dataset=dataset),
-            n_rows=dataset.n_rows,
-            n_features=dataset.n_features,
-            spec=spec,
-            weights=columns.get(WEIGHTS),
-            groups=columns.get(GROUPS),
-        )
-        if spec.concomitant_names is not None:
-            gate_columns = repository.load_dataset_columns(dataset, spec.concomitant_names)
-            data = data.with_concomitant(
-                np.column_stack([gate_columns[name] for name in spec.concomitant_names]), spec
-            )
-        keyed = None
         if job.split_by is not None:
-            values = repository.load_dataset_columns(dataset, [job.split_by])[job.split_by]
-            keyed = KeyedData.of_column(job, values)
+            keyed = KeyedData.of_job(job)
+            # A keyed fit takes neither weights, groups nor gating (service.schemas).
+            rows, held = keyed_global_sample(
+                dataset.n_rows, spec.holdout_fraction, spec.seed, keyed_global_rows
+            )
+            X, y, _ = repository.read_dataset_rows(
+                session, dataset=dataset, rows=rows, column=keyed.split_by
+            )
+            del rows
+            data = TrainHoldout(X[~held], y[~held], X[held], y[held])
+            del X, y
+        else:
+            keyed, data = None, _load_split(session, dataset, spec)
         return _ClaimedJob(
             worker_id=owner.worker_id,
             attempt=owner.attempt,
@@ -1202,6 +1239,25 @@ def _load_claimed_job(
         )
 
 
+def _load_split(session: Session, dataset: Dataset, spec: FitSpec) -> TrainHoldout:
+    """Every row of ``dataset`` split by ``spec``, with the columns the fit uses."""
+    columns = load_columns(dataset, wanted_columns(spec.weights_column, spec.groups_column))
+    data = TrainHoldout.of_blocks(
+        repository.iter_dataset_blocks(session, dataset=dataset),
+        n_rows=dataset.n_rows,
+        n_features=dataset.n_features,
+        spec=spec,
+        weights=columns.get(WEIGHTS),
+        groups=columns.get(GROUPS),
+    )
+    if spec.concomitant_names is None:
+        return data
+    gate_columns = repository.load_dataset_columns(dataset, spec.concomitant_names)
+    return data.with_concomitant(
+        np.column_stack([gate_columns[name] for name in spec.concomitant_names]), spec
+    )
+
+
 def _run_job(
     session_factory: sessionmaker[Session],
     job_id: str,
@@ -1212,6 +1268,8 @@ def _run_job(
     attempt: int | None,
     worker_alive: Connection | None,
     data_loaded: EventType | None,
+    stale_after_s: float,
+    keyed_global_rows: int,
 ) -> str:
     owner = _current_attempt(session_factory, job_id, worker_id, attempt)
     if owner is None:
@@ -1225,7 +1283,7 @@ def _run_job(
         worker_alive=worker_alive,
     )
     with heartbeat:
-        claimed = _load_claimed_job(session_factory, job_id, owner)
+        claimed = _load_claimed_job(session_factory, job_id, owner, keyed_global_rows)
         if claimed is None:
             return "lost"
         if data_loaded is not None:
@@ -1248,22 +1306,26 @@ def _run_job(
             os.getpid(),
         )
         try:
-            if claimed.keyed is None:
+            if (keyed_data := claimed.keyed) is None:
                 fitted, keyed = fit_split(data, spec, progress=progress), None
             else:
-                fitted, keyed = fit_keyed(
-                    data,
-                    claimed.keyed,
-                    spec,
-                    ShardStore(
-                        session_factory,
-                        job_id=job_id,
-                        worker_id=owner.worker_id,
-                        attempt=owner.attempt,
-                    ),
-                    keys_per_shard=claimed.keyed.keys_per_shard,
-                    progress=progress,
-                )
+                with ShardStore(
+                    session_factory,
+                    job_id=job_id,
+                    worker_id=owner.worker_id,
+                    stale_after_s=stale_after_s,
+                    heartbeat_interval_s=heartbeat_interval_s,
+                ) as shards:
+                    fitted, keyed = fit_keyed(
+                        data,
+                        keyed_data,
+                        spec,
+                        shards,
+                        read_keys=lambda: _key_blocks(session_factory, keyed_data),
+                        read_rows=lambda rows: _read_keyed_rows(session_factory, keyed_data, rows),
+                        wait_s=progress_interval_s or heartbeat_interval_s,
+                        progress=progress,
+                    )
         except JobLostError:
             return "lost"
         except FitCancelledError:
@@ -1386,32 +1448,127 @@ def _store_models(
 
 
 class ShardStore:
-    """Where a keyed job keeps the shards of keys it has fitted: the database, as the job's
-    running attempt (a shard stored by an earlier attempt is not fitted again)."""
+    """A keyed job's shards seen by one claimant (a process of a worker): its plan, claims,
+    stored shards and the progress of all of them.
+
+    Used as a context manager: a daemon thread renews the heartbeat of the claimant's shard
+    on the database's clock every ``heartbeat_interval_s`` (with the keys it has fitted of
+    it), notes when the job ended or is being cancelled (:meth:`fitting` then raises
+    :class:`FitCancelledError`), and ends the process if ``worker_alive`` (the read end of a
+    pipe its worker holds) closes. A claim whose heartbeat is older than ``stale_after_s`` is
+    free again, so a shard of a claimant that died is fitted by another.
+    """
 
     def __init__(
-        self, session_factory: sessionmaker[Session], *, job_id: str, worker_id: str, attempt: int
+        self,
+        session_factory: sessionmaker[Session],
+        *,
+        job_id: str,
+        worker_id: str,
+        stale_after_s: float,
+        heartbeat_interval_s: float,
+        worker_alive: Connection | None = None,
     ) -> None:
         self._session_factory = session_factory
-        self._job_id, self._worker_id, self._attempt = job_id, worker_id, attempt
+        self._job_id, self.worker_id = job_id, worker_id
+        # One claimant per process: its claims go stale together when it dies.
+        self.claimant = f"{worker_id}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+        self._stale_after_s = stale_after_s
+        self._interval_s = heartbeat_interval_s
+        self._worker_alive = worker_alive
+        self._keys_fitting = 0
+        self._job_ended = threading.Event()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="mixreg-shards", daemon=True)
 
-    def stored(self) -> set[int]:
-        """Positions of the shards already stored."""
-        with read_scope(self._session_factory) as session:
-            return set(repository.stored_job_shards(session, job_id=self._job_id))
+    def __enter__(self) -> ShardStore:
+        self._thread.start()
+        return self
 
-    def store(self, position: int, arrays: Mapping[str, NDArray[Any]]) -> None:
-        """Store a fitted shard; ``JobLostError`` if the attempt is no longer the job's."""
+    def __exit__(self, *exc_info: object) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        while not self._stopped.wait(self._interval_s):
+            if self._worker_alive is not None and self._worker_alive.poll():
+                logger.error("job %s: the worker process is gone; stopping", self._job_id)
+                os._exit(EXIT_PARENT_LOST)
+            try:
+                with session_scope(self._session_factory) as session:
+                    unfinished = repository.beat_job_shards(
+                        session,
+                        job_id=self._job_id,
+                        claimant=self.claimant,
+                        now=repository.database_now(session),
+                        keys_done=self._keys_fitting,
+                    )
+            except SQLAlchemyError:
+                logger.exception("job %s: shard heartbeat failed; retrying", self._job_id)
+            else:
+                if not unfinished:
+                    self._job_ended.set()
+
+    def plan(self, shards: Sequence[tuple[int, IndexArray]]) -> None:
+        """Record the job's shards (keys, rows per shard) unless an earlier attempt did."""
         with session_scope(self._session_factory) as session:
-            if not repository.store_job_shard(
+            repository.plan_job_shards(session, job_id=self._job_id, shards=shards)
+
+    def claim(self) -> repository.ShardClaim | None:
+        """Claim a free (or stale) shard of the job; None if there is none."""
+        with session_scope(self._session_factory) as session:
+            now = repository.database_now(session)
+            claim = repository.claim_job_shard(
                 session,
                 job_id=self._job_id,
-                worker_id=self._worker_id,
-                attempt=self._attempt,
+                claimant=self.claimant,
+                now=now,
+                stale_before=now - timedelta(seconds=self._stale_after_s),
+            )
+        self._keys_fitting = 0
+        if claim is not None:
+            logger.info(
+                "job %s: shard %d (%d keys, %d rows) claimed by %s",
+                self._job_id,
+                claim.position,
+                claim.n_keys,
+                claim.rows.size,
+                self.claimant,
+            )
+        return claim
+
+    def fitting(self, keys_done: int) -> None:
+        """Note the keys fitted of the claimed shard; raise :class:`FitCancelledError` once
+        the job is finished or being cancelled (its shards' work is then lost anyway)."""
+        self._keys_fitting = keys_done
+        if self._job_ended.is_set():
+            raise FitCancelledError(self._job_id)
+
+    def store(self, position: int, arrays: Mapping[str, NDArray[Any]]) -> bool:
+        """Store the fitted shard ``position``; False (nothing stored) if this claimant no
+        longer holds it or the job ended."""
+        with session_scope(self._session_factory) as session:
+            stored = repository.store_job_shard(
+                session,
+                job_id=self._job_id,
                 position=position,
+                claimant=self.claimant,
+                worker_id=self.worker_id,
                 arrays=arrays,
-            ):
-                raise JobLostError(self._job_id)
+            )
+        if not stored:
+            logger.warning(
+                "job %s: shard %d was not stored: its claim went to another worker or the "
+                "job ended",
+                self._job_id,
+                position,
+            )
+        return stored
+
+    def counts(self) -> repository.ShardCounts:
+        """The shards done and free, and the keys done over every claimant."""
+        with read_scope(self._session_factory) as session:
+            return repository.job_shard_counts(session, job_id=self._job_id)
 
     def load(self) -> dict[str, NDArray[Any]]:
         """Every stored shard, joined in key order."""
@@ -1419,17 +1576,98 @@ class ShardStore:
             return repository.load_job_shards(session, job_id=self._job_id)
 
 
-def _shard_arrays(keyed: mixreg.KeyedMixture) -> dict[str, NDArray[Any]]:
-    """The stored arrays of a fitted shard (text keys as fixed-width text: never pickled)."""
+@dataclass(frozen=True)
+class ShardPlan:
+    """A keyed job's distinct keys (sorted), per shard of ``keys_per_shard`` consecutive ones
+    its key count and the rows of its keys (increasing), and the rows without a key."""
+
+    distinct: NDArray[Any]
+    shards: list[tuple[int, IndexArray]]
+    rows_without_key: int
+
+
+def plan_shards(read_keys: Callable[[], Iterable[NDArray[Any]]], keys_per_shard: int) -> ShardPlan:
+    """Plan a keyed job's shards from its key column, read twice block by block (consecutive
+    blocks of rows in row order, as :func:`key_values` gives them) by ``read_keys``: the
+    distinct keys first, then each block's rows to their shard.
+
+    Memory holds the distinct keys, one block and the plan's row indices, never the whole
+    column: a row's shard is the position of its key among the sorted distinct keys, divided
+    by ``keys_per_shard``.
+    """
+    distinct_parts: list[NDArray[Any]] = []
+    rows_without_key = 0
+    for block in read_keys():
+        missing = mixreg.missing_keys(block)
+        rows_without_key += int(missing.sum())
+        distinct_parts.append(np.unique(mixreg.key_array(block[~missing])))
+    distinct = (
+        np.unique(np.concatenate(distinct_parts)) if distinct_parts else np.zeros(0, np.float64)
+    )
+    del distinct_parts
+    n_shards = -(-distinct.size // keys_per_shard)
+    rows_of: list[list[IndexArray]] = [[] for _ in range(n_shards)]
+    start = 0
+    for block in read_keys():
+        present = np.flatnonzero(~mixreg.missing_keys(block))
+        shard_of_row = np.searchsorted(distinct, mixreg.key_array(block[present])) // keys_per_shard
+        # A stable sort keeps each shard's rows increasing, and blocks come in row order.
+        order = np.argsort(shard_of_row, kind="stable")
+        bounds = np.searchsorted(shard_of_row[order], np.arange(n_shards + 1))
+        for shard in np.flatnonzero(np.diff(bounds)):
+            rows_of[shard].append(start + present[order[bounds[shard] : bounds[shard + 1]]])
+        start += block.shape[0]
+    shards: list[tuple[int, IndexArray]] = []
+    for position in range(n_shards):
+        # Joined shard by shard, each block's part let go: the row indices are held once.
+        parts, rows_of[position] = rows_of[position], []
+        shards.append(
+            (
+                min(keys_per_shard, distinct.size - position * keys_per_shard),
+                np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64),
+            )
+        )
+        del parts
+    return ShardPlan(distinct=distinct, shards=shards, rows_without_key=rows_without_key)
+
+
+def fit_shard(
+    X: FloatArray,
+    y: FloatArray,
+    keys: NDArray[Any],
+    position: int,
+    spec: FitSpec,
+    small_keys: str,
+    progress: Callable[[int], None],
+) -> dict[str, NDArray[Any]]:
+    """Fit a mixture per key on the rows of shard ``position`` (in row order) and return the
+    arrays stored for it (text keys as fixed-width text: never pickled). The shard draws from
+    its own seed (the job's seed and its position), so it fits the same whichever worker and
+    attempt fit it. ``progress`` gets the keys fitted so far, between batches of keys."""
+    fitted = mixreg.fit_per_key(
+        X,
+        y,
+        keys,
+        spec.n_components,
+        fit_intercept=spec.fit_intercept,
+        small_keys="skip" if small_keys == "skip" else "k1",
+        global_model=False,
+        random_state=np.random.default_rng([spec.seed, position]),
+        progress=lambda keys_done, _: progress(keys_done),
+    )
     return {
-        "keys": keyed.keys if keyed.keys.dtype.kind in "iu" else keyed.keys.astype(str),
-        "coef": keyed.coef,
-        "intercept": keyed.intercept,
-        "shares": keyed.shares,
-        "min_loss": keyed.min_loss,
-        "n_rows": keyed.n_rows,
-        "status": keyed.status,
+        "keys": fitted.keys if fitted.keys.dtype.kind in "iu" else fitted.keys.astype(str),
+        "coef": fitted.coef,
+        "intercept": fitted.intercept,
+        "shares": fitted.shares,
+        "min_loss": fitted.min_loss,
+        "n_rows": fitted.n_rows,
+        "status": fitted.status,
     }
+
+
+ReadRows = Callable[[IndexArray], tuple[FloatArray, FloatArray, NDArray[Any]]]
+"""Reads rows of a keyed job's dataset (increasing indices): their X, y and keys."""
 
 
 def fit_keyed(
@@ -1438,59 +1676,63 @@ def fit_keyed(
     spec: FitSpec,
     shards: ShardStore,
     *,
-    keys_per_shard: int,
+    read_keys: Callable[[], Iterable[NDArray[Any]]],
+    read_rows: ReadRows,
+    wait_s: float,
     progress: ProgressCallback | None = None,
 ) -> tuple[FittedSweep, dict[str, Any]]:
-    """A keyed fit: the global model of the job's spec on the split (a tenth of the progress),
-    then a mixture per key on all rows (:func:`mixreg.fit_per_key`), shard by shard of
-    ``keys_per_shard`` consecutive keys, each stored as soon as it is fitted; shards already
-    stored (by an attempt that lost its worker) are skipped. Each shard draws from its own
-    seed (the job's seed and its position), so a shard fits the same whichever attempt fits it.
-    Progress counts keys. Returns the global fit and the keys' summary (counts by status,
-    failures, min-loss quantiles).
+    """A keyed fit: the shards planned from the key column (``read_keys``,
+    :func:`plan_shards`), the global model of the job's spec on ``split`` (its sample of rows,
+    :func:`keyed_global_sample`; a tenth of the progress), then a mixture per key on all rows
+    (:func:`mixreg.fit_per_key`), in shards of ``keys_per_shard`` consecutive keys.
+
+    The shards are planned once per job and stored first, so other workers fit shards while
+    this process fits the global model; it then claims and fits shards too, each read by
+    ``read_rows`` (only the chunks holding its rows), stored as soon as it is fitted and once.
+    Memory holds ``split``, the plan until it is stored, then one shard's rows at a time (and
+    one chunk while they are read), never every row. When no shard is free it waits
+    ``wait_s`` and looks again: a claim that went stale is free again. Progress counts the
+    keys done over every claimant. Returns the global fit and the keys' summary (counts by
+    status, failures, min-loss quantiles) once every shard is stored.
     """
+    plan = plan_shards(read_keys, keyed.keys_per_shard)
+    shards.plan(plan.shards)
+    distinct, rows_without_key = plan.distinct, plan.rows_without_key
+    del plan
 
     def global_progress(fraction: float, info: dict[str, Any]) -> None:
         if progress is not None:
             progress(fraction * GLOBAL_SHARE, info)
 
     fitted = fit_split(split, spec, progress=global_progress)
-    X = np.concatenate([split.X_train, split.X_holdout])
-    y = np.concatenate([split.y_train, split.y_holdout])
-    keys = np.concatenate([keyed.keys_train, keyed.keys_holdout])
-    missing = mixreg.missing_keys(keys)
-    X, y, keys = X[~missing], y[~missing], keys[~missing]
-    distinct, codes = np.unique(mixreg.key_array(keys), return_inverse=True)
-    order = np.argsort(codes, kind="stable")
-    first_codes = np.arange(0, distinct.size + keys_per_shard, keys_per_shard)
-    bounds = np.searchsorted(codes[order], first_codes)
-    n_shards = -(-distinct.size // keys_per_shard)
-    done = shards.stored()
+    counted = {"at": -math.inf, "keys_done": 0}
 
-    def key_progress(keys_done: int) -> None:
-        # Called between batches of keys: a cancellation stops the fit there.
-        if progress is not None:
-            fraction = GLOBAL_SHARE + (1 - GLOBAL_SHARE) * keys_done / max(distinct.size, 1)
-            progress(fraction, {"keys_done": keys_done, "n_keys": int(distinct.size)})
+    def key_progress(*, refresh: bool = False) -> None:
+        # Called between batches of keys and while waiting: a cancellation stops the fit there.
+        if progress is None:
+            return
+        if refresh or time.monotonic() - counted["at"] >= wait_s:
+            counted["at"], counted["keys_done"] = time.monotonic(), shards.counts().keys_done
+        fraction = GLOBAL_SHARE + (1 - GLOBAL_SHARE) * counted["keys_done"] / max(distinct.size, 1)
+        progress(fraction, {"keys_done": counted["keys_done"], "n_keys": int(distinct.size)})
 
-    for position in range(n_shards):
-        first_key = position * keys_per_shard
-        key_progress(min(first_key, distinct.size))
-        if position in done:
+    def fitting(keys_done: int) -> None:
+        shards.fitting(keys_done)
+        key_progress()
+
+    while True:
+        claim = shards.claim()
+        if claim is None:
+            counts = shards.counts()
+            key_progress(refresh=True)
+            if counts.done == counts.n_shards:
+                break
+            time.sleep(wait_s)
             continue
-        rows = order[bounds[position] : bounds[position + 1]]
-        per_key = mixreg.fit_per_key(
-            X[rows],
-            y[rows],
-            keys[rows],
-            spec.n_components,
-            fit_intercept=spec.fit_intercept,
-            small_keys="skip" if keyed.small_keys == "skip" else "k1",
-            global_model=False,
-            random_state=np.random.default_rng([spec.seed, position]),
-            progress=_offset_progress(key_progress, first_key),
-        )
-        shards.store(position, _shard_arrays(per_key))
+        X, y, keys = read_rows(claim.rows)
+        arrays = fit_shard(X, y, keys, claim.position, spec, keyed.small_keys, fitting)
+        del X, y, keys
+        shards.store(claim.position, arrays)
     stored = shards.load()
     n_keys = int(stored["keys"].size) if stored else 0
     summary = mixreg.KeyedMixture(
@@ -1501,7 +1743,7 @@ def fit_keyed(
         min_loss=stored.get("min_loss", np.zeros(0)),
         n_rows=stored.get("n_rows", np.zeros(0, dtype=np.int64)),
         status=stored.get("status", np.zeros(0, dtype=np.int8)),
-        rows_without_key=int(missing.sum()),
+        rows_without_key=rows_without_key,
         failures={
             str(key): mixreg.FAILURE_REASON
             for key in stored["keys"][stored["status"] == mixreg.STATUSES.index("failed")][
@@ -1518,14 +1760,107 @@ GLOBAL_SHARE = 0.1
 """Share of a keyed fit's progress taken by its global model."""
 
 
-def _offset_progress(report: Callable[[int], None], first_key: int) -> Callable[[int, int], None]:
-    """``fit_per_key``'s progress (keys done of a shard, keys of the shard) as keys done of
-    the whole job, for a shard starting at key ``first_key``."""
+def run_shards(
+    job_id: str,
+    database_url: str,
+    *,
+    worker_id: str,
+    heartbeat_interval_s: float = 1.0,
+    stale_after_s: float = 15.0,
+    worker_alive: Connection | None = None,
+    log_format: LogFormat | None = None,
+) -> int:
+    """Fit shards of the keyed job ``job_id`` beside the process that runs the job: claim a
+    free (or stale) shard, read only its rows from the dataset, fit and store it; until no
+    shard is free. Returns how many shards this call stored.
 
-    def progress(keys_done: int, _: int) -> None:
-        report(first_key + keys_done)
+    Runs in a child process of a worker (``worker_id``); memory holds one shard's rows and one
+    chunk of the dataset. Stops (storing nothing more) when the job is finished or being
+    cancelled, and exits when ``worker_alive`` closes (its worker died): its claim goes stale
+    and another claimant fits the shard.
+    """
+    if log_format is not None:
+        configure_logging(log_format)
+    engine = make_engine(database_url)
+    try:
+        with job_context(job_id):
+            return _run_shards(
+                make_sessionmaker(engine),
+                job_id,
+                worker_id=worker_id,
+                heartbeat_interval_s=heartbeat_interval_s,
+                stale_after_s=stale_after_s,
+                worker_alive=worker_alive,
+            )
+    finally:
+        engine.dispose()
 
-    return progress
+
+def _key_blocks(session_factory: sessionmaker[Session], keyed: KeyedData) -> Iterator[NDArray[Any]]:
+    """The key column of ``keyed``'s dataset, chunk by chunk (:func:`key_values`), in one read
+    transaction."""
+    with read_scope(session_factory) as session:
+        dataset = repository.get_dataset(session, dataset_id=keyed.dataset_id)
+        if dataset is None:
+            raise JobLostError(f"dataset {keyed.dataset_id} is gone")
+        for block in repository.iter_dataset_columns(
+            session, dataset=dataset, names=[keyed.split_by]
+        ):
+            yield key_values(block[keyed.split_by])
+
+
+def _read_keyed_rows(
+    session_factory: sessionmaker[Session], keyed: KeyedData, rows: IndexArray
+) -> tuple[FloatArray, FloatArray, NDArray[Any]]:
+    """The rows ``rows`` of ``keyed``'s dataset (X, y, keys), read from the chunks holding
+    them only (:func:`models_store.repository.read_dataset_rows`)."""
+    with read_scope(session_factory) as session:
+        dataset = repository.get_dataset(session, dataset_id=keyed.dataset_id)
+        if dataset is None:
+            raise JobLostError(f"dataset {keyed.dataset_id} is gone")
+        return repository.read_dataset_rows(
+            session, dataset=dataset, rows=rows, column=keyed.split_by
+        )
+
+
+def _run_shards(
+    session_factory: sessionmaker[Session],
+    job_id: str,
+    *,
+    worker_id: str,
+    heartbeat_interval_s: float,
+    stale_after_s: float,
+    worker_alive: Connection | None,
+) -> int:
+    with read_scope(session_factory) as session:
+        job = repository.get_job(session, job_id=job_id)
+        if job is None or job.split_by is None or job.status in TERMINAL_JOB_STATUSES:
+            return 0
+        spec, keyed = FitSpec.of_job(job), KeyedData.of_job(job)
+    stored = 0
+    with ShardStore(
+        session_factory,
+        job_id=job_id,
+        worker_id=worker_id,
+        stale_after_s=stale_after_s,
+        heartbeat_interval_s=heartbeat_interval_s,
+        worker_alive=worker_alive,
+    ) as shards:
+        while (claim := shards.claim()) is not None:
+            try:
+                X, y, keys = _read_keyed_rows(session_factory, keyed, claim.rows)
+            except JobLostError:
+                return stored
+            try:
+                arrays = fit_shard(
+                    X, y, keys, claim.position, spec, keyed.small_keys, shards.fitting
+                )
+            except FitCancelledError:
+                logger.info("job %s ended; shard %d dropped", job_id, claim.position)
+                return stored
+            del X, y, keys
+            stored += shards.store(claim.position, arrays)
+    return stored
 
 
 def sweep_record(fitted: FittedSweep, model_ids: Mapping[int, str]) -> dict[str, Any]:

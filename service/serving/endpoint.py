@@ -1,5 +1,5 @@
-"""The predict endpoints' work: read the body (JSON or ``.npy``), find the model, answer in the
-format the client accepts.
+"""The predict endpoints' work: read the body (JSON, ``.npy`` or ``.npz``), find the model,
+answer in the format the client accepts.
 
 This is the service's hot path. A single-row prediction is a (1, d) by (d, k) product: it is
 computed on the event loop, and a cached model needs no database access, so a request never
@@ -12,6 +12,7 @@ is serialized once, straight to bytes.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +28,9 @@ from starlette.responses import Response
 
 from service import limits
 from service.config import Settings
-from service.data.ingest import IngestError
+from service.data.ingest import DatasetTooLargeError, IngestError
 from service.errors import (
+    DataTooLargeError,
     InvalidInputError,
     NotAcceptableError,
     UnsupportedMediaTypeError,
@@ -162,22 +164,54 @@ def _plain_keys(keys: object, length: int) -> bool:
     )
 
 
-def read_body(body: bytes, *, content_type: str, named_in_body: bool) -> PredictInput:
+UNKNOWN_KEYS = ("global", "error")
+
+
+def read_body(
+    body: bytes,
+    *,
+    content_type: str,
+    named_in_body: bool,
+    unknown_keys: str | None = None,
+    max_decoded_bytes: int = 4 * 1024**3,
+) -> PredictInput:
     """Parse a predict body by its media type; 415 for another type, 422 naming what is wrong.
 
     ``named_in_body``: the JSON body carries ``model_id`` (``POST /predict``), else the model
-    is named in the path.
+    is named in the path. ``unknown_keys`` is the ``?unknown_keys=`` of an ``.npz`` body (a
+    JSON body says it in its own field); an ``.npz`` array over ``max_decoded_bytes`` is a
+    413.
     """
     media_type = content_type.split(";")[0].strip().lower()
+    if unknown_keys is not None and media_type != formats.NPZ_MEDIA_TYPE:
+        raise InvalidInputError(
+            "unknown_keys: the query parameter is for .npz bodies; a JSON body gives "
+            "unknown_keys in the body"
+        )
     if media_type == formats.NPY_MEDIA_TYPE:
         try:
             return PredictInput(model_id=None, X=formats.read_npy_matrix(body), y=None)
         except IngestError as exc:
             raise InvalidInputError(str(exc)) from None
+    if media_type == formats.NPZ_MEDIA_TYPE:
+        if unknown_keys is not None and unknown_keys not in UNKNOWN_KEYS:
+            raise InvalidInputError(
+                f"unknown_keys '{unknown_keys[:100]}' is unknown; choose global or error"
+            )
+        try:
+            X, keys = formats.read_npz_keyed(body, max_decoded_bytes=max_decoded_bytes)
+        except DatasetTooLargeError as exc:
+            raise DataTooLargeError(str(exc)) from None
+        except IngestError as exc:
+            raise InvalidInputError(str(exc)) from None
+        return PredictInput(
+            model_id=None, X=X, y=None, keys=keys, unknown_keys=unknown_keys or "global"
+        )
     if media_type not in ("", formats.JSON_MEDIA_TYPE) and not media_type.endswith("+json"):
         raise UnsupportedMediaTypeError(
-            f"Content-Type '{media_type}' is not accepted; send {formats.JSON_MEDIA_TYPE} or "
-            f"{formats.NPY_MEDIA_TYPE} (an .npy array of rows); curl -d sends "
+            f"Content-Type '{media_type}' is not accepted; send {formats.JSON_MEDIA_TYPE}, "
+            f"{formats.NPY_MEDIA_TYPE} (an .npy array of rows) or {formats.NPZ_MEDIA_TYPE} (the "
+            f"arrays X and keys, for a keyed model); curl -d sends "
             f"application/x-www-form-urlencoded unless given -H 'Content-Type: application/json'"
         )
     if not body:
@@ -324,18 +358,21 @@ async def serve_predict(
     content_type = request.headers.get("content-type", "")
     inline = len(body) <= INLINE_BODY_BYTES
     named_in_body = path_model_id is None
-    if inline:
-        data = read_body(body, content_type=content_type, named_in_body=named_in_body)
-    else:
-        data = await run_in_threadpool(
-            read_body, body, content_type=content_type, named_in_body=named_in_body
-        )
+    parse = functools.partial(
+        read_body,
+        body,
+        content_type=content_type,
+        named_in_body=named_in_body,
+        unknown_keys=request.query_params.get("unknown_keys"),
+        max_decoded_bytes=settings.max_decoded_bytes,
+    )
+    data = parse() if inline else await run_in_threadpool(parse)
     limits.check_data_shape(*data.X.shape, settings=settings, what="X")
     reference = path_model_id or data.model_id or query_model_id
     if reference is None:
         raise InvalidInputError(
             "name the model: an .npy body is sent to POST /models/{model_id}/predict or to "
-            "POST /predict?model_id=..."
+            "POST /predict?model_id=... (an .npz body too)"
         )
     lines = await lines_of(request, reference)
     limits.check_answer_size(data.X.shape[0], lines.n_components, settings=settings)

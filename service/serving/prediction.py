@@ -20,6 +20,7 @@ from models_store.tables import Model, ModelVersion
 from service.errors import ConflictError, InvalidInputError, NotFoundError
 from service.schemas import Component, KeyLines, PredictResponse
 from service.serving import references
+from service.serving.formats import NPZ_MEDIA_TYPE
 
 FloatArray = NDArray[np.float64]
 
@@ -287,7 +288,8 @@ def predict_rows(
     if keys is None:
         raise InvalidInputError(
             f"keys: model {lines.model_id} has lines per '{lines.split_by}'; give each row's "
-            f"key in keys (unknown_keys: global predicts by the model of all rows)"
+            f"key in keys (unknown_keys: global predicts by the model of all rows); in binary, "
+            f"send an {NPZ_MEDIA_TYPE} body of the arrays X and keys"
         )
     if X.shape[1] != lines.n_features:
         raise InvalidInputError(

@@ -317,7 +317,9 @@ def killed_mid_keyed_fit(api: Server, kill: Callable[[dict], None], n_accounts: 
     return api.wait_for_job(job_id, timeout=200)
 
 
-def check_every_key_fitted_once(api: Server, job: dict, database_url: str, n_accounts: int):
+def check_every_key_fitted_once(
+    api: Server, job: dict, database_url: str, n_accounts: int, *, retry_fits_the_last=True
+):
     assert job["status"] == "succeeded", job
     assert job["attempts"] == 2
     assert job["keyed"]["keys_by_status"]["fitted"] == n_accounts
@@ -326,7 +328,10 @@ def check_every_key_fitted_once(api: Server, job: dict, database_url: str, n_acc
     assert sum(keys for _, keys, _ in shards) == n_accounts
     # The shards stored before the kill were kept, not fitted again.
     attempts = [attempt for _, _, attempt in shards]
-    assert attempts[:2] == [1, 1] and attempts[-1] == 2
+    assert attempts[:2] == [1, 1] and set(attempts) <= {1, 2}
+    # Other workers' shard tasks may fit the rest while the job's worker is being found lost.
+    if retry_fits_the_last:
+        assert attempts[-1] == 2
     lines = api.request("GET", f"/models/{job['model_id']}/keys/{n_accounts - 1}").json()
     assert lines["status"] == "fitted" and lines["n_rows"] == RATINGS
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from importlib import resources
 from typing import Any
 
@@ -31,6 +32,7 @@ APP_TABLES = {
     "model_alias_events",
     "keyed_model_chunks",
     "keyed_job_shards",
+    "keyed_job_shard_claims",
 }
 TABLES_OF_0002 = {"datasets", "jobs", "models"}
 # Procrastinate's queue (revision 0003), on PostgreSQL only.
@@ -639,7 +641,8 @@ def test_revision_0010_gives_old_jobs_and_models_no_gate_and_its_downgrade_drops
 def test_revision_0012_stores_keyed_chunks_with_their_model_and_its_downgrade_drops_them(
     database_url,
 ):
-    migrate.upgrade(database_url, "0012")
+    # The shard claims of revision 0016 are how shards are stored: up to the head, then down.
+    migrate.upgrade(database_url)
     engine = make_engine(database_url)
     try:
         with Session(engine) as session, session.begin():
@@ -690,52 +693,81 @@ def test_revision_0012_stores_keyed_chunks_with_their_model_and_its_downgrade_dr
                 keys_per_shard=1,
             )
             repository.claim_job(session, job_id=job.id, worker_id="w", now=repository.utcnow())
-            for position, keys in enumerate((["a"], ["b"])):
+            rows = [np.array([0, 1, 2]), np.array([3])]
+            assert repository.plan_job_shards(
+                session, job_id=job.id, shards=[(1, rows[0]), (1, rows[1])]
+            )
+            # A plan is made once per job.
+            assert not repository.plan_job_shards(session, job_id=job.id, shards=[])
+            now = repository.utcnow()
+            claims = [
+                repository.claim_job_shard(
+                    session, job_id=job.id, claimant=claimant, now=now, stale_before=now
+                )
+                for claimant in ("a", "b")
+            ]
+            assert [(c.position, c.rows.tolist()) for c in claims if c is not None] == [
+                (0, [0, 1, 2]),
+                (1, [3]),
+            ]
+            # Both are held and fresh: nothing is free until a heartbeat is stale.
+            assert (
+                repository.claim_job_shard(
+                    session, job_id=job.id, claimant="c", now=now, stale_before=now
+                )
+                is None
+            )
+            later = now + timedelta(seconds=10)
+            assert repository.beat_job_shards(session, job_id=job.id, claimant="a", now=later)
+            stolen = repository.claim_job_shard(
+                session, job_id=job.id, claimant="c", now=later, stale_before=later
+            )
+            assert stolen is not None and stolen.position == 1
+            for position, keys, claimant in ((0, ["a"], "a"), (1, ["b"], "c")):
                 assert repository.store_job_shard(
                     session,
                     job_id=job.id,
-                    worker_id="w",
-                    attempt=1,
                     position=position,
+                    claimant=claimant,
+                    worker_id=f"worker-{claimant}",
                     arrays={"keys": np.array(keys), "coef": np.full((1, 1, 1), 2.0 + position)},
                 )
-            # A shard written again replaces itself; another attempt's write is refused.
-            assert repository.store_job_shard(
-                session,
-                job_id=job.id,
-                worker_id="w",
-                attempt=1,
-                position=1,
-                arrays={"keys": np.array(["b"]), "coef": np.full((1, 1, 1), 5.0)},
-            )
+            # The claimant whose claim went stale stores nothing; a shard is stored once.
             assert not repository.store_job_shard(
                 session,
                 job_id=job.id,
-                worker_id="w",
-                attempt=2,
                 position=1,
+                claimant="b",
+                worker_id="worker-b",
                 arrays={"keys": np.array(["b"]), "coef": np.full((1, 1, 1), 9.0)},
             )
+            counts = repository.job_shard_counts(session, job_id=job.id)
+            assert (counts.n_shards, counts.done, counts.keys_done) == (2, 2, 2)
             assert repository.stored_job_shards(session, job_id=job.id) == [0, 1]
             repository.publish_job_shards(session, job_id=job.id, model_id=model.id)
             assert repository.stored_job_shards(session, job_id=job.id) == []
+            assert repository.job_shard_counts(session, job_id=job.id).n_shards == 0
             model_id, job_id = model.id, job.id
         with Session(engine) as session:
             arrays = repository.load_keyed_arrays(session, model_id=model_id)
             assert arrays["keys"].tolist() == ["a", "b"]
-            assert arrays["coef"].ravel().tolist() == [2.0, 5.0]
+            assert arrays["coef"].ravel().tolist() == [2.0, 3.0]
             with pytest.raises(ValueError, match="objects"):
                 repository.store_job_shard(
                     session,
                     job_id=job_id,
-                    worker_id="w",
-                    attempt=1,
                     position=2,
+                    claimant="a",
+                    worker_id="w",
                     arrays={"keys": np.array([None])},
                 )
 
         migrate.downgrade(database_url, "0008")
-        assert not {"keyed_model_chunks", "keyed_job_shards"} & table_names(database_url)
+        assert not {
+            "keyed_model_chunks",
+            "keyed_job_shards",
+            "keyed_job_shard_claims",
+        } & table_names(database_url)
         assert "split_by" not in {c["name"] for c in inspect(engine).get_columns("models")}
         assert "split_by" not in {c["name"] for c in inspect(engine).get_columns("jobs")}
         migrate.upgrade(database_url, "0012")
@@ -805,4 +837,4 @@ def test_revision_0013_pages_newest_first_from_an_index_and_its_downgrade_keeps_
     finally:
         engine.dispose()
     migrate.upgrade(database_url)
-    assert migrate.current_revision(database_url) == "0013"
+    assert migrate.current_revision(database_url) == migrate.head_revision()

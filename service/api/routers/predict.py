@@ -19,6 +19,13 @@ NPY_BODY = {
 }
 
 
+NPZ_BODY = {
+    "schema": {"type": "string", "format": "binary"},
+    "description": "for a keyed model: an .npz archive of the arrays X (n, d) of numbers and "
+    "keys (n,) of integers or text, one key per row",
+}
+
+
 def predict_body(schema: type[PredictRequest] | type[ModelPredictRequest]) -> dict[str, Any]:
     """The OpenAPI request body of a predict route: JSON, or an ``.npy`` array; and the
     ``output`` query parameter of an ``.npy`` answer (read from the request directly: the hot
@@ -32,13 +39,22 @@ def predict_body(schema: type[PredictRequest] | type[ModelPredictRequest]) -> di
                 "description": "what an .npy answer holds: the predictions, or for a gated "
                 "model one of its probabilities, expected values, most likely values or lines",
                 "schema": {"type": "string", "enum": list(NPY_OUTPUTS), "default": "predictions"},
-            }
+            },
+            {
+                "name": "unknown_keys",
+                "in": "query",
+                "required": False,
+                "description": "an .npz body's keys the keyed model does not know: predicted by "
+                "its global model, or a 422 naming the first (a JSON body says it in its field)",
+                "schema": {"type": "string", "enum": ["global", "error"], "default": "global"},
+            },
         ],
         "requestBody": {
             "required": True,
             "content": {
                 formats.JSON_MEDIA_TYPE: {"schema": schema.model_json_schema()},
                 formats.NPY_MEDIA_TYPE: NPY_BODY,
+                formats.NPZ_MEDIA_TYPE: NPZ_BODY,
             },
         },
     }
@@ -52,7 +68,8 @@ PREDICT_RESPONSES: dict[int | str, dict[str, Any]] = {
     },
     404: {"description": "the model does not exist"},
     406: {"description": "an .npy answer was asked for a request with y"},
-    415: {"description": "the body is neither JSON nor application/x-npy"},
+    413: {"description": "an .npz array decompresses to more than MIXREG_MAX_DECODED_BYTES"},
+    415: {"description": "the body is neither JSON, application/x-npy nor application/x-npz"},
 }
 
 

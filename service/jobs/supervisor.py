@@ -82,6 +82,13 @@ def run_niced_job(niceness: int, job_id: str, database_url: str, **kwargs: Any) 
     return run_job(job_id, database_url, **kwargs)
 
 
+def run_niced_shards(niceness: int, job_id: str, database_url: str, **kwargs: Any) -> int:
+    """:func:`~service.jobs.training.run_shards` ``niceness`` nicer than its worker, as fits."""
+    if niceness:
+        os.nice(niceness)
+    return run_shards(job_id, database_url, **kwargs)
+
+
 @dataclass
 class RunningFit:
     """A job's fit running in a child process."""
@@ -203,8 +210,8 @@ class FitSupervisor:
         write end of the pipe whose closing (this process dying) stops it."""
         alive_reader, alive_writer = self._context.Pipe(duplex=False)
         process = self._context.Process(
-            target=run_shards,
-            args=(job_id, self._settings.database_url),
+            target=run_niced_shards,
+            args=(self._settings.fit_niceness, job_id, self._settings.database_url),
             kwargs={
                 "worker_id": self.worker_id,
                 "heartbeat_interval_s": self._settings.heartbeat_interval_s,

@@ -14,6 +14,7 @@ from sqlalchemy import Connection, Engine, create_engine, make_url, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
+from models_store.migrate import upgrade
 from tests.ci import service_unavailable
 
 DEFAULT_TEST_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -58,6 +59,58 @@ def drop_run_databases() -> None:
                 connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
             engine.dispose()
     _RUN_DATABASES.clear()
+
+
+def _tables(connection: Connection) -> list[str]:
+    """The tables of the ``public`` schema, by name."""
+    query = text("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename")
+    return list(connection.execute(query).scalars())
+
+
+def _revision(connection: Connection, tables: list[str]) -> str | None:
+    if "alembic_version" not in tables:
+        return None
+    revision: str | None = connection.execute(
+        text("SELECT version_num FROM alembic_version")
+    ).scalar()
+    return revision
+
+
+# The tables of this run's database right after a migration to head, once it was migrated.
+_MIGRATED_TABLES: list[str] = []
+
+
+def migrated_postgres_database(head: str) -> str:
+    """Return the URL of this run's PostgreSQL database at revision ``head`` with every table
+    empty.
+
+    Migrating takes a second or more, emptying the tables a fraction of that: when the database
+    is still at ``head`` with the very tables a migration to it made (the previous test left
+    it so), its tables are emptied, else it is rebuilt from an empty schema.
+    """
+    url = _run_database(os.environ.get("MIXREG_TEST_POSTGRES_URL", DEFAULT_TEST_POSTGRES_URL))
+    engine, connection = _connect(url)
+    try:
+        with connection, connection.begin():
+            connection.execute(text("SET LOCAL lock_timeout = '10s'"))
+            tables = _tables(connection)
+            if (
+                _MIGRATED_TABLES
+                and tables == _MIGRATED_TABLES
+                and _revision(connection, tables) == head
+            ):
+                names = ", ".join(f'"{name}"' for name in tables if name != "alembic_version")
+                connection.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+                return url
+    finally:
+        engine.dispose()
+    empty_postgres_database()
+    upgrade(url)
+    engine, connection = _connect(url)
+    with connection:
+        _MIGRATED_TABLES[:] = _tables(connection)
+    engine.dispose()
+    return url
 
 
 def empty_postgres_database() -> str:

@@ -19,8 +19,10 @@ from tests.ci import service_unavailable
 
 DEFAULT_TEST_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
-# The named database of MIXREG_TEST_POSTGRES_URL -> this run's own database next to it.
-_RUN_DATABASES: dict[str, str] = {}
+# (The named database of MIXREG_TEST_POSTGRES_URL, suffix) -> this run's own database next to
+# it: the suffix is empty for the database of function-scoped fixtures, and names the database
+# of a server shared by a module's tests, which those fixtures never empty.
+_RUN_DATABASES: dict[tuple[str, str], str] = {}
 
 
 def _connect(url: str, **options: object) -> tuple[Engine, Connection]:
@@ -34,24 +36,25 @@ def _connect(url: str, **options: object) -> tuple[Engine, Connection]:
         raise  # service_unavailable fails or skips the test; this is never reached
 
 
-def _run_database(named_url: str) -> str:
-    """The URL of this run's database, created (empty) on first use."""
-    if named_url not in _RUN_DATABASES:
+def _run_database(named_url: str, suffix: str = "") -> str:
+    """The URL of this run's database (with ``suffix``, another one), created empty on first
+    use."""
+    if (named_url, suffix) not in _RUN_DATABASES:
         named = make_url(named_url)
-        own = named.set(database=f"{named.database}_run_{os.getpid()}")
+        own = named.set(database=f"{named.database}_run_{os.getpid()}{suffix}")
         engine, connection = _connect(named_url, isolation_level="AUTOCOMMIT")
         with connection:
             # A leftover of an earlier run of the same process id (killed before its end).
             connection.execute(text(f'DROP DATABASE IF EXISTS "{own.database}" WITH (FORCE)'))
             connection.execute(text(f'CREATE DATABASE "{own.database}"'))
         engine.dispose()
-        _RUN_DATABASES[named_url] = own.render_as_string(hide_password=False)
-    return _RUN_DATABASES[named_url]
+        _RUN_DATABASES[named_url, suffix] = own.render_as_string(hide_password=False)
+    return _RUN_DATABASES[named_url, suffix]
 
 
 def drop_run_databases() -> None:
     """Drop the databases this run created (at the end of the run)."""
-    for named_url, own_url in _RUN_DATABASES.items():
+    for (named_url, _), own_url in _RUN_DATABASES.items():
         with contextlib.suppress(Exception):  # a server gone by now has nothing to drop
             engine = create_engine(named_url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
             with engine.connect() as connection:
@@ -113,10 +116,13 @@ def migrated_postgres_database(head: str) -> str:
     return url
 
 
-def empty_postgres_database() -> str:
-    """Empty the ``public`` schema of this run's PostgreSQL database and return its URL (for
-    fixtures of a wider scope than ``postgres_url``'s)."""
-    url = _run_database(os.environ.get("MIXREG_TEST_POSTGRES_URL", DEFAULT_TEST_POSTGRES_URL))
+def empty_postgres_database(suffix: str = "") -> str:
+    """Empty the ``public`` schema of this run's PostgreSQL database (with ``suffix``, of
+    another database of this run's) and return its URL (for fixtures of a wider scope than
+    ``postgres_url``'s)."""
+    url = _run_database(
+        os.environ.get("MIXREG_TEST_POSTGRES_URL", DEFAULT_TEST_POSTGRES_URL), suffix
+    )
     engine, connection = _connect(url)
     try:
         with connection, connection.begin():

@@ -1,4 +1,8 @@
-"""Shared database fixtures: a fresh SQLite file or a freshly reset PostgreSQL schema per test.
+"""Shared database fixtures: a fresh SQLite file or a freshly reset PostgreSQL schema per test,
+empty or at the newest migration.
+
+A migrated database is a copy of a SQLite file migrated once per process, or this run's
+PostgreSQL database with its tables emptied, since migrating anew takes a second or more.
 
 PostgreSQL is named by MIXREG_TEST_POSTGRES_URL. When it cannot be reached the PostgreSQL
 variant of a test is skipped on a developer machine, but fails in CI (CI set to 1, true, yes
@@ -9,15 +13,17 @@ so that two runs (two checkouts, say) never empty each other's tables.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store.migrate import upgrade
+from models_store.migrate import head_revision, upgrade
 from models_store.session import make_engine, make_sessionmaker
-from tests.postgres import drop_run_databases, empty_postgres_database
+from tests.postgres import drop_run_databases, empty_postgres_database, migrated_postgres_database
 from tests.reporting import REPORT_PROPERTY
 
 # Runs pytest inside a test, to check what the fixtures below do to the tests that use them.
@@ -39,6 +45,26 @@ def postgres_url() -> str:
     return empty_postgres_database()
 
 
+@pytest.fixture(scope="session")
+def migrated_sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated to head once per process (copying it takes a millisecond,
+    migrating a new file a second or more)."""
+    path = tmp_path_factory.mktemp("template") / "migrated.db"
+    upgrade(f"sqlite:///{path}")
+    return path
+
+
+def _migrated(backend: str, request: pytest.FixtureRequest) -> str:
+    """URL of a database at the newest migration with every table empty."""
+    if backend == "sqlite":
+        url: str = request.getfixturevalue("sqlite_url")
+        path = make_url(url).database
+        assert path is not None and not Path(path).exists()
+        shutil.copyfile(request.getfixturevalue("migrated_sqlite_template"), path)
+        return url
+    return migrated_postgres_database(head_revision())
+
+
 @pytest.fixture(
     params=[
         pytest.param("sqlite"),
@@ -46,15 +72,21 @@ def postgres_url() -> str:
     ]
 )
 def database_url(request: pytest.FixtureRequest) -> str:
-    """URL of an empty database, once on SQLite and once on PostgreSQL."""
+    """URL of an empty database, once on SQLite and once on PostgreSQL (already migrated when
+    the test uses ``migrated_database_url``, which is the same database)."""
+    if "migrated_database_url" in request.fixturenames:
+        # Built at head directly: emptying the database first would undo the work.
+        return _migrated(request.param, request)
     url: str = request.getfixturevalue(_BACKEND_FIXTURES[request.param])
     return url
 
 
 @pytest.fixture
-def migrated_database_url(database_url: str) -> str:
-    """URL of a database built by running the migrations up to head."""
-    upgrade(database_url)
+def migrated_database_url(database_url: str, request: pytest.FixtureRequest) -> str:
+    """URL of a database at the newest migration with every table empty: a copy of a file
+    migrated once on SQLite, this run's database emptied on PostgreSQL."""
+    if "migrated_database_url" not in request.fixturenames:  # asked for by getfixturevalue
+        upgrade(database_url)
     return database_url
 
 

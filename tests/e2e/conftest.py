@@ -16,6 +16,8 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.postgres import empty_postgres_database
+
 REPO = Path(__file__).resolve().parents[2]
 TERMINAL = ("succeeded", "failed", "cancelled")
 
@@ -197,6 +199,34 @@ def make_server(database_url: str, tmp_path: Path) -> Iterator[ServerFactory]:
 def make_sqlite_server(sqlite_url: str, tmp_path: Path) -> Iterator[ServerFactory]:
     """Start servers on a SQLite file; stop them after."""
     yield from _servers(sqlite_url, tmp_path)
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param("sqlite"),
+        pytest.param("postgresql", marks=pytest.mark.postgres),
+    ],
+)
+def shared_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """One server with the default settings for the tests of a module, once on SQLite and once
+    on PostgreSQL: starting a server takes seconds, and tests that each fit their own data and
+    look only at their own jobs and models need no server of their own. On PostgreSQL it has a
+    database of its own, which the function-scoped fixtures never empty."""
+    tmp_path = tmp_path_factory.mktemp("shared")
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'mixreg.db'}"
+    else:
+        url = empty_postgres_database(suffix="_shared")
+    server = Server(database_url=url, log_path=tmp_path / "server.log", settings={})
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        server.client.close()
 
 
 @pytest.fixture

@@ -11,6 +11,14 @@ from .conftest import Server, mixture_data
 
 pytestmark = pytest.mark.e2e
 
+
+@pytest.fixture
+def server(shared_server: Server) -> Server:
+    """The module's server on each backend: each test fits its own data and looks only at its
+    own datasets, jobs and models."""
+    return shared_server
+
+
 SEED = 11
 HOLDOUT = 0.25
 

@@ -15,6 +15,14 @@ from .test_e2e_weights_groups import segments, succeeded_model, upload
 
 pytestmark = pytest.mark.e2e
 
+
+@pytest.fixture
+def server(shared_server: Server) -> Server:
+    """The module's server on each backend: each test fits its own data and looks only at its
+    own datasets, jobs and models."""
+    return shared_server
+
+
 INIT = np.array([[1.0, 0.0, 0.5], [-1.0, 0.5, -0.5]])
 
 

@@ -13,6 +13,14 @@ from .conftest import Server, ServerFactory, mixture_data
 
 pytestmark = pytest.mark.e2e
 
+
+@pytest.fixture
+def server(shared_server: Server) -> Server:
+    """The module's server on each backend: each test fits its own data and looks only at its
+    own datasets, jobs and models."""
+    return shared_server
+
+
 SEED = 5
 HOLDOUT = 0.2
 FAST = {"algorithm": "am-classic", "params": {"n_init": 5}}
@@ -96,8 +104,9 @@ def test_a_sweep_gives_every_k_its_standard_errors(server: Server):
             assert all(item["std_error"] > 0 for item in component["estimates"]["coef"])
 
 
-def test_bad_bootstrap_requests_are_422_naming_the_field(make_server: ServerFactory):
-    server = make_server(MIXREG_MAX_N_BOOTSTRAP="50")
+def test_bad_bootstrap_requests_are_422_naming_the_field(make_sqlite_server: ServerFactory):
+    # Refused before anything is stored: one backend shows it.
+    server = make_sqlite_server(MIXREG_MAX_N_BOOTSTRAP="50")
     X, y = mixture_data(n_rows=60)
     too_many = server.request("POST", "/fit", json=_body(X, y, n_bootstrap=51))
     assert too_many.status_code == 422

@@ -18,6 +18,14 @@ from .conftest import Server, mixture_data
 
 pytestmark = pytest.mark.e2e
 
+
+@pytest.fixture
+def server(shared_server: Server) -> Server:
+    """The module's server on each backend: each test fits its own data and looks only at its
+    own datasets, jobs and models."""
+    return shared_server
+
+
 SLOPES = np.array([[3.0, 0.0], [-3.0, 1.0], [0.0, -3.0]])
 INTERCEPTS = np.array([0.0, 4.0, -4.0])
 

@@ -25,14 +25,14 @@ LOCAL_URL = "http://localhost"
 
 
 @pytest.fixture
-def settings(database_url: str) -> Settings:
+def settings(migrated_database_url: str) -> Settings:
     """Settings for an app without the embedded worker (jobs stay queued)."""
-    return Settings(database_url=database_url, embedded_worker=False)
+    return Settings(database_url=migrated_database_url, embedded_worker=False)
 
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
-    """The app, started (migrations run in its lifespan) and stopped around the test."""
+    """The app, started (its lifespan finds the database at head) and stopped around the test."""
     with TestClient(
         create_app(settings), raise_server_exceptions=False, base_url=LOCAL_URL
     ) as test_client:

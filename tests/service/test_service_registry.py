@@ -15,9 +15,11 @@ REFRESH_S = 0.05
 
 
 @pytest.fixture
-def settings(database_url: str) -> Settings:
+def settings(migrated_database_url: str) -> Settings:
     """Without the embedded worker, and with aliases followed within 50 ms."""
-    return Settings(database_url=database_url, embedded_worker=False, alias_refresh_s=REFRESH_S)
+    return Settings(
+        database_url=migrated_database_url, embedded_worker=False, alias_refresh_s=REFRESH_S
+    )
 
 
 def fit_version(client, run_queued_jobs, X, y, *, seed: int, name: str = "reco") -> str:

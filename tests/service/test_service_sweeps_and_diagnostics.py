@@ -22,9 +22,11 @@ SEED = 1
 
 
 @pytest.fixture
-def settings(database_url: str) -> Settings:
+def settings(migrated_database_url: str) -> Settings:
     """The app without its embedded worker, and a small cap on the k values of a sweep."""
-    return Settings(database_url=database_url, embedded_worker=False, max_k_sweep=MAX_K_SWEEP)
+    return Settings(
+        database_url=migrated_database_url, embedded_worker=False, max_k_sweep=MAX_K_SWEEP
+    )
 
 
 @pytest.fixture(scope="module")

@@ -64,16 +64,20 @@ def compose_environment(service: str) -> dict[str, str]:
 
 
 def long_fit(*, seconds: float) -> dict[str, Any]:
-    """EM restarts far beyond what fits in ``seconds`` (within the request limits): the fit
-    runs until its time budget."""
+    """A sub-sample search with far more partitions than it can try: it runs until its time
+    budget, however fast the machine (EM restarts converge: faster EM ended such a fit early).
+    The APIs allow that many partitions (``LONG_FITS_ALLOWED``)."""
     X, y = mixture_data(n_rows=120)
     return {
         "data": {"X": X.tolist(), "y": y.tolist()},
         "k": 2,
-        "algorithm": "em",
-        "params": {"n_init": 500, "max_iter": 10000, "tol": 0},
+        "algorithm": "subsample",
+        "params": {"n_partitions": 10**9, "subsample_size": 30},
         "time_budget_s": seconds,
     }
+
+
+LONG_FITS_ALLOWED = {"MIXREG_MAX_N_PARTITIONS": str(10**9)}
 
 
 def small_fit(seed: int) -> dict[str, Any]:
@@ -260,13 +264,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         ApiService(
             database_url=url,
             log_path=logs / "api-0.log",
-            settings=compose_environment("api"),
+            settings={**compose_environment("api"), **LONG_FITS_ALLOWED},
             command=compose_command("api"),
         ),
         ApiService(
             database_url=url,
             log_path=logs / "api-1.log",
-            settings={**compose_environment("api"), "MIXREG_MAX_ATTEMPTS": "1"},
+            settings={
+                **compose_environment("api"),
+                **LONG_FITS_ALLOWED,
+                "MIXREG_MAX_ATTEMPTS": "1",
+            },
             command=single,
         ),
     ]

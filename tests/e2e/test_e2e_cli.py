@@ -186,6 +186,11 @@ def read_until(fd: int, pattern: str, timeout: float) -> str:
     return seen
 
 
+def _sigint_as_in_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_ctrl_c_asks_and_cancels_the_job(live: Server, tmp_path: Path):
     data = write_csv(tmp_path / "data.csv", *mixture_data(n_rows=400))
     primary, secondary = pty.openpty()
@@ -213,6 +218,9 @@ def test_ctrl_c_asks_and_cancels_the_job(live: Server, tmp_path: Path):
         stderr=secondary,
         env=environment,
         start_new_session=True,
+        # As in a terminal: Ctrl-C delivered and handled, whatever the test process inherited
+        # (a signal ignored or blocked by an earlier test in the same worker would carry over).
+        preexec_fn=_sigint_as_in_a_terminal,
     )
     os.close(secondary)
     try:

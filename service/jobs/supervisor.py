@@ -17,6 +17,7 @@ import signal
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -72,21 +73,15 @@ def fit_process_context() -> multiprocessing.context.ForkServerContext:
     return context
 
 
-def run_niced_job(niceness: int, job_id: str, database_url: str, **kwargs: Any) -> str:
-    """:func:`~service.jobs.training.run_job` in a process ``niceness`` nicer than its worker.
+def run_niced(niceness: int, target: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``target(*args, **kwargs)`` in a process ``niceness`` steps nicer than its worker.
 
-    Fits are batch work: when they keep every core busy, the scheduler still gives the server
-    (and the worker's own heartbeats) the CPU first, so requests keep their latency."""
+    Fits and a keyed job's shards are batch work: when they keep every core busy, the
+    scheduler still gives the server (and the worker's own heartbeats) the CPU first, so
+    requests keep their latency."""
     if niceness:
         os.nice(niceness)
-    return run_job(job_id, database_url, **kwargs)
-
-
-def run_niced_shards(niceness: int, job_id: str, database_url: str, **kwargs: Any) -> int:
-    """:func:`~service.jobs.training.run_shards` ``niceness`` nicer than its worker, as fits."""
-    if niceness:
-        os.nice(niceness)
-    return run_shards(job_id, database_url, **kwargs)
+    return target(*args, **kwargs)
 
 
 @dataclass
@@ -158,8 +153,8 @@ class FitSupervisor:
         alive_reader, alive_writer = self._context.Pipe(duplex=False)
         data_loaded = self._context.Event()
         process = self._context.Process(
-            target=run_niced_job,
-            args=(self._settings.fit_niceness, job_id, self._settings.database_url),
+            target=run_niced,
+            args=(self._settings.fit_niceness, run_job, job_id, self._settings.database_url),
             kwargs={
                 "heartbeat_interval_s": self._settings.heartbeat_interval_s,
                 "progress_interval_s": self._settings.progress_interval_s,
@@ -210,8 +205,8 @@ class FitSupervisor:
         write end of the pipe whose closing (this process dying) stops it."""
         alive_reader, alive_writer = self._context.Pipe(duplex=False)
         process = self._context.Process(
-            target=run_niced_shards,
-            args=(self._settings.fit_niceness, job_id, self._settings.database_url),
+            target=run_niced,
+            args=(self._settings.fit_niceness, run_shards, job_id, self._settings.database_url),
             kwargs={
                 "worker_id": self.worker_id,
                 "heartbeat_interval_s": self._settings.heartbeat_interval_s,

@@ -96,7 +96,7 @@ bench-hard: install ## the default on hard sets (many lines, 10^4-10^5 rows) bes
 	$(BIN)/python -m bench.hard_cases
 
 .PHONY: bench-load
-bench-load: install ## 32 clients (predicts, fits, listings) on SQLite and PostgreSQL, with keys: 60 s, then big bodies
+bench-load: install ## 32 clients at 2 requests/s each (predicts, fits, listings) on SQLite and PostgreSQL, with keys: 60 s, then big bodies
 	$(BIN)/python -m bench.load --duration 60 --clients 32 --big-bodies --write
 
 .PHONY: bench-scaleout

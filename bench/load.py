@@ -2,8 +2,11 @@
 
 A real server (uvicorn, embedded worker) is started on SQLite and on PostgreSQL, with API keys
 required. ``--clients`` clients send requests for ``--duration`` seconds (and at most
-``--max-requests`` in all); afterwards every job submitted is waited for, and the run checks
-what must hold under load:
+``--max-requests`` in all), each ``--rate`` requests per second on a fixed schedule (a
+request's latency counts from its slot, so a slow answer delays and counts against the ones
+after it), or back to back with ``--rate 0`` (saturation: latency is then the length of the
+server's queue, 32 clients over its throughput); afterwards every job submitted is waited
+for, and the run checks what must hold under load:
 
 - no response is a 5xx;
 - no job is lost (every accepted ``POST /fit`` names a job that exists and finishes) or
@@ -14,8 +17,10 @@ what must hold under load:
   ``Idempotency-Key``) create no second job.
 
 With ``--big-bodies``, the clients first run ``--duration`` seconds as above; then, while they
-go on, a 1,000,000 x 20 CSV upload and a 64 MiB JSON dataset body are sent at once, and the
-CSV's dataset is fitted, its load taking longer than ``MIXREG_STALE_AFTER_S`` (1 s here): no
+go on, a 1,000,000 x 20 CSV upload and a 64 MiB JSON dataset body are sent at once, and a
+dataset whose load takes longer than ``MIXREG_STALE_AFTER_S`` (1 s here) is fitted — on
+PostgreSQL the CSV's, on SQLite (which reads a million rows in 0.3 s) a ``--slow-rows`` x 20
+one stored before the clients start: no
 error, no requeue, nothing lost, and the latencies of the operations during the big bodies
 (reported as "… during big bodies") are compared with those before.
 
@@ -91,6 +96,14 @@ SERVER_SETTINGS = {
 }
 
 
+DEFAULT_RATE = 2.0
+"""Requests per second each client sends by default, on a fixed schedule (0: back to back)."""
+SLOW_ROWS = 5_000_000
+"""Rows (20 features) of the dataset fitted during the big bodies on SQLite, where the CSV's
+1,000,000 rows load in 0.3 s: enough that reading it back takes longer than
+``MIXREG_STALE_AFTER_S``."""
+
+
 @dataclass(frozen=True)
 class LoadConfig:
     """Sizes of one run."""
@@ -103,6 +116,8 @@ class LoadConfig:
     drain_timeout_s: float = 180.0
     seed: int = 0
     big_bodies: bool = False
+    rate: float = DEFAULT_RATE
+    slow_rows: int = SLOW_ROWS
 
 
 @dataclass
@@ -173,7 +188,7 @@ DURING = " during big bodies"
 """Suffix of the operations timed while the big bodies are sent."""
 CSV_ROWS, CSV_FEATURES = 1_000_000, 20
 JSON_BODY_BYTES = 64 * 1024 * 1024
-# The slow load: the fit of the CSV's dataset must load for longer than this.
+# The slow load: the dataset fitted during the big bodies must load for longer than this.
 BIG_BODIES_STALE_AFTER_S = "1"
 
 
@@ -188,6 +203,8 @@ class BigBodies:
     fit_s: float = 0.0
     fit_job: dict[str, Any] = field(default_factory=dict)
     load_s: float = 0.0
+    slow_upload_s: float = 0.0
+    fitted_rows: int = 0
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -227,6 +244,31 @@ def big_files(workdir: Path) -> tuple[Path, Path]:
             n_rows = int(n_rows * 0.99 * JSON_BODY_BYTES / len(body))
         json_path.write_text(body)
     return csv_path, json_path
+
+
+def slow_file(workdir: Path, n_rows: int) -> Path:
+    """An ``.npz`` archive of ``n_rows`` x 20 rows (``X`` and ``y``), written once per run: the
+    dataset whose load outlasts ``MIXREG_STALE_AFTER_S``, uploaded before the clients start."""
+    path = workdir / f"slow-{n_rows}.npz"
+    if not path.exists():
+        rng = np.random.default_rng(19)
+        X = rng.standard_normal((n_rows, CSV_FEATURES))
+        np.savez(path, X=X, y=X[:, 0] - X[:, 1] + 0.1 * rng.standard_normal(n_rows))
+    return path
+
+
+def upload_slow(client: httpx.Client, path: Path) -> tuple[str, float]:
+    """Store the slow dataset (an ``.npz`` body): its id and the seconds it took."""
+    started = time.perf_counter()
+    with path.open("rb") as body:
+        response = client.post(
+            "/datasets",
+            content=body,
+            headers={"content-type": "application/x-npz"},
+            timeout=900,
+        )
+    response.raise_for_status()
+    return response.json()["id"], time.perf_counter() - started
 
 
 # --------------------------------------------------------------------------- the server
@@ -273,6 +315,7 @@ class Load:
         self.database_url = ""
         self.phase = ""
         self.big_files: tuple[Path, Path] | None = None
+        self.slow_dataset_id = ""  # empty: fit the CSV's dataset
         self.big = BigBodies()
 
     def _done(self) -> bool:
@@ -286,14 +329,18 @@ class Load:
         url: str,
         *,
         headers: dict[str, str] | None = None,
+        scheduled: float | None = None,
         **kwargs: Any,
     ) -> httpx.Response | None:
-        """One request, timed; None if the server could not be reached (it was killed).
+        """One request, timed from ``scheduled`` (its slot in a paced client's schedule) or
+        from now; None if the server could not be reached (it was killed).
 
-        It counts in the phase it was sent in: on a slow server a request sent before the big
-        bodies may be answered during them."""
+        Timing from the slot counts the time a request waited because the one before it was
+        slow, as a user who asked on time would see it. It counts in the phase it was sent
+        in: on a slow server a request sent before the big bodies may be answered during
+        them."""
         phase = self.phase
-        started = time.perf_counter()
+        started = time.perf_counter() if scheduled is None else scheduled
         try:
             response = await client.request(
                 method, url, headers={**self.headers, **(headers or {})}, **kwargs
@@ -310,15 +357,25 @@ class Load:
         )
         return response
 
-    async def _submit_fit(self, client: httpx.AsyncClient, rng: random.Random) -> None:
+    async def _submit_fit(
+        self, client: httpx.AsyncClient, rng: random.Random, scheduled: float | None
+    ) -> bool:
+        """Submit a small fit; True if a 429 made the client wait."""
         # The same key on every retry: a submission that reached the server before a crash is
         # found again instead of being queued twice.
         key = uuid.uuid4().hex
         body = small_fit(self.dataset_id, rng.randrange(1_000_000))
         while not self._done():
             response = await self._send(
-                client, "fit", "POST", "/fit", json=body, headers={"Idempotency-Key": key}
+                client,
+                "fit",
+                "POST",
+                "/fit",
+                json=body,
+                headers={"Idempotency-Key": key},
+                scheduled=scheduled,
             )
+            scheduled = None
             if response is None:
                 self.tally.unanswered_fits[key] = body
                 continue
@@ -328,22 +385,35 @@ class Load:
             elif response.status_code == 429:
                 wait = float(response.headers.get("Retry-After", "1"))
                 await asyncio.sleep(min(wait, max(0.0, self._deadline - time.monotonic())))
-            return
+                return True
+            return False
+        return False
 
     async def _client(self, index: int) -> None:
         rng = random.Random(self.config.seed * 1000 + index)
         row = [[rng.uniform(-1, 1) for _ in range(3)]]
+        interval = 1 / self.config.rate if self.config.rate > 0 else 0.0
+        # Clients start at random phases of their interval, not all at once.
+        slot = time.perf_counter() + rng.uniform(0, interval)
         async with httpx.AsyncClient(base_url=self.base_url, timeout=60) as client:
             while not self._done():
+                scheduled = None
+                if interval:
+                    await asyncio.sleep(max(0.0, slot - time.perf_counter()))
+                    scheduled, slot = slot, slot + interval
                 draw = rng.random()
                 if draw < FIT_SHARE:
-                    await self._submit_fit(client, rng)
+                    if await self._submit_fit(client, rng, scheduled):
+                        # The client waited as a 429 told it to: its schedule goes on from now.
+                        slot = max(slot, time.perf_counter())
                 elif draw < FIT_SHARE + JOB_SHARE and self.tally.accepted_jobs:
                     job_id = rng.choice(list(self.tally.accepted_jobs.values()))
-                    await self._send(client, "job", "GET", f"/jobs/{job_id}")
+                    await self._send(client, "job", "GET", f"/jobs/{job_id}", scheduled=scheduled)
                 elif draw < FIT_SHARE + JOB_SHARE + LIST_SHARE:
                     listing = rng.choice(list(LIST_PATHS))
-                    await self._send(client, listing, "GET", LIST_PATHS[listing])
+                    await self._send(
+                        client, listing, "GET", LIST_PATHS[listing], scheduled=scheduled
+                    )
                 else:
                     await self._send(
                         client,
@@ -351,6 +421,7 @@ class Load:
                         "POST",
                         f"/models/{self.model_id}/predict",
                         json={"X": row},
+                        scheduled=scheduled,
                     )
 
     async def run(self, server: ServerProcess) -> tuple[float, list[str]]:
@@ -410,14 +481,17 @@ class Load:
             thread.join()
         if "csv" not in dataset_ids:
             return
+        fitted_id = self.slow_dataset_id or dataset_ids["csv"]
         started = time.perf_counter()
         with httpx.Client(base_url=self.base_url, headers=self.headers, timeout=60) as client:
             body = {
-                "dataset_id": dataset_ids["csv"],
+                "dataset_id": fitted_id,
                 "k": 2,
                 "algorithm": "am-classic",
                 "params": {"n_init": 1, "max_iter": 3},
-                "holdout_fraction": 0,
+                # Its load is what counts here: the fit itself (and its score, EM over every
+                # training row) works on a tenth of the rows.
+                "holdout_fraction": 0.9,
             }
             response = client.post("/fit", json=body)
             # The clients may hold the key's whole quota of unfinished jobs: wait as they do.
@@ -450,7 +524,8 @@ class Load:
                 time.sleep(0.2)
         big.fit_s = time.perf_counter() - started
         big.fit_job = job
-        big.load_s = _dataset_load_seconds(self.database_url, dataset_ids["csv"])
+        big.fitted_rows = CSV_ROWS if fitted_id == dataset_ids["csv"] else self.config.slow_rows
+        big.load_s = _dataset_load_seconds(self.database_url, fitted_id)
 
     def _kill_and_restart(self, server: ServerProcess) -> list[str]:
         server.kill()
@@ -632,6 +707,10 @@ def run_backend(
             load.database_url = database_url
             if config.big_bodies:
                 load.big_files = big_files(workdir)
+                if backend.lower() == "sqlite":
+                    load.slow_dataset_id, load.big.slow_upload_s = upload_slow(
+                        client, slow_file(workdir, config.slow_rows)
+                    )
             if log:
                 print(
                     f"# {backend}: {config.clients} clients for {config.duration_s:g} s",
@@ -733,11 +812,17 @@ def big_body_lines(outcome: Outcome) -> list[str]:
     assert big is not None
     latencies = outcome.tally.latencies
     job = big.fit_job
+    fitted = (
+        f"a {big.fitted_rows:,} x {CSV_FEATURES} dataset stored as an `.npz` body in "
+        f"{big.slow_upload_s:.1f} s before the clients started"
+        if big.slow_upload_s
+        else "the CSV's dataset"
+    )
     lines = [
         f"Big bodies: the {CSV_ROWS:,} x {CSV_FEATURES} CSV ({big.csv_bytes / 2**20:.0f} MiB) was "
         f"stored in {big.csv_upload_s:.1f} s and the JSON body ({big.json_bytes / 2**20:.1f} "
-        f"MiB) in {big.json_upload_s:.1f} s, both at once; the fit of the CSV's dataset "
-        f"(reading it back takes {big.load_s:.1f} s, `MIXREG_STALE_AFTER_S` = "
+        f"MiB) in {big.json_upload_s:.1f} s, both at once; then a fit of {fitted} (reading it "
+        f"back takes {big.load_s:.1f} s, `MIXREG_STALE_AFTER_S` = "
         f"{BIG_BODIES_STALE_AFTER_S}) ended {job.get('status')} after {job.get('attempts')} "
         f"attempt(s) in {big.fit_s:.1f} s. Errors: {len(big.errors)}.",
         "",
@@ -798,6 +883,17 @@ def big_body_targets(outcome: Outcome) -> list[tuple[str, str, str, bool]]:
     return targets
 
 
+def pacing(config: LoadConfig) -> str:
+    """How the clients send, in words."""
+    if config.rate <= 0:
+        return "each sending its next request as soon as the last is answered (saturation)"
+    return (
+        f"each sending {config.rate:g} requests per second on a fixed schedule "
+        f"({config.rate * config.clients:g} per second offered; a request's latency counts from "
+        f"its slot in the schedule, so time spent waiting for a slow answer before it counts)"
+    )
+
+
 def section(outcomes: Sequence[Outcome], machine: Sequence[str]) -> str:
     """The load section of ``bench/RESULTS.md``."""
     config = outcomes[0].config
@@ -806,9 +902,9 @@ def section(outcomes: Sequence[Outcome], machine: Sequence[str]) -> str:
         "",
         *machine,
         "",
-        f"{config.clients} concurrent clients (asyncio, one process) for {config.duration_s:g} s "
-        f"against one server (uvicorn, embedded worker with 2 fit processes) with API keys "
-        f"required; each client draws single-row predicts ({PREDICT_SHARE:.0%}), "
+        f"{config.clients} concurrent clients (asyncio, one process) for {config.duration_s:g} s, "
+        f"{pacing(config)}, against one server (uvicorn, embedded worker with 2 fit processes) "
+        f"with API keys required; each client draws single-row predicts ({PREDICT_SHARE:.0%}), "
         f"listings of jobs, models or datasets ({LIST_SHARE:.0%}), job lookups ({JOB_SHARE:.0%}) "
         f"and small fits ({FIT_SHARE:.0%}, classical AM on 200 rows; at most "
         f"{config.max_queued_jobs} unfinished per key, then 429 and Retry-After). Latencies are "
@@ -829,6 +925,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.load", description=__doc__)
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of load (60)")
     parser.add_argument("--clients", type=int, default=32, help="concurrent clients (32)")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=DEFAULT_RATE,
+        help=f"requests per second per client, on a schedule ({DEFAULT_RATE:g}); 0: back to back",
+    )
+    parser.add_argument(
+        "--slow-rows",
+        type=int,
+        default=SLOW_ROWS,
+        help=f"rows of the dataset fitted during the big bodies on SQLite ({SLOW_ROWS:,})",
+    )
     parser.add_argument("--max-requests", type=int, default=500_000, help="at most (500,000)")
     parser.add_argument("--kill-at", type=float, help="SIGKILL the server after this many s")
     parser.add_argument("--backends", default="sqlite,postgresql", help="sqlite,postgresql")
@@ -851,6 +959,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_requests=args.max_requests,
         kill_at_s=args.kill_at,
         big_bodies=args.big_bodies,
+        rate=args.rate,
+        slow_rows=args.slow_rows,
     )
     machine = machine_lines("python -m bench.load " + " ".join(argv or sys.argv[1:]), ("httpx",))
     outcomes = []

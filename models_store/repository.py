@@ -926,6 +926,11 @@ def claim_job(session: Session, *, job_id: str, worker_id: str, now: datetime) -
     )
 
 
+def any_queued_job(session: Session) -> bool:
+    """Whether some job waits in the queue (a cheap look before :func:`claim_next_job`)."""
+    return session.scalar(select(select(Job.id).where(Job.status == "queued").exists())) is True
+
+
 def claim_next_job(session: Session, *, worker_id: str, now: datetime) -> Job | None:
     """Atomically move the oldest queued job to ``running`` for ``worker_id``; None if none.
 

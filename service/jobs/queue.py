@@ -21,7 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from models_store import repository
-from models_store.session import session_scope
+from models_store.session import read_scope, session_scope
 from service.config import Settings
 from service.jobs.retention import apply_retention
 from service.jobs.supervisor import FitSupervisor, RunningFit, new_worker_id
@@ -98,7 +98,8 @@ class EmbeddedWorker:
     def run_once(self) -> None:
         """One round: collect exited fits, enforce cancel and time limits, reap, claim."""
         if self._running:
-            with session_scope(self._session_factory) as session:
+            # Reads take no write lock (SQLite): a round must not queue behind the writers.
+            with read_scope(self._session_factory) as session:
                 cancelled = set(
                     repository.jobs_with_cancel_requested(session, worker_id=self.worker_id)
                 )
@@ -132,6 +133,11 @@ class EmbeddedWorker:
             logger.warning("job %s lost its worker and has no attempts left; failed", job_id)
 
     def _claim_and_start(self) -> bool:
+        # Most rounds find nothing queued: look first without the write lock (SQLite), which
+        # every round would otherwise take and the API's writes would wait behind.
+        with read_scope(self._session_factory) as session:
+            if not repository.any_queued_job(session):
+                return False
         with session_scope(self._session_factory) as session:
             job = repository.claim_next_job(
                 session, worker_id=self.worker_id, now=repository.database_now(session)

@@ -25,7 +25,12 @@ from tests.reporting import REPORT_PROPERTY
 pytestmark = pytest.mark.e2e
 
 TEN_SECONDS = LoadConfig(
-    duration_s=10, clients=32, max_requests=100_000, max_queued_jobs=30, drain_timeout_s=120
+    duration_s=10,
+    clients=32,
+    max_requests=100_000,
+    max_queued_jobs=30,
+    drain_timeout_s=120,
+    rate=0,  # back to back: the most load ten seconds can bring
 )
 
 
@@ -76,3 +81,12 @@ def test_a_run_with_big_bodies_reports_its_targets():
     assert met["the big dataset loads for longer than `MIXREG_STALE_AFTER_S`"] == ("2.5 s", True)
     assert met["requeued jobs"] == ("0", True)
     assert "| `GET /jobs` p99 without big bodies | < 100 ms |" in "\n".join(big_body_lines(outcome))
+
+
+def test_paced_clients_send_on_their_schedule(sqlite_url, tmp_path):
+    # 4 clients at 5 requests per second for 4 s: about 80 requests, not the hundreds that
+    # back-to-back clients send in that time.
+    paced = LoadConfig(duration_s=4, clients=4, rate=5, max_queued_jobs=30, drain_timeout_s=60)
+    outcome = run_backend("sqlite", sqlite_url, paced, tmp_path, log=False)
+    assert outcome.problems == []
+    assert 60 <= outcome.tally.requests <= 84

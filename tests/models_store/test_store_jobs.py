@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from models_store import repository
-from models_store.session import session_scope
+from models_store.session import read_scope, session_scope
 from models_store.tables import Job
 
 T0 = datetime(2030, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
@@ -181,6 +181,20 @@ def test_claim_takes_the_oldest_queued_job_first(db_sessionmaker, make_job):
     with session_scope(db_sessionmaker) as session:
         claimed = [repository.claim_next_job(session, worker_id="w", now=at(0)) for _ in range(4)]
     assert [job.id if job else None for job in claimed] == [*created, None]
+
+
+def test_any_queued_job_sees_queued_jobs_only(db_sessionmaker, make_job):
+    with read_scope(db_sessionmaker) as session:
+        assert repository.any_queued_job(session) is False
+    with session_scope(db_sessionmaker) as session:
+        created = [make_job(session).id for _ in range(2)]
+    with read_scope(db_sessionmaker) as session:
+        assert repository.any_queued_job(session) is True
+    with session_scope(db_sessionmaker) as session:
+        for _ in created:
+            repository.claim_next_job(session, worker_id="w", now=at(0))
+    with read_scope(db_sessionmaker) as session:
+        assert repository.any_queued_job(session) is False
 
 
 def job_rows(session):

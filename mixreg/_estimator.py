@@ -15,7 +15,7 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
 from ._am import SolverResult, assign_many, refit_exactly_until_stable
-from ._auto import AutoResult, default_n_init, fit_auto
+from ._auto import AutoResult, default_n_init, fit_auto, grouped_mixture
 from ._document import gate_document, lines_document, read_lines
 from ._em import EMResult, e_step, em_batch
 from ._gate import (
@@ -887,6 +887,9 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
                 after = _scaled_loss(ctx, result.theta)
                 if after < before * (1.0 - 1e-9):
                     result.loss_history = [*result.loss_history, after]
+            mixture = None
+            if isinstance(result, AutoResult) and grouping is not None:
+                mixture = grouped_mixture(ctx, result.theta, result.em_restart)
             gate = None
             if self.gating:
                 gate = _fit_gate(ctx, X_arr if gate_columns is None else gate_columns, result.theta)
@@ -919,6 +922,8 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             assert result.weights is not None and result.variances is not None
             self.weights_ = result.weights[order]
             self.noise_variance_ = _in_caller_units(result.variances[order], ctx.loss_scale)
+        if mixture is not None:
+            self._set_mixture(mixture, order, scaling, n_samples if weights is None else weights)
         if isinstance(result, AutoResult):
             self.candidates_ = [
                 candidate.to_dict(ctx.loss_scale) for candidate in result.candidates
@@ -951,6 +956,28 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             loss=_scaled_loss(ctx, result.theta),
         )
         return self
+
+    def _set_mixture(
+        self,
+        mixture: EMResult,
+        order: NDArray[np.intp],
+        scaling: _Scaling,
+        observations: int | FloatArray,
+    ) -> None:
+        """The maximum-likelihood mixture of a grouped ``auto`` fit (scaled, each line at its
+        min-loss line's index) in the output order and the caller's units; ``observations``
+        is the number of rows, or their weights."""
+        assert mixture.weights is not None and mixture.variances is not None
+        assert mixture.log_likelihood_history
+        coef, intercept = scaling.to_caller(mixture.theta)
+        self.ml_coef_, self.ml_intercept_ = coef[order], intercept[order]
+        self.weights_ = mixture.weights[order]
+        self.noise_variance_ = _in_caller_units(mixture.variances[order], scaling.y_scale**2)
+        # The density of y in the caller's units is the scaled one over y_scale, row by row.
+        total = float(np.sum(observations))
+        self.log_likelihood_ = total * (
+            mixture.log_likelihood_history[-1] - float(np.log(scaling.y_scale))
+        )
 
     def _set_groups(
         self,

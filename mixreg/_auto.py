@@ -322,6 +322,7 @@ class _Search:
                 callback=lambda iteration, loss: self.report(phase, loss),
                 sample_weight=on.sample_weight,
                 grouping=on.grouping,
+                solver=on.least_squares,
             )
 
         screened = keep is not None and keep < n_starts and max_iter > SCREEN_ITERATIONS
@@ -443,7 +444,8 @@ def fit_auto(ctx: FitContext) -> AutoResult:
     given = ctx.params.get("init")
     # The random sources draw their own starts; given lines (a warm start, or a k sweep's
     # (k - 1)-line fit plus one line) are one more candidate, the first.
-    sample = replace(sample, params={**sample.params, "init": None})
+    if given is not None:
+        sample = replace(sample, params={**sample.params, "init": None})
     sources = _sources(ctx)
     if given is not None:
         sources.insert(0, ("init", lambda c: np.asarray(given, dtype=np.float64)[None]))
@@ -510,6 +512,7 @@ def _grouped_em_starts(
         callback=lambda iteration, loss: search.report(iteration / EM_MAX_ITER, loss),
         sample_weight=sample.sample_weight,
         grouping=sample.grouping,
+        solver=sample.least_squares,
     )
     polished, sources = batch.thetas, ["em"] * starts.shape[0]
     if given is not None:
@@ -564,6 +567,7 @@ def grouped_mixture(ctx: FitContext, theta: FloatArray, em_restart: EMResult | N
         deadline=ctx.deadline,
         sample_weight=ctx.sample_weight,
         grouping=ctx.grouping,
+        solver=ctx.least_squares,
     )
     if em_restart is None or not _higher(em_restart, finish):
         return finish

@@ -24,7 +24,8 @@ On many rows the search runs on a uniform sample of :data:`SEARCH_ROWS` rows; th
 With groups the search is over assignments of whole groups, which EM finds cheaply: a group's
 posterior is the product of its rows' densities, so it is nearly hard after a few iterations.
 The search therefore starts with grouped EM from ``n_init`` random partitions of the groups
-(the starts ``algorithm="em"`` draws from the same seed), polished by grouped classical AM,
+(:data:`MAX_EM_RESTARTS` at most; the starts ``algorithm="em"`` draws from the same seed and
+``n_init``), polished by grouped classical AM,
 and stops there when at least :data:`AGREEING_STARTS` of them reach the best min-loss: starts
 that agree have found a minimum that more starts seldom beat (as on data with one clear
 partition). Otherwise the other sources, the moves and the restarts follow as without groups.
@@ -494,14 +495,13 @@ def fit_auto(ctx: FitContext) -> AutoResult:
     return result
 
 
-def _grouped_em_starts(
-    search: _Search, sample: FitContext, given: FloatArray | None
-) -> EMResult:
-    """Grouped EM from ``n_init`` random partitions of the groups, every fit (and the given
-    lines, first) polished by grouped classical AM to the fit's ``tol``; returns the EM fit
-    of highest final likelihood (the first of equals, as ``algorithm="em"`` keeps)."""
+def _grouped_em_starts(search: _Search, sample: FitContext, given: FloatArray | None) -> EMResult:
+    """Grouped EM from ``n_init`` random partitions of the groups (:data:`MAX_EM_RESTARTS` at
+    most), every fit (and the given lines, first) polished by grouped classical AM to the
+    fit's ``tol``; returns the EM fit of highest final likelihood (the first of equals, as
+    ``algorithm="em"`` keeps)."""
     started = time.monotonic()
-    starts = random_partition_lines(sample, sample.params["n_init"])
+    starts = random_partition_lines(sample, min(sample.params["n_init"], MAX_EM_RESTARTS))
     batch = em_batch(
         sample.Z,
         sample.y,

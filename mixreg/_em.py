@@ -250,7 +250,7 @@ def em_batch(
         Of ``Z`` and ``y``, when the caller keeps one (one is made when omitted).
     """
     thetas = np.array(thetas, dtype=np.float64)
-    n_starts, n_components, _ = thetas.shape
+    n_starts = thetas.shape[0]
     if variance_floor is None:
         if sample_weight is None:
             spread = float(np.var(y))

@@ -451,7 +451,8 @@ def fit_auto(ctx: FitContext) -> AutoResult:
     if given is not None:
         sources.insert(0, ("init", lambda c: np.asarray(given, dtype=np.float64)[None]))
     em_restart = None
-    if ctx.grouping is not None:
+    # One row per group is the ungrouped search (the same lines).
+    if ctx.grouping is not None and ctx.grouping.n_groups < n_samples:
         # The grouped EM starts come first and stand in for the EM source (and the given
         # lines, polished with them).
         sources = [(name, make) for name, make in sources if name not in ("em", "init")]

@@ -585,14 +585,19 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
     train_loss_ : float
         Training min-loss of the fitted lines (weighted, and grouped, as the fit was).
     weights_, noise_variance_ : ndarray of shape (n_components,)
-        For ``em``, a gated fit, and every algorithm with ``standard_errors=True``: the
-        mixture weights (for a gated fit, the mean gate probability of each line over the
-        training rows) and per-line noise variances (caller's units); with
-        ``standard_errors``, those of the maximum-likelihood fit below.
+        For ``em``, a gated fit, a grouped ``auto`` fit and every algorithm with
+        ``standard_errors=True``: the mixture weights (for a gated fit, the mean gate
+        probability of each line over the training rows) and per-line noise variances
+        (caller's units); with ``standard_errors`` or ``auto``, those of the
+        maximum-likelihood fit below.
     ml_coef_, ml_intercept_ : ndarray of shape (n_components, n_features), (n_components,)
-        Only with ``standard_errors=True``: the maximum-likelihood fit of the Gaussian mixture
-        of regressions that EM reaches from the fitted lines (each keeps its line's index),
-        the estimates the standard errors belong to. For ``em`` they are ``coef_`` and
+        Only with ``standard_errors=True``, or after an ``auto`` fit with groups: the
+        maximum-likelihood fit of the Gaussian mixture of regressions that EM reaches from the
+        fitted lines (each keeps its line's index), the estimates the standard errors belong
+        to. With groups it is grouped EM's (each group's rows from one line), run to EM's
+        tolerance (1e-6), or the search's best EM start when that ends higher (its lines
+        matched to the fitted ones), so its likelihood is at least that of ``em`` with the
+        same seed and ``n_init`` (at most 10). For ``em`` they are ``coef_`` and
         ``intercept_`` run to a tighter tolerance; for the min-loss algorithms they are close
         to the fitted lines when the lines are well separated (see ADR 0021).
     coef_se_, intercept_se_, weights_se_, noise_variance_se_ : ndarray
@@ -616,9 +621,10 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
     gate_intercept_ : ndarray of shape (n_components,)
         Only for a gated fit; the first is zero.
     log_likelihood_ : float
-        Only for a gated fit, or with ``standard_errors=True``: the gated mixture's total
-        log-likelihood of the training rows (weighted by ``sample_weight``), or the
-        maximum-likelihood fit's.
+        Only for a gated fit, with ``standard_errors=True``, or after an ``auto`` fit with
+        groups: the gated mixture's total log-likelihood of the training rows (weighted by
+        ``sample_weight``), or the maximum-likelihood fit's (with groups, the sum over the
+        groups of the log of each group's mixture density).
     bic_ : float
         Only for a gated fit: ``-2 log_likelihood_ + n_parameters log(n_samples)`` with
         ``n_parameters`` counting every line's coefficients and intercept, its noise variance
@@ -782,9 +788,11 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             A hashable label per row; every row of a group is assigned to the same line. The
             min-loss becomes ``(1/W) sum_g min_j sum_{i in g} w_i r_ij^2``; ``am-classic``
             assigns whole groups, ``em`` gives each group a posterior (the product of its rows'
-            likelihoods) and ``auto`` polishes every candidate by grouped classical AM and
-            moves whole groups. Other algorithms raise ValueError. With one row per group the
-            fit is the ungrouped one.
+            likelihoods) and ``auto`` starts from grouped EM fits, polishes every candidate by
+            grouped classical AM and moves whole groups (it also reports the
+            maximum-likelihood mixture: ``ml_coef_``, ``weights_``, ``noise_variance_``,
+            ``log_likelihood_``). Other algorithms raise ValueError. With one row per group
+            the lines are the ungrouped fit's.
         progress : callable, optional
             ``progress(fraction, info)`` is called as the fit advances, with ``info`` holding
             ``iteration``, ``candidates_tried`` and ``best_loss`` (training min-loss so far, in

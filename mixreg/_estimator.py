@@ -477,7 +477,11 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
           20,000 rows, and the best candidates are polished again on all rows: at least three,
           and every one whose sample min-loss is within two standard errors of the best's
           (at most eight). ``candidates_`` records them all. With one line, least squares on
-          all rows is the exact answer and the only candidate.
+          all rows is the exact answer and the only candidate. With ``groups`` the search
+          starts with grouped EM from ``n_init`` random partitions of the groups (at most 10),
+          each polished by grouped classical AM, and stops there when two of them reach the
+          best min-loss (within a relative 1e-6); otherwise the sources, rounds and restarts
+          above follow.
         - ``"am"``: Algorithm 1, gradient AM from Gaussian random lines (or ``init``).
         - ``"am-classic"``: AM with an exact least-squares refit per part, started from the lines
           of a random partition of the rows (``n_init`` starts run as one batch).
@@ -510,7 +514,8 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         (for ``em``, the highest log-likelihood).
         For ``auto``, the number of random starts of the first round, from 100 on small data
         down to 4 on large data (``n_init // 4`` EM restarts, at most 10, run beside them);
-        each later batch of restarts has ``n_init`` starts too, at most 20.
+        each later batch of restarts has ``n_init`` starts too, at most 20. With groups, the
+        grouped EM starts come first (at most 10, see ``algorithm``).
     init : array-like of shape (n_components, n_features + fit_intercept), optional
         Starting lines: coefficients then intercept, in the caller's units (``am``,
         ``am-classic``, ``em``); for ``auto``, one more candidate, polished and searched

@@ -26,10 +26,11 @@ posterior is the product of its rows' densities, so it is nearly hard after a fe
 The search therefore starts with grouped EM from ``n_init`` random partitions of the groups
 (:data:`MAX_EM_RESTARTS` at most; the starts ``algorithm="em"`` draws from the same seed and
 ``n_init``), polished by grouped classical AM,
-and stops there when at least :data:`AGREEING_STARTS` of them reach the best min-loss: starts
-that agree have found a minimum that more starts seldom beat (as on data with one clear
-partition). Otherwise the other sources, the moves and the restarts follow as without groups.
-A grouped fit also reports the maximum-likelihood mixture (:func:`grouped_mixture`).
+and stops there when at least half of them (:data:`AGREEING_SHARE`, two at least) reach the
+best min-loss: starts that agree so often have found a minimum that more starts seldom beat
+(as on data with one clear partition). Otherwise the other sources, the moves and the
+restarts follow as without groups. A grouped fit also reports the maximum-likelihood mixture
+(:func:`grouped_mixture`).
 """
 
 from __future__ import annotations
@@ -93,9 +94,10 @@ SCREEN_ITERATIONS = 5
 SURVIVORS = 3
 # EM's own defaults (those of algorithm="em").
 EM_MAX_ITER, EM_TOL = 200, 1e-6
-AGREEING_STARTS = 2
-"""With groups, the search stops after its EM starts when at least this many of them, polished,
-reach the best min-loss (within :data:`SAME_MIN_LOSS`)."""
+AGREEING_SHARE = 0.5
+"""With groups, the search stops after its EM starts when at least this share of them (and at
+least two), polished, reach the best min-loss (within :data:`SAME_MIN_LOSS`): on data with
+many nearly equal minima a few starts may meet at a poor one, seldom half of them."""
 SAME_MIN_LOSS = 1e-6
 """Relative difference of two polished candidates' min-losses below which they count as the
 same minimum (a polish that stops at ``tol`` leaves about that much)."""
@@ -533,10 +535,12 @@ def _grouped_em_starts(search: _Search, sample: FitContext, given: FloatArray | 
 
 
 def _starts_agree(search: _Search) -> bool:
-    """Whether :data:`AGREEING_STARTS` candidates reached the best min-loss."""
+    """Whether :data:`AGREEING_SHARE` of the candidates (two at least) reached the best
+    min-loss."""
     losses = np.array([candidate.min_loss_after for candidate in search.candidates])
     best = losses.min()
-    return int(np.sum(losses <= best + SAME_MIN_LOSS * abs(best))) >= AGREEING_STARTS
+    needed = max(2, int(np.ceil(AGREEING_SHARE * losses.size)))
+    return int(np.sum(losses <= best + SAME_MIN_LOSS * abs(best))) >= needed
 
 
 def grouped_mixture(ctx: FitContext, theta: FloatArray, em_restart: EMResult | None) -> EMResult:

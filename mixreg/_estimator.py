@@ -479,9 +479,9 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
           (at most eight). ``candidates_`` records them all. With one line, least squares on
           all rows is the exact answer and the only candidate. With ``groups`` the search
           starts with grouped EM from ``n_init`` random partitions of the groups (at most 10),
-          each polished by grouped classical AM, and stops there when two of them reach the
-          best min-loss (within a relative 1e-6); otherwise the sources, rounds and restarts
-          above follow.
+          each polished by grouped classical AM, and stops there when half of them (two at
+          least) reach the best min-loss (within a relative 1e-6); otherwise the sources,
+          rounds and restarts above follow.
         - ``"am"``: Algorithm 1, gradient AM from Gaussian random lines (or ``init``).
         - ``"am-classic"``: AM with an exact least-squares refit per part, started from the lines
           of a random partition of the rows (``n_init`` starts run as one batch).

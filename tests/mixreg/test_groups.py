@@ -256,7 +256,7 @@ def test_grouped_auto_is_never_worse_than_grouped_em_from_the_same_seed(seed):
     assert auto.train_loss_ <= em.min_loss(X, y, groups=labels) * (1 + 1e-12)
 
 
-def test_grouped_auto_stops_after_its_em_starts_only_when_two_agree():
+def test_grouped_auto_stops_after_its_em_starts_only_when_half_agree():
     X, y, labels, _ = segments(0)
     settled = MixtureOfLinearRegressions(3, n_init=5, random_state=0).fit(X, y, groups=labels)
     assert [candidate["source"] for candidate in settled.candidates_] == ["em"] * 5

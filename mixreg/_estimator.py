@@ -297,6 +297,17 @@ _GATE_ATTRIBUTES = (
     "weights_",
     "noise_variance_",
 )
+# The maximum-likelihood fit beside the lines (standard errors, grouped auto) and its errors,
+# removed whenever the estimator is refitted.
+_MIXTURE_ATTRIBUTES = (
+    "ml_coef_",
+    "ml_intercept_",
+    "coef_se_",
+    "intercept_se_",
+    "weights_se_",
+    "noise_variance_se_",
+    "covariance_",
+)
 
 
 @dataclass(frozen=True)
@@ -864,7 +875,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
                 "standard_errors: a gated fit with sample weights has no standard errors; "
                 "leave out one of them"
             )
-        for name in _GATE_ATTRIBUTES:
+        for name in (*_GATE_ATTRIBUTES, *_MIXTURE_ATTRIBUTES):
             if hasattr(self, name):
                 delattr(self, name)
         scaling, Z, y_scaled = _Scaling.of(X_arr, y_arr, bool(self.fit_intercept), weights)

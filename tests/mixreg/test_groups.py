@@ -256,6 +256,15 @@ def test_grouped_auto_is_never_worse_than_grouped_em_from_the_same_seed(seed):
     assert auto.train_loss_ <= em.min_loss(X, y, groups=labels) * (1 + 1e-12)
 
 
+def test_an_ungrouped_refit_keeps_no_mixture_of_the_grouped_fit():
+    X, y, labels, _ = segments(5, n_groups=12)
+    model = MixtureOfLinearRegressions(3, random_state=0).fit(X, y, groups=labels)
+    assert model.ml_coef_.shape == model.coef_.shape
+    model.fit(X, y)
+    for name in ("ml_coef_", "ml_intercept_", "weights_", "noise_variance_", "log_likelihood_"):
+        assert not hasattr(model, name), name
+
+
 def test_grouped_auto_stops_after_its_em_starts_only_when_half_agree():
     X, y, labels, _ = segments(0)
     settled = MixtureOfLinearRegressions(3, n_init=5, random_state=0).fit(X, y, groups=labels)

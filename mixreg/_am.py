@@ -423,6 +423,7 @@ def classic_am_batch(
     callback: StepCallback | None = None,
     sample_weight: FloatArray | None = None,
     grouping: Grouping | None = None,
+    solver: WeightedLeastSquares | None = None,
 ) -> BatchResult:
     """Classical AM from many starts at once: assign rows, refit every line by least squares.
 
@@ -451,6 +452,8 @@ def classic_am_batch(
         of the row.
     grouping : Grouping, optional
         Assign whole groups (:func:`assign_many`) instead of rows.
+    solver : WeightedLeastSquares, optional
+        Of ``Z`` and ``y``, when the caller keeps one: its rows' products serve every refit.
 
     Returns
     -------
@@ -465,7 +468,9 @@ def classic_am_batch(
     group_size = max(1, _BATCH_RESIDUAL_ELEMENTS // (n_components * n_samples))
     best_so_far = np.inf
     # The rows' outer products, formed once for every iteration's refit.
-    row_products = WeightedLeastSquares(Z, y).products if n_starts > 1 else None
+    if solver is None and n_starts > 1:
+        solver = WeightedLeastSquares(Z, y)
+    row_products = None if solver is None else solver.products
     for first in range(0, n_starts, group_size):
         group = np.arange(first, min(first + group_size, n_starts))
         active = group

@@ -20,6 +20,17 @@ source go on, to a looser tolerance than the fit's; the finalists are polished t
 
 On many rows the search runs on a uniform sample of :data:`SEARCH_ROWS` rows; the finalists
 (the best candidate and those the sample cannot tell from it) are polished again on all rows.
+
+With groups the search is over assignments of whole groups, which EM finds cheaply: a group's
+posterior is the product of its rows' densities, so it is nearly hard after a few iterations.
+The search therefore starts with grouped EM from ``n_init`` random partitions of the groups
+(:data:`MAX_EM_RESTARTS` at most; the starts ``algorithm="em"`` draws from the same seed and
+``n_init``), polished by grouped classical AM,
+and stops there when at least half of them (:data:`AGREEING_SHARE`, two at least) reach the
+best min-loss: starts that agree so often have found a minimum that more starts seldom beat
+(as on data with one clear partition). Otherwise the other sources, the moves and the
+restarts follow as without groups. A grouped fit also reports the maximum-likelihood mixture
+(:func:`grouped_mixture`).
 """
 
 from __future__ import annotations
@@ -31,9 +42,10 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.optimize import linear_sum_assignment
 
 from ._am import BatchResult, SolverResult, assign_many, classic_am_batch
-from ._em import em_batch
+from ._em import EMResult, em, em_batch
 from ._lstsq import lstsq_row_sets
 from ._moves import reseed_by_residual, split_and_free
 from ._solvers import (
@@ -82,6 +94,13 @@ SCREEN_ITERATIONS = 5
 SURVIVORS = 3
 # EM's own defaults (those of algorithm="em").
 EM_MAX_ITER, EM_TOL = 200, 1e-6
+AGREEING_SHARE = 0.5
+"""With groups, the search stops after its EM starts when at least this share of them (and at
+least two), polished, reach the best min-loss (within :data:`SAME_MIN_LOSS`): on data with
+many nearly equal minima a few starts may meet at a poor one, seldom half of them."""
+SAME_MIN_LOSS = 1e-6
+"""Relative difference of two polished candidates' min-losses below which they count as the
+same minimum (a polish that stops at ``tol`` leaves about that much)."""
 # Algorithm 3 with RANSAC fits ~20 trial lines per part: it gets a fifth of the partitions
 # the least-squares search gets, for a comparable cost.
 _RANSAC_PARTITION_SHARE = 5
@@ -150,6 +169,9 @@ class AutoResult(SolverResult):
     """The best candidate's lines and polish trace, with every candidate tried."""
 
     candidates: list[Candidate] = field(default_factory=list)
+    em_restart: EMResult | None = None
+    """With groups, the EM start of highest likelihood on all training rows (None when the
+    search ran on a sample): a candidate for the maximum-likelihood mixture."""
 
 
 def lines_of_random_rows(ctx: FitContext, count: int) -> FloatArray:
@@ -303,6 +325,7 @@ class _Search:
                 callback=lambda iteration, loss: self.report(phase, loss),
                 sample_weight=on.sample_weight,
                 grouping=on.grouping,
+                solver=on.least_squares,
             )
 
         screened = keep is not None and keep < n_starts and max_iter > SCREEN_ITERATIONS
@@ -400,7 +423,8 @@ def fit_auto(ctx: FitContext) -> AutoResult:
     """
     n_samples = ctx.Z.shape[0]
     sample = ctx
-    if n_samples > SEARCH_ROWS:
+    on_all_rows = n_samples <= SEARCH_ROWS
+    if not on_all_rows:
         rows = _search_rows(ctx)
         sample = replace(
             ctx,
@@ -423,30 +447,150 @@ def fit_auto(ctx: FitContext) -> AutoResult:
     given = ctx.params.get("init")
     # The random sources draw their own starts; given lines (a warm start, or a k sweep's
     # (k - 1)-line fit plus one line) are one more candidate, the first.
-    sample = replace(sample, params={**sample.params, "init": None})
+    if given is not None:
+        sample = replace(sample, params={**sample.params, "init": None})
     sources = _sources(ctx)
     if given is not None:
         sources.insert(0, ("init", lambda c: np.asarray(given, dtype=np.float64)[None]))
-    # The rounds of moves and restarts, and the final polish, are phases of their own.
-    search = _Search(ctx, len(sources) + 2)
+    em_restart = None
+    # One row per group is the ungrouped search (the same lines).
+    if ctx.grouping is not None and ctx.grouping.n_groups < n_samples:
+        # The grouped EM starts come first and stand in for the EM source (and the given
+        # lines, polished with them).
+        sources = [(name, make) for name, make in sources if name not in ("em", "init")]
+        search = _Search(ctx, len(sources) + 3)
+        em_restart = _grouped_em_starts(search, sample, given)
+        if not on_all_rows:
+            # Its likelihood is the sample's: not comparable with a fit on all rows.
+            em_restart = None
+        if _starts_agree(search) or _past(ctx.deadline):
+            if on_all_rows:
+                result = search.result(range(len(search.candidates)))
+            else:
+                result = _polish_finalists(search, sample)
+            result.em_restart = em_restart
+            return result
+    else:
+        # The rounds of moves and restarts, and the final polish, are phases of their own.
+        search = _Search(ctx, len(sources) + 2)
+    first_phase = search.phases - len(sources) - 2
     for position, (source, make_starts) in enumerate(sources):
         if position > 0 and _past(ctx.deadline):
             break
         started = time.monotonic()
-        starts = make_starts(replace(sample, progress=search.source_progress(position)))
+        starts = make_starts(
+            replace(sample, progress=search.source_progress(first_phase + position))
+        )
         search.polish(
             sample,
             source,
             starts,
             time.monotonic() - started,
-            position + 1,
+            first_phase + position + 1,
             tol=EXPLORE_TOL,
             keep=SURVIVORS,
         )
-    rounds = _Rounds(search, sample, work_cap, len(sources))
+    rounds = _Rounds(search, sample, work_cap, search.phases - 2)
     rounds.improve(first=0)
     rounds.restart_while_improving()
-    return _polish_finalists(search, sample)
+    result = _polish_finalists(search, sample)
+    result.em_restart = em_restart
+    return result
+
+
+def _grouped_em_starts(search: _Search, sample: FitContext, given: FloatArray | None) -> EMResult:
+    """Grouped EM from ``n_init`` random partitions of the groups (:data:`MAX_EM_RESTARTS` at
+    most), every fit (and the given lines, first) polished by grouped classical AM to the
+    fit's ``tol``; returns the EM fit of highest final likelihood (the first of equals, as
+    ``algorithm="em"`` keeps)."""
+    started = time.monotonic()
+    starts = random_partition_lines(sample, min(sample.params["n_init"], MAX_EM_RESTARTS))
+    batch = em_batch(
+        sample.Z,
+        sample.y,
+        starts,
+        max_iter=EM_MAX_ITER,
+        tol=EM_TOL,
+        deadline=sample.deadline,
+        callback=lambda iteration, loss: search.report(iteration / EM_MAX_ITER, loss),
+        sample_weight=sample.sample_weight,
+        grouping=sample.grouping,
+        solver=sample.least_squares,
+    )
+    polished, sources = batch.thetas, ["em"] * starts.shape[0]
+    if given is not None:
+        polished = np.concatenate([np.asarray(given, dtype=np.float64)[None], polished])
+        sources = ["init", *sources]
+    search.polish(sample, sources, polished, time.monotonic() - started, 1)
+    best = int(np.argmax([history[-1] for history in batch.log_likelihood_histories]))
+    return EMResult(
+        theta=batch.thetas[best],
+        loss_history=batch.loss_histories[best],
+        n_iter=int(batch.n_iter[best]),
+        converged=bool(batch.converged[best]),
+        weights=batch.weights[best],
+        variances=batch.variances[best],
+        log_likelihood_history=batch.log_likelihood_histories[best],
+    )
+
+
+def _starts_agree(search: _Search) -> bool:
+    """Whether :data:`AGREEING_SHARE` of the candidates (two at least) reached the best
+    min-loss."""
+    losses = np.array([candidate.min_loss_after for candidate in search.candidates])
+    best = losses.min()
+    needed = max(2, int(np.ceil(AGREEING_SHARE * losses.size)))
+    return int(np.sum(losses <= best + SAME_MIN_LOSS * abs(best))) >= needed
+
+
+def grouped_mixture(ctx: FitContext, theta: FloatArray, em_restart: EMResult | None) -> EMResult:
+    """The maximum-likelihood mixture reported beside grouped min-loss lines.
+
+    Grouped EM from the lines ``theta`` (weights and variances from the partition of the
+    groups they induce), to EM's own tolerance; when the best EM start of the search
+    (``em_restart``) ends higher, that one, its lines matched to ``theta``'s by the
+    assignment of least total squared distance, so that each keeps its min-loss line's index.
+
+    Parameters
+    ----------
+    ctx : FitContext
+        The fit's (scaled) rows, weights and groups.
+    theta : ndarray of shape (n_components, n_params)
+    em_restart : EMResult, optional
+
+    Returns
+    -------
+    EMResult
+        Its ``log_likelihood_history`` ends with the mean log-likelihood per unit of weight.
+    """
+    finish = em(
+        ctx.Z,
+        ctx.y,
+        theta,
+        max_iter=EM_MAX_ITER,
+        tol=EM_TOL,
+        deadline=ctx.deadline,
+        sample_weight=ctx.sample_weight,
+        grouping=ctx.grouping,
+        solver=ctx.least_squares,
+    )
+    if em_restart is None or not _higher(em_restart, finish):
+        return finish
+    assert em_restart.weights is not None and em_restart.variances is not None
+    distances = ((theta[:, None, :] - em_restart.theta[None, :, :]) ** 2).sum(axis=2)
+    _, matched = linear_sum_assignment(distances)
+    return replace(
+        em_restart,
+        theta=em_restart.theta[matched],
+        weights=em_restart.weights[matched],
+        variances=em_restart.variances[matched],
+    )
+
+
+def _higher(first: EMResult, second: EMResult) -> bool:
+    """Whether ``first`` ends at a higher likelihood than ``second``."""
+    assert first.log_likelihood_history and second.log_likelihood_history
+    return first.log_likelihood_history[-1] > second.log_likelihood_history[-1]
 
 
 def _search_rows(ctx: FitContext) -> NDArray[np.intp]:

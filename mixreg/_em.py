@@ -174,7 +174,7 @@ def m_step(
 def initial_parameters(
     Z: FloatArray,
     y: FloatArray,
-    theta: FloatArray,
+    thetas: FloatArray,
     variance_floor: float,
     *,
     sample_weight: FloatArray | None = None,
@@ -182,19 +182,24 @@ def initial_parameters(
 ) -> tuple[FloatArray, FloatArray]:
     """Weights and variances that go with given lines: from the hard partition they induce.
 
-    ``theta`` has shape (n_components, n_params); the results have shape (n_components,).
+    ``thetas`` has shape (n_starts, n_components, n_params); the results have shape
+    (n_starts, n_components). A line without rows gets the start's overall mean squared
+    residual.
     """
-    squared, labels = assign_many(Z, y, theta[None], sample_weight=sample_weight, grouping=grouping)
-    squared, labels = squared[0], labels[0]
-    n_components = theta.shape[0]
+    squared, labels = assign_many(Z, y, thetas, sample_weight=sample_weight, grouping=grouping)
+    n_starts, n_components, _ = thetas.shape
     row_weight = np.ones(Z.shape[0]) if sample_weight is None else sample_weight
-    counts = np.bincount(labels, weights=row_weight, minlength=n_components)
-    sums = np.bincount(labels, weights=row_weight * squared, minlength=n_components)
-    overall = float(weighted_mean(squared, sample_weight))
+    # One bincount for every start's lines: bin (start, line).
+    bins = (np.arange(n_starts)[:, None] * n_components + labels).ravel()
+    size = n_starts * n_components
+    counts = np.bincount(bins, weights=np.tile(row_weight, n_starts), minlength=size)
+    sums = np.bincount(bins, weights=(row_weight * squared).ravel(), minlength=size)
+    counts, sums = counts.reshape(n_starts, n_components), sums.reshape(n_starts, n_components)
+    overall = weighted_mean(squared, sample_weight)[:, None]
     variances = np.where(counts > 0, sums / np.where(counts > 0, counts, 1.0), overall)
     variances = np.maximum(variances, variance_floor)
-    weights = np.maximum(counts / counts.sum(), _WEIGHT_FLOOR)
-    return weights / weights.sum(), variances
+    weights = np.maximum(counts / counts.sum(axis=1, keepdims=True), _WEIGHT_FLOOR)
+    return weights / weights.sum(axis=1, keepdims=True), variances
 
 
 @dataclass
@@ -222,6 +227,7 @@ def em_batch(
     variance_floor: float | None = None,
     sample_weight: FloatArray | None = None,
     grouping: Grouping | None = None,
+    solver: WeightedLeastSquares | None = None,
 ) -> EMBatchResult:
     """EM from many starts at once; each stops when its log-likelihood settles.
 
@@ -240,9 +246,11 @@ def em_batch(
         Positive row weights (a row of weight ``w`` counts as ``w`` copies).
     grouping : Grouping, optional
         Rows of a group share one line: posteriors are the groups'.
+    solver : WeightedLeastSquares, optional
+        Of ``Z`` and ``y``, when the caller keeps one (one is made when omitted).
     """
     thetas = np.array(thetas, dtype=np.float64)
-    n_starts, n_components, _ = thetas.shape
+    n_starts = thetas.shape[0]
     if variance_floor is None:
         if sample_weight is None:
             spread = float(np.var(y))
@@ -250,18 +258,16 @@ def em_batch(
             centred = y - weighted_mean(y, sample_weight)
             spread = float(weighted_mean(centred * centred, sample_weight))
         variance_floor = _VARIANCE_FLOOR * max(spread, 0.0) + 1e-300
-    weights = np.empty((n_starts, n_components))
-    variances = np.empty((n_starts, n_components))
-    for start in range(n_starts):
-        weights[start], variances[start] = initial_parameters(
-            Z, y, thetas[start], variance_floor, sample_weight=sample_weight, grouping=grouping
-        )
+    weights, variances = initial_parameters(
+        Z, y, thetas, variance_floor, sample_weight=sample_weight, grouping=grouping
+    )
     losses: list[list[float]] = [[] for _ in range(n_starts)]
     likelihoods: list[list[float]] = [[] for _ in range(n_starts)]
     n_iter = np.zeros(n_starts, dtype=np.intp)
     converged = np.zeros(n_starts, dtype=bool)
     active = np.arange(n_starts)
-    solver = WeightedLeastSquares(Z, y)
+    if solver is None:
+        solver = WeightedLeastSquares(Z, y)
     # The M-step's squared residuals of its new lines are the next E-step's.
     squared: FloatArray | None = None
     for iteration in range(max_iter + 1):
@@ -326,13 +332,14 @@ def em(
     callback: StepCallback | None = None,
     sample_weight: FloatArray | None = None,
     grouping: Grouping | None = None,
+    solver: WeightedLeastSquares | None = None,
 ) -> EMResult:
     """Fit a Gaussian mixture of regressions by EM, starting from the given lines.
 
     Model: ``y | z ~ sum_j w_j N(<z, theta_j>, sigma_j^2)``. Stops when the mean
     log-likelihood per row changes by at most ``tol`` or after ``max_iter`` iterations. A line whose
     weight collapses keeps finite parameters (weights and variances are floored).
-    ``sample_weight`` and ``grouping`` as in :func:`em_batch`.
+    ``sample_weight``, ``grouping`` and ``solver`` as in :func:`em_batch`.
 
     Returns
     -------
@@ -349,6 +356,7 @@ def em(
         callback=callback,
         sample_weight=sample_weight,
         grouping=grouping,
+        solver=solver,
     )
     return EMResult(
         theta=batch.thetas[0],

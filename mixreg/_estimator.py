@@ -15,7 +15,7 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
 from ._am import SolverResult, assign_many, refit_exactly_until_stable
-from ._auto import AutoResult, default_n_init, fit_auto
+from ._auto import AutoResult, default_n_init, fit_auto, grouped_mixture
 from ._document import gate_document, lines_document, read_lines
 from ._em import EMResult, e_step, em_batch
 from ._gate import (
@@ -297,6 +297,17 @@ _GATE_ATTRIBUTES = (
     "weights_",
     "noise_variance_",
 )
+# The maximum-likelihood fit beside the lines (standard errors, grouped auto) and its errors,
+# removed whenever the estimator is refitted.
+_MIXTURE_ATTRIBUTES = (
+    "ml_coef_",
+    "ml_intercept_",
+    "coef_se_",
+    "intercept_se_",
+    "weights_se_",
+    "noise_variance_se_",
+    "covariance_",
+)
 
 
 @dataclass(frozen=True)
@@ -477,7 +488,11 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
           20,000 rows, and the best candidates are polished again on all rows: at least three,
           and every one whose sample min-loss is within two standard errors of the best's
           (at most eight). ``candidates_`` records them all. With one line, least squares on
-          all rows is the exact answer and the only candidate.
+          all rows is the exact answer and the only candidate. With ``groups`` the search
+          starts with grouped EM from ``n_init`` random partitions of the groups (at most 10),
+          each polished by grouped classical AM, and stops there when half of them (two at
+          least) reach the best min-loss (within a relative 1e-6); otherwise the sources,
+          rounds and restarts above follow.
         - ``"am"``: Algorithm 1, gradient AM from Gaussian random lines (or ``init``).
         - ``"am-classic"``: AM with an exact least-squares refit per part, started from the lines
           of a random partition of the rows (``n_init`` starts run as one batch).
@@ -510,7 +525,8 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         (for ``em``, the highest log-likelihood).
         For ``auto``, the number of random starts of the first round, from 100 on small data
         down to 4 on large data (``n_init // 4`` EM restarts, at most 10, run beside them);
-        each later batch of restarts has ``n_init`` starts too, at most 20.
+        each later batch of restarts has ``n_init`` starts too, at most 20. With groups, the
+        grouped EM starts come first (at most 10, see ``algorithm``).
     init : array-like of shape (n_components, n_features + fit_intercept), optional
         Starting lines: coefficients then intercept, in the caller's units (``am``,
         ``am-classic``, ``em``); for ``auto``, one more candidate, polished and searched
@@ -585,14 +601,19 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
     train_loss_ : float
         Training min-loss of the fitted lines (weighted, and grouped, as the fit was).
     weights_, noise_variance_ : ndarray of shape (n_components,)
-        For ``em``, a gated fit, and every algorithm with ``standard_errors=True``: the
-        mixture weights (for a gated fit, the mean gate probability of each line over the
-        training rows) and per-line noise variances (caller's units); with
-        ``standard_errors``, those of the maximum-likelihood fit below.
+        For ``em``, a gated fit, a grouped ``auto`` fit and every algorithm with
+        ``standard_errors=True``: the mixture weights (for a gated fit, the mean gate
+        probability of each line over the training rows) and per-line noise variances
+        (caller's units); with ``standard_errors`` or ``auto``, those of the
+        maximum-likelihood fit below.
     ml_coef_, ml_intercept_ : ndarray of shape (n_components, n_features), (n_components,)
-        Only with ``standard_errors=True``: the maximum-likelihood fit of the Gaussian mixture
-        of regressions that EM reaches from the fitted lines (each keeps its line's index),
-        the estimates the standard errors belong to. For ``em`` they are ``coef_`` and
+        Only with ``standard_errors=True``, or after an ``auto`` fit with groups: the
+        maximum-likelihood fit of the Gaussian mixture of regressions that EM reaches from the
+        fitted lines (each keeps its line's index), the estimates the standard errors belong
+        to. With groups it is grouped EM's (each group's rows from one line), run to EM's
+        tolerance (1e-6), or the search's best EM start when that ends higher (its lines
+        matched to the fitted ones), so its likelihood is at least that of ``em`` with the
+        same seed and ``n_init`` (at most 10). For ``em`` they are ``coef_`` and
         ``intercept_`` run to a tighter tolerance; for the min-loss algorithms they are close
         to the fitted lines when the lines are well separated (see ADR 0021).
     coef_se_, intercept_se_, weights_se_, noise_variance_se_ : ndarray
@@ -616,9 +637,10 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
     gate_intercept_ : ndarray of shape (n_components,)
         Only for a gated fit; the first is zero.
     log_likelihood_ : float
-        Only for a gated fit, or with ``standard_errors=True``: the gated mixture's total
-        log-likelihood of the training rows (weighted by ``sample_weight``), or the
-        maximum-likelihood fit's.
+        Only for a gated fit, with ``standard_errors=True``, or after an ``auto`` fit with
+        groups: the gated mixture's total log-likelihood of the training rows (weighted by
+        ``sample_weight``), or the maximum-likelihood fit's (with groups, the sum over the
+        groups of the log of each group's mixture density).
     bic_ : float
         Only for a gated fit: ``-2 log_likelihood_ + n_parameters log(n_samples)`` with
         ``n_parameters`` counting every line's coefficients and intercept, its noise variance
@@ -782,9 +804,11 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             A hashable label per row; every row of a group is assigned to the same line. The
             min-loss becomes ``(1/W) sum_g min_j sum_{i in g} w_i r_ij^2``; ``am-classic``
             assigns whole groups, ``em`` gives each group a posterior (the product of its rows'
-            likelihoods) and ``auto`` polishes every candidate by grouped classical AM and
-            moves whole groups. Other algorithms raise ValueError. With one row per group the
-            fit is the ungrouped one.
+            likelihoods) and ``auto`` starts from grouped EM fits, polishes every candidate by
+            grouped classical AM and moves whole groups (it also reports the
+            maximum-likelihood mixture: ``ml_coef_``, ``weights_``, ``noise_variance_``,
+            ``log_likelihood_``). Other algorithms raise ValueError. With one row per group
+            the lines are the ungrouped fit's.
         progress : callable, optional
             ``progress(fraction, info)`` is called as the fit advances, with ``info`` holding
             ``iteration``, ``candidates_tried`` and ``best_loss`` (training min-loss so far, in
@@ -851,7 +875,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
                 "standard_errors: a gated fit with sample weights has no standard errors; "
                 "leave out one of them"
             )
-        for name in _GATE_ATTRIBUTES:
+        for name in (*_GATE_ATTRIBUTES, *_MIXTURE_ATTRIBUTES):
             if hasattr(self, name):
                 delattr(self, name)
         scaling, Z, y_scaled = _Scaling.of(X_arr, y_arr, bool(self.fit_intercept), weights)
@@ -887,6 +911,9 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
                 after = _scaled_loss(ctx, result.theta)
                 if after < before * (1.0 - 1e-9):
                     result.loss_history = [*result.loss_history, after]
+            mixture = None
+            if isinstance(result, AutoResult) and grouping is not None:
+                mixture = grouped_mixture(ctx, result.theta, result.em_restart)
             gate = None
             if self.gating:
                 gate = _fit_gate(ctx, X_arr if gate_columns is None else gate_columns, result.theta)
@@ -919,6 +946,8 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             assert result.weights is not None and result.variances is not None
             self.weights_ = result.weights[order]
             self.noise_variance_ = _in_caller_units(result.variances[order], ctx.loss_scale)
+        if mixture is not None:
+            self._set_mixture(mixture, order, scaling, n_samples if weights is None else weights)
         if isinstance(result, AutoResult):
             self.candidates_ = [
                 candidate.to_dict(ctx.loss_scale) for candidate in result.candidates
@@ -951,6 +980,28 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             loss=_scaled_loss(ctx, result.theta),
         )
         return self
+
+    def _set_mixture(
+        self,
+        mixture: EMResult,
+        order: NDArray[np.intp],
+        scaling: _Scaling,
+        observations: int | FloatArray,
+    ) -> None:
+        """The maximum-likelihood mixture of a grouped ``auto`` fit (scaled, each line at its
+        min-loss line's index) in the output order and the caller's units; ``observations``
+        is the number of rows, or their weights."""
+        assert mixture.weights is not None and mixture.variances is not None
+        assert mixture.log_likelihood_history
+        coef, intercept = scaling.to_caller(mixture.theta)
+        self.ml_coef_, self.ml_intercept_ = coef[order], intercept[order]
+        self.weights_ = mixture.weights[order]
+        self.noise_variance_ = _in_caller_units(mixture.variances[order], scaling.y_scale**2)
+        # The density of y in the caller's units is the scaled one over y_scale, row by row.
+        total = float(np.sum(observations))
+        self.log_likelihood_ = total * (
+            mixture.log_likelihood_history[-1] - float(np.log(scaling.y_scale))
+        )
 
     def _set_groups(
         self,

@@ -462,13 +462,11 @@ def gated_em_batch(
     """
     thetas = np.array(thetas, dtype=np.float64)
     n_starts, n_components, _ = thetas.shape
-    variances = np.empty((n_starts, n_components))
+    weights, variances = initial_parameters(
+        Z, y, thetas, variance_floor, sample_weight=sample_weight
+    )
     betas = np.zeros((n_starts, n_components, W.shape[1]))
-    for start in range(n_starts):
-        weights, variances[start] = initial_parameters(
-            Z, y, thetas[start], variance_floor, sample_weight=sample_weight
-        )
-        betas[start, :, -1] = np.log(weights) - np.log(weights[0])
+    betas[:, :, -1] = np.log(weights) - np.log(weights[:, :1])
     histories: list[list[float]] = [[] for _ in range(n_starts)]
     n_iter = np.zeros(n_starts, dtype=np.intp)
     converged = np.zeros(n_starts, dtype=bool)

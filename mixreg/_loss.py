@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 import numpy as np
@@ -44,20 +44,36 @@ def single_threaded_blas() -> Iterator[None]:
 class Grouping:
     """Rows bound together: every row of a group belongs to the same line.
 
-    Sums over a group's rows are one ``np.bincount`` over all rows (rows need not be sorted),
-    never a loop over groups.
+    Sums over a group's rows are one ``np.add.reduceat`` over the rows ordered by group (one
+    ``np.bincount`` when a group has no rows), never a loop over groups.
     """
 
     codes: NDArray[np.intp]
     """Shape (n_samples,): each row's group, in ``range(n_groups)``."""
     n_groups: int
+    order: NDArray[np.intp] | None = field(default=None, compare=False, repr=False)
+    """The rows ordered by group (stable), or None when they already are."""
+    bounds: NDArray[np.intp] | None = field(default=None, compare=False, repr=False)
+    """Where each group's rows start in that order; None when a group has no rows."""
 
     @classmethod
     def of(cls, codes: NDArray[np.intp]) -> Grouping:
-        return cls(codes=np.asarray(codes, dtype=np.intp), n_groups=int(codes.max()) + 1)
+        codes = np.asarray(codes, dtype=np.intp)
+        n_groups = int(codes.max()) + 1
+        sizes = np.bincount(codes, minlength=n_groups)
+        if not sizes.all():
+            return cls(codes=codes, n_groups=n_groups)
+        order = None if np.all(codes[1:] >= codes[:-1]) else np.argsort(codes, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(sizes[:-1])]).astype(np.intp)
+        return cls(codes=codes, n_groups=n_groups, order=order, bounds=bounds)
 
     def sum(self, values: FloatArray) -> FloatArray:
         """Sums over each group's rows of ``values`` (..., n_samples): shape (..., n_groups)."""
+        if self.bounds is not None:
+            # Contiguous runs of rows: a few times faster than a bincount over every set.
+            ordered = values if self.order is None else values[..., self.order]
+            reduced: FloatArray = np.add.reduceat(ordered, self.bounds, axis=-1)
+            return reduced
         lead = values.shape[:-1]
         n_sets = int(np.prod(lead, dtype=np.intp))
         flat = (np.arange(n_sets)[:, None] * self.n_groups + self.codes).ravel()

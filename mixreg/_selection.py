@@ -25,9 +25,9 @@ from ._estimator import (
     _Scaling,
     minimum_rows_per_line,
 )
-from ._loss import predict_lines, single_threaded_blas, weighted_mean
+from ._loss import Grouping, predict_lines, single_threaded_blas, weighted_mean
 from ._lstsq import refit_exactly
-from ._validation import check_sample_weight, check_X_y
+from ._validation import check_groups, check_sample_weight, check_X_y
 
 FloatArray = NDArray[np.float64]
 ProgressCallback = Callable[[float, dict[str, Any]], None]
@@ -63,6 +63,7 @@ def mixture_score(
     *,
     fit_intercept: bool,
     sample_weight: ArrayLike | None = None,
+    groups: ArrayLike | None = None,
 ) -> MixtureScore:
     """BIC of lines read as a Gaussian mixture of regressions, at its maximized likelihood.
 
@@ -84,17 +85,26 @@ def mixture_score(
         Replication weights: the log-likelihood is the weighted sum over rows and the BIC's
         number of observations is the total weight, so integer weights score as the
         repeated rows would.
+    groups : array-like of shape (n_samples,), optional
+        A label per row: the mixture is the grouped one (every group's rows from one line,
+        as flexmix's ``y ~ x | g``), its likelihood the product over groups of each group's
+        mixture density. The BIC's number of observations stays the rows' (their total
+        weight), as flexmix counts them.
 
     Returns
     -------
     MixtureScore
     """
     X_arr, y_arr = check_X_y(X, y)
+    codes = None if groups is None else check_groups(groups, len(y_arr))[1]
     weights = None
     if sample_weight is not None:
         weights = check_sample_weight(sample_weight, len(y_arr))
         kept = weights > 0
         X_arr, y_arr, weights = X_arr[kept], y_arr[kept], weights[kept]
+        if codes is not None:
+            codes = np.unique(codes[kept], return_inverse=True)[1].ravel()
+    grouping = None if codes is None else Grouping.of(codes)
     coef_arr = np.asarray(coef, dtype=np.float64)
     intercept_arr = np.asarray(intercept, dtype=np.float64)
     n_samples = X_arr.shape[0]
@@ -119,6 +129,7 @@ def mixture_score(
             tol=_SCORE_EM_TOL,
             variance_floor=max(floor, np.finfo(np.float64).tiny),
             sample_weight=weights,
+            grouping=grouping,
         )
     # The density of y is that of the scaled target divided by the scale.
     log_likelihood = n_observations * (
@@ -239,6 +250,7 @@ def select_n_components(
     n_components: Sequence[int] = (1, 2, 3, 4, 5),
     *,
     sample_weight: ArrayLike | None = None,
+    groups: ArrayLike | None = None,
     progress: ProgressCallback | None = None,
     **params: Any,
 ) -> NComponentsSelection:
@@ -260,6 +272,9 @@ def select_n_components(
     sample_weight : array-like of shape (n_samples,), optional
         Row weights of every fit and score (:func:`mixture_score`: the BIC counts the total
         weight as the number of observations).
+    groups : array-like of shape (n_samples,), optional
+        A label per row: every fit binds a group's rows to one line (``auto``, ``am-classic``
+        or ``em``) and every score is the grouped mixture's (:func:`mixture_score`).
     progress : callable, optional
         ``progress(fraction, info)`` over the whole sweep; ``info`` also holds
         ``n_components``, the k being fitted. An exception raised by it stops the sweep.
@@ -307,7 +322,7 @@ def select_n_components(
 
         init = sweep_warm_start(X_arr, y_arr, k, previous, params)
         estimator = MixtureOfLinearRegressions(n_components=k, **{**params, "init": init})
-        estimator.fit(X_arr, y_arr, weights, progress=sweep_progress)
+        estimator.fit(X_arr, y_arr, weights, groups, progress=sweep_progress)
         estimators.append(estimator)
         previous = estimator
         score = mixture_score(
@@ -317,6 +332,7 @@ def select_n_components(
             estimator.intercept_,
             fit_intercept=bool(estimator.fit_intercept),
             sample_weight=weights,
+            groups=groups,
         )
         scores.append((k, score))
     fits = [

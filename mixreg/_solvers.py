@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 import numpy as np
@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 from ._am import SolverResult, classic_am_batch, gradient_am
 from ._em import EMResult, em_batch
 from ._loss import Grouping
-from ._lstsq import lstsq_by_labels
+from ._lstsq import WeightedLeastSquares, lstsq_by_labels
 from ._subsample import (
     exhaustive_partition_batches,
     random_partition_batches,
@@ -74,6 +74,13 @@ class FitContext:
             },
         )
 
+    @cached_property
+    def least_squares(self) -> WeightedLeastSquares:
+        """The rows' least-squares products, formed once for every batch of the fit that
+        refits lines on these rows (a context of other rows, made by ``replace``, forms its
+        own)."""
+        return WeightedLeastSquares(self.Z, self.y)
+
     @property
     def fit_intercept(self) -> bool:
         return bool(self.Z.shape[1] > self.n_features)
@@ -111,7 +118,12 @@ def random_partition_lines(ctx: FitContext, count: int) -> FloatArray:
     if ctx.grouping is not None:
         labels = labels[:, ctx.grouping.codes]
     theta, _ = lstsq_by_labels(
-        ctx.Z, ctx.y, labels, ctx.n_components, sample_weight=ctx.sample_weight
+        ctx.Z,
+        ctx.y,
+        labels,
+        ctx.n_components,
+        sample_weight=ctx.sample_weight,
+        row_products=ctx.least_squares.products,
     )
     return theta
 

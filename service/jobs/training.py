@@ -702,6 +702,7 @@ def _fit_one(
             intercept,
             fit_intercept=spec.fit_intercept,
             sample_weight=split.weights_train,
+            groups=split.groups_train,
         ),
         candidates=None if candidates is None else [_candidate(item) for item in candidates],
         warnings=[*fit_warnings, *([poor] if poor else [])],

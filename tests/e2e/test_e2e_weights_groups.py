@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mixreg import MixtureOfLinearRegressions
+from mixreg import MixtureOfLinearRegressions, mixture_score, nested_scores
 from mixreg_client import Client, GroupPredictions
 from service.jobs.training import holdout_split
 
@@ -165,6 +165,39 @@ def test_a_grouped_fit_keeps_groups_whole_and_predicts_their_lines(server: Serve
     )
     assert response.status_code == 406, response.text
     assert "group_line" in response.text
+
+
+def test_a_grouped_k_sweep_scores_every_k_as_the_grouped_mixture(server: Server):
+    X, y, labels = segments(seed=1)
+    dataset_id = upload(server, X, y, {"user": labels.tolist()})
+    job = server.wait_for_job(
+        server.fit(
+            {
+                "dataset_id": dataset_id,
+                "k": [1, 2, 3, 4],
+                "holdout_fraction": 0.25,
+                "seed": 4,
+                "groups": "user",
+            }
+        )
+    )
+    assert job["status"] == "succeeded", job
+    sweep = job["sweep"]
+    assert sweep["best_n_components"] == 3
+    train, _ = holdout_split(len(y), 0.25, 4, labels)
+    scores = []
+    for entry in sweep["models"]:
+        model = server.request("GET", entry["model_url"]).json()
+        assert model["groups"] == "user"
+        coef = [component["coef"] for component in model["components"]]
+        intercept = [component["intercept"] for component in model["components"]]
+        score = mixture_score(
+            X[train], y[train], coef, intercept, fit_intercept=True, groups=labels[train]
+        )
+        scores.append((entry["n_components"], score))
+    for entry, score in zip(sweep["models"], nested_scores(scores, len(train)), strict=True):
+        assert entry["log_likelihood"] == pytest.approx(score.log_likelihood, rel=1e-7)
+        assert entry["bic"] == pytest.approx(score.bic, rel=1e-7)
 
 
 def test_bad_groups_are_422s_naming_groups(server: Server):

@@ -223,6 +223,59 @@ def test_bad_groups_are_refused_naming_groups(groups, message):
         MixtureOfLinearRegressions(2, algorithm="am-classic").fit(X, y, groups=groups(60))
 
 
+def grouped_log_likelihood(X, y, labels, coef, intercept, noise_variance, weights):
+    """``sum_g log sum_j w_j prod_{i in g} N(y_i; <x_i, coef_j> + intercept_j, sigma_j^2)``."""
+    _, codes = np.unique(labels, return_inverse=True)
+    residuals = y[:, None] - (X @ coef.T + intercept)
+    log_density = -0.5 * np.log(2.0 * np.pi * noise_variance) - residuals**2 / (2 * noise_variance)
+    by_group = np.zeros((codes.max() + 1, len(weights)))
+    np.add.at(by_group, codes, log_density)
+    return float(np.logaddexp.reduce(by_group + np.log(weights), axis=1).sum())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_grouped_auto_is_never_worse_than_grouped_em_from_the_same_seed(seed):
+    # Noisy rows in small groups: single rows seldom tell their line, some groups neither.
+    X, y, labels, _ = segments(seed, n_groups=60, noise=3.0)
+    fitted = {
+        algorithm: MixtureOfLinearRegressions(
+            3, algorithm=algorithm, n_init=5, random_state=seed
+        ).fit(X, y, groups=labels)
+        for algorithm in ("em", "auto")
+    }
+    em, auto = fitted["em"], fitted["auto"]
+    em_likelihood = grouped_log_likelihood(
+        X, y, labels, em.coef_, em.intercept_, em.noise_variance_, em.weights_
+    )
+    auto_likelihood = grouped_log_likelihood(
+        X, y, labels, auto.ml_coef_, auto.ml_intercept_, auto.noise_variance_, auto.weights_
+    )
+    assert auto.log_likelihood_ == pytest.approx(auto_likelihood, rel=1e-9)
+    assert auto_likelihood >= em_likelihood - 1e-9 * abs(em_likelihood)
+    # Its min-loss lines are classical AM's polish of EM's fits: never worse in min-loss.
+    assert auto.train_loss_ <= em.min_loss(X, y, groups=labels) * (1 + 1e-12)
+
+
+def test_an_ungrouped_refit_keeps_no_mixture_of_the_grouped_fit():
+    X, y, labels, _ = segments(5, n_groups=12)
+    model = MixtureOfLinearRegressions(3, random_state=0).fit(X, y, groups=labels)
+    assert model.ml_coef_.shape == model.coef_.shape
+    model.fit(X, y)
+    for name in ("ml_coef_", "ml_intercept_", "weights_", "noise_variance_", "log_likelihood_"):
+        assert not hasattr(model, name), name
+
+
+def test_grouped_auto_stops_after_its_em_starts_only_when_half_agree():
+    X, y, labels, _ = segments(0)
+    settled = MixtureOfLinearRegressions(3, n_init=5, random_state=0).fit(X, y, groups=labels)
+    assert [candidate["source"] for candidate in settled.candidates_] == ["em"] * 5
+    # One start cannot agree with another: the search goes on with the other sources and moves.
+    searched = MixtureOfLinearRegressions(3, n_init=1, random_state=0).fit(X, y, groups=labels)
+    sources = {candidate["source"] for candidate in searched.candidates_}
+    assert {"em", "subsample+am", "split and free"} <= sources
+    assert searched.train_loss_ == pytest.approx(settled.train_loss_, rel=1e-9)
+
+
 def test_a_grouped_auto_fit_on_many_rows_searches_on_whole_groups():
     # Beyond the search sample's 20,000 rows the search draws whole groups; the finalists
     # are polished on all rows, so every group still gets its line.

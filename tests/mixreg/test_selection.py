@@ -192,3 +192,27 @@ def test_a_sweep_warm_starts_only_auto_from_a_fit_with_one_line_less():
     assert sweep_warm_start(X, y, 4, two, {}) is None, "k - 1 is not in the sweep"
     assert sweep_warm_start(X, y, 3, two, {"algorithm": "em"}) is None
     assert sweep_warm_start(X, y, 3, two, {"init": given}) is None
+
+
+def test_a_grouped_sweep_scores_the_grouped_mixture_and_finds_the_groups_lines():
+    # Each user's rows come from one of 3 crossing lines, too noisy for single rows to tell
+    # apart; whole users tell all 3.
+    rng = np.random.default_rng(0)
+    slopes, intercepts = np.array([3.0, -3.0, 0.0]), np.array([0.0, 4.0, -4.0])
+    segment = rng.permutation(np.arange(60) % 3)
+    users = np.repeat(np.arange(60), rng.integers(5, 51, size=60))
+    X = rng.uniform(-1.0, 1.0, size=(users.size, 1))
+    line = segment[users]
+    y = slopes[line] * X[:, 0] + intercepts[line] + 4.0 * rng.standard_normal(users.size)
+    labels = np.array([f"user-{user}" for user in users])
+    grouped = select_n_components(X, y, (1, 2, 3, 4), groups=labels, random_state=0)
+    assert grouped.best_n_components == 3
+    assert select_n_components(X, y, (1, 2, 3, 4), random_state=0).best_n_components < 3
+    three = grouped.fits[2]
+    assert three.estimator.group_labels_.size == 60
+    # The grouped mixture's likelihood: that of the fit's own maximum-likelihood mixture.
+    assert three.score.log_likelihood == pytest.approx(three.estimator.log_likelihood_, rel=1e-8)
+    lines = (three.estimator.coef_, three.estimator.intercept_)
+    scored = mixture_score(X, y, *lines, fit_intercept=True, groups=labels)
+    assert scored.log_likelihood == pytest.approx(three.score.log_likelihood, rel=1e-12)
+    assert scored.log_likelihood > mixture_score(X, y, *lines, fit_intercept=True).log_likelihood

@@ -98,6 +98,9 @@ SERVER_SETTINGS = {
 
 DEFAULT_RATE = 2.0
 """Requests per second each client sends by default, on a fixed schedule (0: back to back)."""
+WARMUP_S = 5.0
+"""Seconds of load before the timed phase (the first fits start the fork server and the
+first requests fill the caches): their requests are checked, not timed."""
 SLOW_ROWS = 5_000_000
 """Rows (20 features) of the dataset fitted during the big bodies on SQLite, where the CSV's
 1,000,000 rows load in 0.3 s: enough that reading it back takes longer than
@@ -118,6 +121,7 @@ class LoadConfig:
     big_bodies: bool = False
     rate: float = DEFAULT_RATE
     slow_rows: int = SLOW_ROWS
+    warmup_s: float = WARMUP_S
 
 
 @dataclass
@@ -186,6 +190,8 @@ class Outcome:
 
 DURING = " during big bodies"
 """Suffix of the operations timed while the big bodies are sent."""
+WARM_UP = " warm-up"
+"""Suffix of the operations sent during the warm-up (not in the tables)."""
 CSV_ROWS, CSV_FEATURES = 1_000_000, 20
 JSON_BODY_BYTES = 64 * 1024 * 1024
 # The slow load: the dataset fitted during the big bodies must load for longer than this.
@@ -427,10 +433,15 @@ class Load:
     async def run(self, server: ServerProcess) -> tuple[float, list[str]]:
         """Run the clients; return the wall time and the jobs running when the server was
         killed (if it was)."""
-        self._deadline = time.monotonic() + self.config.duration_s
+        warmup_s = self.config.warmup_s
+        self._deadline = time.monotonic() + warmup_s + self.config.duration_s
         started = time.monotonic()
+        self.phase = WARM_UP if warmup_s > 0 else ""
         clients = [asyncio.create_task(self._client(index)) for index in range(self.config.clients)]
         killed_running: list[str] = []
+        if warmup_s > 0:
+            await asyncio.sleep(warmup_s)
+            self.phase = ""
         if self.config.big_bodies:
             await asyncio.sleep(self.config.duration_s)
             # The clients go on until the big bodies are done.
@@ -904,7 +915,8 @@ def section(outcomes: Sequence[Outcome], machine: Sequence[str]) -> str:
         "",
         f"{config.clients} concurrent clients (asyncio, one process) for {config.duration_s:g} s, "
         f"{pacing(config)}, against one server (uvicorn, embedded worker with 2 fit processes) "
-        f"with API keys required; each client draws single-row predicts ({PREDICT_SHARE:.0%}), "
+        f"with API keys required, after {config.warmup_s:g} s of warm-up (checked for errors, "
+        f"not timed); each client draws single-row predicts ({PREDICT_SHARE:.0%}), "
         f"listings of jobs, models or datasets ({LIST_SHARE:.0%}), job lookups ({JOB_SHARE:.0%}) "
         f"and small fits ({FIT_SHARE:.0%}, classical AM on 200 rows; at most "
         f"{config.max_queued_jobs} unfinished per key, then 429 and Retry-After). Latencies are "
@@ -930,6 +942,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=float,
         default=DEFAULT_RATE,
         help=f"requests per second per client, on a schedule ({DEFAULT_RATE:g}); 0: back to back",
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=WARMUP_S, help=f"seconds not timed first ({WARMUP_S:g})"
     )
     parser.add_argument(
         "--slow-rows",
@@ -961,6 +976,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         big_bodies=args.big_bodies,
         rate=args.rate,
         slow_rows=args.slow_rows,
+        warmup_s=args.warmup,
     )
     machine = machine_lines("python -m bench.load " + " ".join(argv or sys.argv[1:]), ("httpx",))
     outcomes = []

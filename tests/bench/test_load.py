@@ -86,7 +86,9 @@ def test_a_run_with_big_bodies_reports_its_targets():
 def test_paced_clients_send_on_their_schedule(sqlite_url, tmp_path):
     # 4 clients at 5 requests per second for 4 s: about 80 requests, not the hundreds that
     # back-to-back clients send in that time.
-    paced = LoadConfig(duration_s=4, clients=4, rate=5, max_queued_jobs=30, drain_timeout_s=60)
+    paced = LoadConfig(
+        duration_s=4, clients=4, rate=5, warmup_s=0, max_queued_jobs=30, drain_timeout_s=60
+    )
     outcome = run_backend("sqlite", sqlite_url, paced, tmp_path, log=False)
     assert outcome.problems == []
     assert 60 <= outcome.tally.requests <= 84

@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 
 from ._loss import Grouping, assign, grouped_assignment, smallest_by_line, weighted_mean
 from ._lstsq import (
+    PartitionSums,
     WeightedLeastSquares,
     gram_matrix,
     lstsq_by_labels,
@@ -423,6 +424,7 @@ def classic_am_batch(
     callback: StepCallback | None = None,
     sample_weight: FloatArray | None = None,
     grouping: Grouping | None = None,
+    row_products: FloatArray | None = None,
 ) -> BatchResult:
     """Classical AM from many starts at once: assign rows, refit every line by least squares.
 
@@ -451,6 +453,11 @@ def classic_am_batch(
         of the row.
     grouping : Grouping, optional
         Assign whole groups (:func:`assign_many`) instead of rows.
+    row_products : ndarray, optional
+        :attr:`~mixreg._lstsq.WeightedLeastSquares.products` of ``Z`` and ``y``, when the
+        caller keeps them for many polishes of the same rows; formed here for more than one
+        start. With them, every refit is read from running sums of the parts
+        (:class:`~mixreg._lstsq.PartitionSums`); without, each part is solved centred.
 
     Returns
     -------
@@ -465,11 +472,15 @@ def classic_am_batch(
     group_size = max(1, _BATCH_RESIDUAL_ELEMENTS // (n_components * n_samples))
     best_so_far = np.inf
     # The rows' outer products, formed once for every iteration's refit.
-    row_products = WeightedLeastSquares(Z, y).products if n_starts > 1 else None
+    if row_products is None and n_starts > 1:
+        row_products = WeightedLeastSquares(Z, y).products
     for first in range(0, n_starts, group_size):
         group = np.arange(first, min(first + group_size, n_starts))
         active = group
+        # The partitions the lines were last fitted on, with their parts' running sums.
         fitted_on: NDArray[np.intp] | None = None
+        moved: NDArray[np.bool_] | None = None
+        sums: PartitionSums | None = None
         for iteration in range(max_iter + 1):
             squared, labels = assign_many(
                 Z, y, thetas[active], sample_weight=sample_weight, grouping=grouping
@@ -483,7 +494,8 @@ def classic_am_batch(
                 )
                 settled = change <= tol
                 if fitted_on is not None:
-                    settled |= (labels == fitted_on).all(axis=1)
+                    moved = labels != fitted_on
+                    settled |= ~moved.any(axis=1)
             for start, loss in zip(active, losses.tolist(), strict=True):
                 histories[start].append(loss)
             best_so_far = min(best_so_far, float(losses.min()))
@@ -495,9 +507,17 @@ def classic_am_batch(
             out_of_time = deadline is not None and time.monotonic() > deadline
             if active.size == 0 or iteration == max_iter or out_of_time:
                 break
-            fitted, counts = lstsq_by_labels(
-                Z, y, labels, n_components, sample_weight=sample_weight, row_products=row_products
-            )
+            if row_products is None:
+                fitted, counts = lstsq_by_labels(
+                    Z, y, labels, n_components, sample_weight=sample_weight
+                )
+            else:
+                sums = (
+                    PartitionSums.of(Z, y, row_products, labels, n_components, sample_weight)
+                    if sums is None or moved is None
+                    else sums.moved_to(labels, keep, moved[keep])
+                )
+                fitted, counts = sums.solve(), sums.counts
             thetas[active] = np.where((counts > 0)[:, :, None], fitted, thetas[active])
             fitted_on = labels
             n_iter[active] += 1

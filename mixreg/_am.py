@@ -428,8 +428,9 @@ def classic_am_batch(
 ) -> BatchResult:
     """Classical AM from many starts at once: assign rows, refit every line by least squares.
 
-    Every iteration of a group of starts is one matrix product to assign the rows and one to
-    accumulate all the parts' normal equations. A start stops when its partition no longer
+    Every iteration of a group of starts is one matrix product to assign the rows and an
+    update of all the parts' normal equations by the rows that changed parts (one product over
+    all rows when many did, :class:`~mixreg._lstsq.PartitionSums`). A start stops when its partition no longer
     changes (a fixed point: refitting would give the same lines) or its min-loss improved by
     a relative ``tol`` or less; its min-loss never increases. A line that wins no rows keeps
     its previous value.

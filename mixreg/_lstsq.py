@@ -584,11 +584,9 @@ class PartitionSums:
             minlength=n_parts * n_columns,
         )
         sums = self.sums[kept] + (added - removed).reshape(n_partitions, k, n_columns)
-        counts = (
-            self.counts[kept]
-            + (np.bincount(into, minlength=n_parts) - np.bincount(out_of, minlength=n_parts))
-            .reshape(n_partitions, k)
-        )
+        counts = self.counts[kept] + (
+            np.bincount(into, minlength=n_parts) - np.bincount(out_of, minlength=n_parts)
+        ).reshape(n_partitions, k)
         # An emptied part holds rounding residue only: it restarts from zero.
         sums[counts == 0] = 0.0
         return PartitionSums(

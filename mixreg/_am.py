@@ -430,10 +430,10 @@ def classic_am_batch(
 
     Every iteration of a group of starts is one matrix product to assign the rows and an
     update of all the parts' normal equations by the rows that changed parts (one product over
-    all rows when many did, :class:`~mixreg._lstsq.PartitionSums`). A start stops when its partition no longer
-    changes (a fixed point: refitting would give the same lines) or its min-loss improved by
-    a relative ``tol`` or less; its min-loss never increases. A line that wins no rows keeps
-    its previous value.
+    all rows when many did, :class:`~mixreg._lstsq.PartitionSums`). A start stops when its
+    partition no longer changes (a fixed point: refitting would give the same lines) or its
+    min-loss improved by a relative ``tol`` or less; its min-loss never increases. A line that
+    wins no rows keeps its previous value.
 
     Parameters
     ----------

@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 
 from ._loss import Grouping, assign, grouped_assignment, smallest_by_line, weighted_mean
 from ._lstsq import (
+    PartitionSums,
     WeightedLeastSquares,
     gram_matrix,
     lstsq_by_labels,
@@ -427,11 +428,12 @@ def classic_am_batch(
 ) -> BatchResult:
     """Classical AM from many starts at once: assign rows, refit every line by least squares.
 
-    Every iteration of a group of starts is one matrix product to assign the rows and one to
-    accumulate all the parts' normal equations. A start stops when its partition no longer
-    changes (a fixed point: refitting would give the same lines) or its min-loss improved by
-    a relative ``tol`` or less; its min-loss never increases. A line that wins no rows keeps
-    its previous value.
+    Every iteration of a group of starts is one matrix product to assign the rows and an
+    update of all the parts' normal equations by the rows that changed parts (one product over
+    all rows when many did, :class:`~mixreg._lstsq.PartitionSums`). A start stops when its
+    partition no longer changes (a fixed point: refitting would give the same lines) or its
+    min-loss improved by a relative ``tol`` or less; its min-loss never increases. A line that
+    wins no rows keeps its previous value.
 
     Parameters
     ----------
@@ -453,7 +455,10 @@ def classic_am_batch(
     grouping : Grouping, optional
         Assign whole groups (:func:`assign_many`) instead of rows.
     solver : WeightedLeastSquares, optional
-        Of ``Z`` and ``y``, when the caller keeps one: its rows' products serve every refit.
+        Of ``Z`` and ``y``, when the caller keeps one for many polishes of the same rows;
+        formed here for more than one start. With it, every refit is read from running sums
+        of the parts (:class:`~mixreg._lstsq.PartitionSums`); without, each part is solved
+        centred.
 
     Returns
     -------
@@ -474,7 +479,10 @@ def classic_am_batch(
     for first in range(0, n_starts, group_size):
         group = np.arange(first, min(first + group_size, n_starts))
         active = group
+        # The partitions the lines were last fitted on, with their parts' running sums.
         fitted_on: NDArray[np.intp] | None = None
+        moved: NDArray[np.bool_] | None = None
+        sums: PartitionSums | None = None
         for iteration in range(max_iter + 1):
             squared, labels = assign_many(
                 Z, y, thetas[active], sample_weight=sample_weight, grouping=grouping
@@ -488,7 +496,8 @@ def classic_am_batch(
                 )
                 settled = change <= tol
                 if fitted_on is not None:
-                    settled |= (labels == fitted_on).all(axis=1)
+                    moved = labels != fitted_on
+                    settled |= ~moved.any(axis=1)
             for start, loss in zip(active, losses.tolist(), strict=True):
                 histories[start].append(loss)
             best_so_far = min(best_so_far, float(losses.min()))
@@ -500,9 +509,17 @@ def classic_am_batch(
             out_of_time = deadline is not None and time.monotonic() > deadline
             if active.size == 0 or iteration == max_iter or out_of_time:
                 break
-            fitted, counts = lstsq_by_labels(
-                Z, y, labels, n_components, sample_weight=sample_weight, row_products=row_products
-            )
+            if row_products is None:
+                fitted, counts = lstsq_by_labels(
+                    Z, y, labels, n_components, sample_weight=sample_weight
+                )
+            else:
+                sums = (
+                    PartitionSums.of(Z, y, row_products, labels, n_components, sample_weight)
+                    if sums is None or moved is None
+                    else sums.moved_to(labels, keep, moved[keep])
+                )
+                fitted, counts = sums.solve(), sums.counts
             thetas[active] = np.where((counts > 0)[:, :, None], fitted, thetas[active])
             fitted_on = labels
             n_iter[active] += 1

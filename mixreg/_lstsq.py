@@ -408,25 +408,21 @@ def _unpack_sums(sums: FloatArray, n_params: int) -> tuple[FloatArray, FloatArra
     return gram, sums[:, n_upper:]
 
 
-def _weighted_sums(
+def _summed_products(
     Z: FloatArray,
     y: FloatArray,
     n_parts: int,
     weights_of_rows: Callable[[int, int], FloatArray],
     row_products: FloatArray | None = None,
-) -> tuple[FloatArray, FloatArray]:
-    """``sum_i w_pi z_i z_i^T`` and ``sum_i w_pi z_i y_i`` for many parts ``p`` in shared products.
+) -> FloatArray:
+    """``sum_i w_pi`` times each row's :func:`_row_products`, for many parts ``p`` at once.
 
     Each block of rows' outer products is formed once and shared by every part in one matrix
-    product (only the upper triangle: Gram matrices are symmetric; the right-hand sides ride
-    along as extra columns), or read from ``row_products`` (:func:`_row_products` of all
-    rows) when given. Used for few parameters only (the data are standardized by the
-    estimator, so these uncentred sums lose nothing that matters for a starting point).
+    product, or read from ``row_products`` (:func:`_row_products` of all rows) when given.
 
     Returns
     -------
-    gram : ndarray of shape (n_parts, n_params, n_params)
-    rhs : ndarray of shape (n_parts, n_params)
+    ndarray of shape (n_parts, n_params * (n_params + 3) // 2)
     """
     n_samples, n_params = Z.shape
     n_columns = n_params * (n_params + 3) // 2
@@ -440,7 +436,185 @@ def _weighted_sums(
             else row_products[start:stop]
         )
         sums += weights_of_rows(start, stop) @ products
-    return _unpack_sums(sums, n_params)
+    return sums
+
+
+def _weighted_sums(
+    Z: FloatArray,
+    y: FloatArray,
+    n_parts: int,
+    weights_of_rows: Callable[[int, int], FloatArray],
+    row_products: FloatArray | None = None,
+) -> tuple[FloatArray, FloatArray]:
+    """``sum_i w_pi z_i z_i^T`` and ``sum_i w_pi z_i y_i`` for many parts ``p`` in shared products.
+
+    Only the upper triangle of the outer products is summed (Gram matrices are symmetric;
+    the right-hand sides ride along as extra columns; see :func:`_summed_products`). Used for
+    few parameters only (the data are standardized by the estimator, so these uncentred sums
+    lose nothing that matters for a starting point).
+
+    Returns
+    -------
+    gram : ndarray of shape (n_parts, n_params, n_params)
+    rhs : ndarray of shape (n_parts, n_params)
+    """
+    sums = _summed_products(Z, y, n_parts, weights_of_rows, row_products)
+    return _unpack_sums(sums, Z.shape[1])
+
+
+def _memberships(
+    labels: NDArray[np.intp], n_components: int, sample_weight: FloatArray | None
+) -> Callable[[int, int], FloatArray]:
+    """The (weighted) one-hot memberships of a block of rows in every part of every partition:
+    shape (n_partitions * n_components, block rows)."""
+    n_partitions = labels.shape[0]
+    parts = np.arange(n_components)[None, :, None]
+
+    def membership(start: int, stop: int) -> FloatArray:
+        one_hot = (labels[:, None, start:stop] == parts).reshape(
+            n_partitions * n_components, stop - start
+        )
+        weights: FloatArray = one_hot.astype(np.float64)
+        if sample_weight is not None:
+            weights *= sample_weight[start:stop]
+        return weights
+
+    return membership
+
+
+# Rows that changed parts, as a share of all (partition, row) pairs, up to which the running
+# sums of :class:`PartitionSums` are updated row by row; above it, summed again in one product.
+_MOVED_SHARE_MAX = 0.05
+
+
+@dataclass
+class PartitionSums:
+    """The normal equations of every part of many partitions, kept up to date as rows move.
+
+    Classical AM refits every part after every reassignment, but after its first iterations
+    few rows change parts: adding the products of the rows that moved to their new part and
+    subtracting them from their old one costs a pass over those rows only, where summing
+    again costs a product over all rows.
+
+    Sums are uncentred (see :func:`_weighted_sums`): for few parameters and standardized data.
+    """
+
+    Z: FloatArray
+    y: FloatArray
+    products: FloatArray
+    """:attr:`WeightedLeastSquares.products` of ``Z`` and ``y``."""
+    n_components: int
+    sample_weight: FloatArray | None
+    labels: NDArray[np.intp]
+    """Shape (n_partitions, n_samples): the partitions the sums are of."""
+    sums: FloatArray
+    """Shape (n_partitions, n_components, n_columns): summed (weighted) row products."""
+    counts: NDArray[np.intp]
+    """Shape (n_partitions, n_components): rows of each part."""
+
+    @classmethod
+    def of(
+        cls,
+        Z: FloatArray,
+        y: FloatArray,
+        products: FloatArray,
+        labels: NDArray[np.intp],
+        n_components: int,
+        sample_weight: FloatArray | None = None,
+    ) -> PartitionSums:
+        """The sums of the partitions ``labels`` (n_partitions, n_samples) of the rows ``Z``,
+        ``y`` (whose :attr:`WeightedLeastSquares.products` are ``products``), from scratch."""
+        n_partitions = labels.shape[0]
+        n_parts = n_partitions * n_components
+        membership = _memberships(labels, n_components, sample_weight)
+        sums = _summed_products(Z, y, n_parts, membership, products)
+        flat = labels + n_components * np.arange(n_partitions)[:, None]
+        counts = np.bincount(flat.ravel(), minlength=n_parts)
+        return cls(
+            Z=Z,
+            y=y,
+            products=products,
+            n_components=n_components,
+            sample_weight=sample_weight,
+            labels=labels,
+            sums=sums.reshape(n_partitions, n_components, -1),
+            counts=counts.reshape(n_partitions, n_components),
+        )
+
+    def moved_to(
+        self, labels: NDArray[np.intp], kept: NDArray[np.bool_], moved: NDArray[np.bool_]
+    ) -> PartitionSums:
+        """The sums of new partitions of the ``kept`` partitions' rows.
+
+        Parameters
+        ----------
+        labels : ndarray of shape (kept.sum(), n_samples)
+            The new partition of every kept one, in order.
+        kept : ndarray of shape (n_partitions,)
+        moved : ndarray of shape (kept.sum(), n_samples)
+            Where ``labels`` differs from the kept partitions (the caller has it at hand).
+        """
+        n_partitions, n_samples = labels.shape
+        moved_at = np.flatnonzero(moved)
+        if moved_at.size > _MOVED_SHARE_MAX * moved.size:
+            return PartitionSums.of(
+                self.Z, self.y, self.products, labels, self.n_components, self.sample_weight
+            )
+        previous = self.labels if kept.all() else self.labels[kept]
+        partitions, rows = np.divmod(moved_at, n_samples)
+        k, n_columns = self.n_components, self.products.shape[1]
+        n_parts = n_partitions * k
+        into = partitions * k + labels.ravel()[moved_at]
+        out_of = partitions * k + previous.ravel()[moved_at]
+        values = self.products[rows]
+        if self.sample_weight is not None:
+            values = values * self.sample_weight[rows, None]
+        # One bincount per direction over (part, column) pairs: every moved row's products
+        # added to its new part and subtracted from its old one, in the rows' order.
+        columns = np.arange(n_columns)
+        flat_values = values.ravel()
+        added = np.bincount(
+            (into[:, None] * n_columns + columns).ravel(),
+            weights=flat_values,
+            minlength=n_parts * n_columns,
+        )
+        removed = np.bincount(
+            (out_of[:, None] * n_columns + columns).ravel(),
+            weights=flat_values,
+            minlength=n_parts * n_columns,
+        )
+        sums = self.sums[kept] + (added - removed).reshape(n_partitions, k, n_columns)
+        counts = self.counts[kept] + (
+            np.bincount(into, minlength=n_parts) - np.bincount(out_of, minlength=n_parts)
+        ).reshape(n_partitions, k)
+        # An emptied part holds rounding residue only: it restarts from zero.
+        sums[counts == 0] = 0.0
+        return PartitionSums(
+            Z=self.Z,
+            y=self.y,
+            products=self.products,
+            n_components=k,
+            sample_weight=self.sample_weight,
+            labels=labels,
+            sums=sums,
+            counts=counts,
+        )
+
+    def solve(self) -> FloatArray:
+        """Least-squares line of every non-empty part (zeros for an empty one).
+
+        Returns
+        -------
+        ndarray of shape (n_partitions, n_components, n_params)
+        """
+        n_partitions, k, _ = self.sums.shape
+        n_params = self.Z.shape[1]
+        theta = np.zeros((n_partitions, k, n_params))
+        filled = self.counts > 0
+        if filled.any():
+            gram, rhs = _unpack_sums(self.sums[filled], n_params)
+            theta[filled] = solve_normal_equations(gram, rhs)
+        return theta
 
 
 class WeightedLeastSquares:
@@ -585,15 +759,7 @@ def lstsq_by_labels(
     # One partition (a refit) is always centred part by part; the shared products serve the
     # many starts of a batched polish.
     if n_partitions > 1 and _shares_products(n_parts, n_params):
-        parts = np.arange(n_components)[None, :, None]
-
-        def membership(start: int, stop: int) -> FloatArray:
-            one_hot = (labels[:, None, start:stop] == parts).reshape(n_parts, stop - start)
-            weights: FloatArray = one_hot.astype(np.float64)
-            if sample_weight is not None:
-                weights *= sample_weight[start:stop]
-            return weights
-
+        membership = _memberships(labels, n_components, sample_weight)
         gram, rhs = _weighted_sums(Z, y, n_parts, membership, row_products)
         theta = solve_normal_equations(gram, rhs)
         return theta.reshape(n_partitions, n_components, n_params), counts

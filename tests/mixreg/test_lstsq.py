@@ -5,6 +5,8 @@ import pytest
 
 import mixreg._lstsq
 from mixreg._lstsq import (
+    PartitionSums,
+    WeightedLeastSquares,
     lstsq_by_label,
     lstsq_row_sets,
     lstsq_weighted,
@@ -180,3 +182,62 @@ def test_gram_accumulation_over_row_blocks(monkeypatch, no_float_errors):
         np.testing.assert_allclose(
             weighted[component], weighted_numpy_lstsq(Z, y, weights[component]), rtol=1e-9
         )
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_partition_sums_moved_by_a_few_rows_are_the_sums_of_the_new_partitions(weighted):
+    rng = np.random.default_rng(3)
+    n, k = 400, 3
+    Z = np.column_stack([rng.normal(size=(n, 2)), np.ones(n)])
+    y = rng.normal(size=n)
+    sample_weight = rng.uniform(0.5, 2.0, n) if weighted else None
+    products = WeightedLeastSquares(Z, y).products
+    labels = rng.integers(0, k, size=(4, n))
+    # Part 2 of the last partition owns three rows, which all move to part 0 below.
+    labels[3][labels[3] == 2] = 1
+    labels[3, :3] = 2
+    sums = PartitionSums.of(Z, y, products, labels, k, sample_weight)
+    kept = np.array([True, False, True, True])
+    new_labels = labels[kept].copy()
+    new_labels[0, :5] = (new_labels[0, :5] + 1) % k
+    new_labels[1, 10:13] = (new_labels[1, 10:13] + 2) % k
+    new_labels[2, :3] = 0
+    moved = new_labels != labels[kept]
+    updated = sums.moved_to(new_labels, kept, moved)
+    fresh = PartitionSums.of(Z, y, products, new_labels, k, sample_weight)
+    np.testing.assert_array_equal(updated.counts, fresh.counts)
+    assert updated.counts[2, 2] == 0
+    np.testing.assert_allclose(updated.sums, fresh.sums, rtol=1e-12, atol=1e-10)
+    assert not updated.sums[2, 2].any()
+    theta = updated.solve()
+    weights = np.ones(n) if sample_weight is None else sample_weight
+    for partition in range(3):
+        for part in range(k):
+            rows = new_labels[partition] == part
+            if not rows.any():
+                assert not theta[partition, part].any()
+                continue
+            expected = weighted_numpy_lstsq(Z[rows], y[rows], weights[rows])
+            np.testing.assert_allclose(theta[partition, part], expected, rtol=1e-9, atol=1e-12)
+
+
+def test_partition_sums_are_summed_again_when_many_rows_moved(monkeypatch):
+    rng = np.random.default_rng(4)
+    n, k = 200, 2
+    Z = np.column_stack([rng.normal(size=n), np.ones(n)])
+    y = rng.normal(size=n)
+    products = WeightedLeastSquares(Z, y).products
+    labels = rng.integers(0, k, size=(2, n))
+    sums = PartitionSums.of(Z, y, products, labels, k)
+    new_labels = 1 - labels
+    summed_again = []
+    original = PartitionSums.of.__func__
+
+    def counted(cls, *args, **kwargs):
+        summed_again.append(True)
+        return original(cls, *args, **kwargs)
+
+    monkeypatch.setattr(PartitionSums, "of", classmethod(counted))
+    updated = sums.moved_to(new_labels, np.ones(2, dtype=bool), new_labels != labels)
+    assert summed_again
+    np.testing.assert_array_equal(updated.counts, sums.counts[:, ::-1])

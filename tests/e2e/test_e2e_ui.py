@@ -316,6 +316,8 @@ def test_the_model_page_in_a_browser_shows_a_gated_models_gate(live: Server, kin
     assert [row[:2] for row in errors] == [["1", "gate: w"], ["1", "gate: intercept"]]
     assert float(errors[0][3]) == pytest.approx(estimated["coef"][0]["std_error"], rel=1e-3)
     assert float(errors[1][2]) == pytest.approx(estimated["intercept"]["estimate"], rel=1e-5)
+    picture = live.request("GET", f"/models/{model['id']}/plot.png")
+    assert picture.status_code == 200 and picture.content.startswith(b"\x89PNG")
 
 
 def test_the_model_page_in_a_browser_names_the_groups_and_the_keys(

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from mixreg.datasets import make_gated, make_shared_accounts
 from service.api.docs import (
     EXAMPLE_DATASET_ID,
     EXAMPLE_MODEL_ID,
@@ -231,6 +232,115 @@ def test_the_model_page_in_a_browser_shows_the_table_of_standard_errors(
     second_weight = model["components"][1]["estimates"]["weight"]
     assert float(cells[10][2]) == pytest.approx(second_weight["estimate"], rel=1e-5)
     assert cells[10][4] == "-"  # no Wald test of a weight
+
+
+@pytest.fixture(scope="module")
+def kinds(live: Server) -> dict[str, dict[str, Any]]:
+    """A gated model (with the gate's standard errors), a grouped one and a keyed one, small."""
+
+    def upload(X: np.ndarray, y: np.ndarray, columns: dict[str, list[Any]]) -> str:
+        body = {"X": X.tolist(), "y": y.tolist(), "columns": columns}
+        response = live.request("POST", "/datasets", json=body)
+        assert response.status_code == 201, response.text
+        return str(response.json()["id"])
+
+    gated = make_gated(n_samples=300, n_features=1, n_concomitant=1, random_state=2)
+    rng = np.random.default_rng(5)
+    groups = np.repeat(np.arange(20), 10)
+    x = rng.uniform(-1, 1, size=(groups.size, 1))
+    y = np.where(groups % 2, 2 * x[:, 0] + 3, -x[:, 0] - 3) + 0.1 * rng.standard_normal(groups.size)
+    X, y_keyed, account, _ = make_shared_accounts(
+        n_accounts=3, n_ratings=60, n_features=1, random_state=7
+    )
+    bodies = {
+        "gated": {
+            "dataset_id": upload(gated.X, gated.y, {"w": gated.concomitant[:, 0].tolist()}),
+            "algorithm": "am-classic",
+            "gating": ["w"],
+            "standard_errors": True,
+        },
+        "grouped": {
+            "dataset_id": upload(x, y, {"user": [f"user-{g}" for g in groups]}),
+            "algorithm": "am-classic",
+            "groups": "user",
+        },
+        "keyed": {
+            "dataset_id": upload(X, y_keyed, {"account": [f"a{a}" for a in account.tolist()]}),
+            "split_by": "account",
+            "params": FAST,
+        },
+    }
+    jobs = {kind: live.fit({**body, "k": 2, "seed": 3}) for kind, body in bodies.items()}
+    models = {}
+    for kind, job_id in jobs.items():
+        job = live.wait_for_job(job_id)
+        assert job["status"] == "succeeded", job
+        models[kind] = live.request("GET", job["model_url"]).json()
+    return models
+
+
+def table_cells(dom: str, table_id: str) -> list[list[str]]:
+    """The cells of each body row of the table ``table_id``."""
+    table = dom[dom.index(f'<table id="{table_id}">') :]
+    table = table[: table.index("</table>")]
+    rows = re.findall(r"<tr>(.*?)</tr>", table[table.index("<tbody>") :], flags=re.S)
+    return [re.findall(r"<td>(.*?)</td>", row, flags=re.S) for row in rows]
+
+
+def test_the_model_page_in_a_browser_shows_a_gated_models_gate(live: Server, kinds, tmp_path: Path):
+    model = kinds["gated"]
+    gate = model["gate"]
+    dom = chromium_dom(f"{live.base_url}/ui/models/{model['id']}", tmp_path)
+    # A row per line: its one concomitant coefficient, intercept and noise variance.
+    rows = table_cells(dom, "gate")
+    assert [row[0] for row in rows] == ["0 (reference)", "1"]
+    for row, coef, intercept, variance in zip(
+        rows, gate["coef"], gate["intercept"], gate["noise_variance"], strict=True
+    ):
+        numbers = [float(cell) for cell in row[1:]]
+        assert numbers == pytest.approx([*coef, intercept, variance], rel=1e-5, abs=1e-12)
+    assert "Line 0 is the reference" in dom
+    fit = re.search(r'<dd id="gate-fit">(.*?)</dd>', dom, flags=re.S)
+    assert fit is not None
+    assert [float(n) for n in fit.group(1).split(" (")[0].split(", ")] == pytest.approx(
+        [gate["log_likelihood"], gate["bic"]], rel=1e-5
+    )
+    holdout = re.search(r'<dd id="gate-holdout">(.*?)</dd>', dom, flags=re.S)
+    assert holdout is not None
+    assert float(holdout.group(1).rsplit(" ", 1)[1]) == pytest.approx(
+        gate["holdout"]["rmse_most_likely"], rel=1e-5
+    )
+    # The gate's standard errors follow the lines' in their table.
+    errors = [row for row in table_cells(dom, "standard-errors") if row[1].startswith("gate: ")]
+    (estimated,) = model["uncertainty"]["gate"]
+    assert [row[:2] for row in errors] == [["1", "gate: w"], ["1", "gate: intercept"]]
+    assert float(errors[0][3]) == pytest.approx(estimated["coef"][0]["std_error"], rel=1e-3)
+    assert float(errors[1][2]) == pytest.approx(estimated["intercept"]["estimate"], rel=1e-5)
+    picture = live.request("GET", f"/models/{model['id']}/plot.png")
+    assert picture.status_code == 200 and picture.content.startswith(b"\x89PNG")
+
+
+def test_the_model_page_in_a_browser_names_the_groups_and_the_keys(
+    live: Server, kinds, tmp_path: Path
+):
+    grouped = kinds["grouped"]
+    dom = chromium_dom(f"{live.base_url}/ui/models/{grouped['id']}", tmp_path / "grouped")
+    assert "Grouped by <code>user</code>" in dom
+    # Training groups per line: together, every training group.
+    per_line = [int(row[-1]) for row in table_cells(dom, "lines")]
+    assert sum(per_line) == grouped["group_metrics"]["n_groups_train"] and min(per_line) > 0
+
+    keyed = kinds["keyed"]
+    summary = keyed["keyed"]
+    dom = chromium_dom(f"{live.base_url}/ui/models/{keyed['id']}", tmp_path / "keyed")
+    keys = re.search(r'<dl id="keys">\s*<dt>keys</dt><dd>(\d+) ', dom)
+    assert keys is not None and int(keys.group(1)) == summary["n_keys"] == 3
+    assert f"fitted {summary['keys_by_status']['fitted']}" in dom
+    assert (
+        "Lines of the global model" in dom and "the picture is of the global model" in dom.lower()
+    )
+    picture = live.request("GET", f"/models/{keyed['id']}/plot.png")
+    assert picture.status_code == 200 and picture.content.startswith(b"\x89PNG")
 
 
 def test_the_docs_page_renders_offline_in_a_browser(live: Server, tmp_path: Path):

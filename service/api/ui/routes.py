@@ -26,6 +26,7 @@ from service.api.deps import SessionFactoryDep
 from service.api.ui import plots, sign_in
 from service.auth.middleware import ApiKeyDep
 from service.errors import ConflictError, NotFoundError
+from service.schemas import GateOut
 from service.serving import references
 from service.views import job_out, model_out, model_summary
 
@@ -78,8 +79,11 @@ def _model_picture(session: Session, model: Model) -> plots.ModelPicture:
         )
     X, y = repository.sample_dataset_rows(session, dataset=dataset, max_rows=plots.MAX_POINTS)
     shape = (model.n_components, model.n_features)
+    # A keyed model's own lines are its global model's (every key's rows): the title says so,
+    # since a key's lines would look different.
+    keyed = f", global model of the keys of {model.split_by}" if model.split_by else ""
     return plots.ModelPicture(
-        title=f"{_title('model', model.name, model.id)}: k={model.n_components}, "
+        title=f"{_title('model', model.name, model.id)}{keyed}: k={model.n_components}, "
         f"{model.algorithm}, holdout min-loss "
         f"{'-' if model.holdout_min_loss is None else f'{model.holdout_min_loss:.4g}'}",
         coef=np.asarray(model.coef, dtype=np.float64).reshape(shape),
@@ -272,8 +276,31 @@ def model_page(request: Request, model_id: str, session_factory: SessionFactoryD
     with read_scope(session_factory) as session:
         model = references.get_model(session, model_id)
         view = model_out(model, registry.version_of_model(session, model_id=model.id))
+        table = (
+            None
+            if model.groups_column is None
+            else repository.load_group_table(session, model_id=model.id)
+        )
+    groups_per_line = (
+        None if table is None else np.bincount(table.lines, minlength=view.n_components).tolist()
+    )
     return TEMPLATES.TemplateResponse(
         request,
         "model.html",
-        {"model": view, "now": datetime.now(UTC), "signed_in": sign_in.signed_in_as(request)},
+        {
+            "model": view,
+            "groups_per_line": groups_per_line,
+            "gate_reference": _gate_reference(view.gate),
+            "now": datetime.now(UTC),
+            "signed_in": sign_in.signed_in_as(request),
+        },
     )
+
+
+def _gate_reference(gate: GateOut | None) -> int | None:
+    """The line whose gate row is fixed at zero (the multinomial logit's reference), if any."""
+    if gate is None:
+        return None
+    rows = np.column_stack([np.asarray(gate.coef, dtype=np.float64), gate.intercept])
+    fixed = np.flatnonzero(~rows.any(axis=1))
+    return int(fixed[0]) if fixed.size else None

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-import scipy.sparse
 from numpy.typing import ArrayLike, NDArray
 
 from ._estimator import MixtureOfLinearRegressions, as_generator, minimum_rows_per_line
@@ -55,6 +54,9 @@ by a line where the others fit worst (see :meth:`_Problem._reseeded`)."""
 BATCH_ELEMENTS = 1 << 22
 """Bound on a batch's largest intermediate (rows * starts * lines * parameters floats):
 keys are fitted in batches of whole keys whose rows fit in it (a key larger than it alone)."""
+PADDING = 1.25
+"""Most rows of a batch's keys over its fewest: every key is padded to the batch's largest,
+so at most a fifth of a batch's rows is padding."""
 LOSS_QUANTILES = (0.0, 0.5, 0.9, 0.99, 1.0)
 
 SmallKeys = Literal["k1", "skip"]
@@ -348,19 +350,27 @@ def fit_per_key(
 def _batches(
     n_rows: IntArray, status: NDArray[np.int8], elements_per_row: int
 ) -> list[NDArray[np.intp]]:
-    """Batches of fittable keys, in key order, whose rows fill at most :data:`BATCH_ELEMENTS`
-    intermediate floats (k-line keys and one-line keys in batches of their own)."""
+    """Batches of fittable keys of one status and similar row counts.
+
+    Keys go by increasing row count (k-line keys and one-line keys in batches of their own);
+    a batch's keys have at most :data:`PADDING` times the rows of its smallest, and all are
+    padded to its largest: at most :data:`BATCH_ELEMENTS` intermediate floats (a key larger
+    than that alone).
+    """
     batches: list[NDArray[np.intp]] = []
     rows_per_batch = max(1, BATCH_ELEMENTS // elements_per_row)
     for wanted in (STATUSES.index("fitted"), STATUSES.index("k1")):
         members = np.flatnonzero(status == wanted)
-        if members.size == 0:
-            continue
-        # A batch ends where the running row count crosses a multiple of the batch size.
-        ends = np.cumsum(n_rows[members])
-        cuts = np.flatnonzero(np.diff(ends // rows_per_batch)) + 1
-        batches += np.split(members, cuts)
-    return [batch for batch in batches if batch.size]
+        members = members[np.argsort(n_rows[members], kind="stable")]
+        sizes = n_rows[members]
+        start = 0
+        while start < members.size:
+            similar = int(np.searchsorted(sizes, PADDING * sizes[start], side="right"))
+            width = int(sizes[similar - 1])
+            end = min(similar, start + max(1, rows_per_batch // width))
+            batches.append(members[start:end])
+            start = end
+    return batches
 
 
 class _Problem:
@@ -388,29 +398,33 @@ class _Problem:
         n_init: int,
         max_iter: int,
     ) -> None:
-        """Fit the keys ``batch`` (all of one status, in increasing order) into ``result``."""
-        rows = _rows_of(self.offsets, batch)
+        """Fit the keys ``batch`` (all of one status) into ``result``."""
         n_batch = batch.size
-        codes = np.repeat(np.arange(n_batch), self.offsets[batch + 1] - self.offsets[batch])
-        counts = np.bincount(codes, minlength=n_batch).astype(np.float64)
-        X, y = self.X[rows], self.y[rows]
+        lengths = self.offsets[batch + 1] - self.offsets[batch]
+        width = int(lengths.max())
+        valid = np.arange(width) < lengths[:, None]
+        # A padded slot reads its key's first row and is then zeroed: another key's row may
+        # hold a NaN (a failed key), and zero times NaN is NaN.
+        rows = self.offsets[batch, None] + np.where(valid, np.arange(width), 0)
+        X = np.where(valid[:, :, None], self.X[rows], 0.0)
+        y = np.where(valid, self.y[rows], 0.0)
+        counts = lengths.astype(np.float64)
         # Centred per key: the normal equations stay well conditioned whatever the offsets.
-        x_mean = np.zeros((n_batch, X.shape[1]))
+        x_mean = np.zeros((n_batch, X.shape[2]))
         y_mean = np.zeros(n_batch)
         if self.fit_intercept:
-            x_mean = _segment_sums(X, codes, n_batch) / counts[:, None]
-            y_mean = np.bincount(codes, weights=y, minlength=n_batch) / counts
-            X = X - x_mean[codes]
-            y = y - y_mean[codes]
-            Z = np.hstack([X, np.ones((X.shape[0], 1))])
+            x_mean = X.sum(axis=1) / counts[:, None]
+            y_mean = y.sum(axis=1) / counts
+            X = np.where(valid[:, :, None], X - x_mean[:, None, :], 0.0)
+            y = np.where(valid, y - y_mean[:, None], 0.0)
+            Z = np.concatenate([X, valid[:, :, None].astype(np.float64)], axis=2)
         else:
             Z = X
-        steps = _Steps(Z, y, codes, n_batch)
+        steps = _Steps(Z, y, valid)
         k = self.n_components
         if status[0] == STATUSES.index("k1"):
-            one_part = np.zeros((Z.shape[0], 1), dtype=np.intp)
-            theta = steps.solve(one_part, 1, np.zeros((n_batch, 1, 1, Z.shape[1])))
-            theta = np.repeat(theta, k, axis=2)
+            theta = steps.solve_sums(steps.products.sum(axis=1), None)
+            theta = np.repeat(theta[:, None, None, :], k, axis=2)
             losses, labels = steps.losses(theta)
             best = np.zeros(n_batch, dtype=np.intp)
             shares = np.zeros((n_batch, k))
@@ -425,11 +439,11 @@ class _Problem:
                 )
                 theta, losses, labels = self._search(steps, moved, max_iter)
             best = np.argmin(losses, axis=1)
-            chosen_labels = np.take_along_axis(labels, best[codes, None], axis=1)[:, 0]
-            nearest_counts = np.bincount(codes * k + chosen_labels, minlength=n_batch * k)
-            shares = nearest_counts.reshape(n_batch, k) / counts[:, None]
+            chosen_labels = labels[np.arange(n_batch), best]
+            nearest = (chosen_labels[:, None, :] == np.arange(k)[:, None]) & valid[:, None, :]
+            shares = nearest.sum(axis=2) / counts[:, None]
         chosen = theta[np.arange(n_batch), best]
-        coef = chosen[:, :, : X.shape[1]]
+        coef = chosen[:, :, : X.shape[2]]
         intercept = chosen[:, :, -1] if self.fit_intercept else np.zeros((n_batch, k))
         result.coef[batch] = coef
         # Back from the key's centred data: b = mean(y) + b_centred - <mean(x), coef>.
@@ -441,7 +455,7 @@ class _Problem:
     @staticmethod
     def _search(
         steps: _Steps, starts: FloatArray, max_iter: int
-    ) -> tuple[FloatArray, FloatArray, NDArray[np.intp]]:
+    ) -> tuple[FloatArray, FloatArray, NDArray[np.integer[Any]]]:
         """Screen ``starts`` for a few iterations, then polish each key's best few."""
         theta, losses, _ = steps.iterate(starts, SCREEN_ITERATIONS)
         survivors = np.argsort(losses, axis=1, kind="stable")[:, :SURVIVORS]
@@ -454,7 +468,7 @@ class _Problem:
         As :func:`mixreg._moves.reseed_by_residual`, for every key at once: the new line is
         the least-squares line of ``2 * n_params`` rows of the key drawn (with replacement)
         with probability proportional to their smallest squared residual, by inverting the
-        running sum of these residuals over the sorted rows.
+        running sum of these residuals over the key's rows (its padding weighs nothing).
 
         Parameters
         ----------
@@ -465,80 +479,90 @@ class _Problem:
         ndarray of shape (n_keys, count, k, p)
         """
         k = self.n_components
+        n_keys, width = steps.valid.shape
         nearest, _ = steps.nearest(theta[:, None])
-        weights = nearest[:, 0] + np.finfo(np.float64).tiny
+        weights = (nearest[:, 0] + np.finfo(np.float64).tiny * steps.valid).ravel()
         running = np.cumsum(weights)
-        before = running[steps.offsets[:-1]] - weights[steps.offsets[:-1]]
-        totals = running[steps.offsets[1:] - 1] - before
+        first = np.arange(n_keys) * width
+        last = first + steps.lengths - 1
+        before = running[first] - weights[first]
+        totals = running[last] - before
         size = 2 * steps.n_params
         targets = (
             before[:, None, None]
-            + self.rng.random((steps.n_keys, count, size)) * (totals[:, None, None])
+            + self.rng.random((n_keys, count, size)) * (totals[:, None, None])
         )
         picked = np.searchsorted(running, targets, side="right")
-        picked = np.clip(picked, steps.offsets[:-1, None, None], steps.offsets[1:, None, None] - 1)
-        sums = steps.products[picked].sum(axis=2)
-        new_lines = steps.solve_sums(
-            sums.reshape(-1, sums.shape[-1]), np.full(sums.shape[:2], size).ravel(), None
-        ).reshape(steps.n_keys, count, steps.n_params)
+        picked = np.clip(picked, first[:, None, None], last[:, None, None])
+        sums = steps.products.reshape(n_keys * width, -1)[picked].sum(axis=2)
+        new_lines = steps.solve_sums(sums.reshape(-1, sums.shape[-1]), None).reshape(
+            n_keys, count, steps.n_params
+        )
         moved = np.repeat(theta[:, None], count, axis=1)
-        replaced = self.rng.integers(0, k, size=(steps.n_keys, count))
-        moved[np.arange(steps.n_keys)[:, None], np.arange(count)[None, :], replaced] = new_lines
+        replaced = self.rng.integers(0, k, size=(n_keys, count))
+        moved[np.arange(n_keys)[:, None], np.arange(count)[None, :], replaced] = new_lines
         return moved
 
     def _starts(self, steps: _Steps, n_init: int) -> FloatArray:
         """Starting lines (n_keys, n_init, k, p): half of random partitions, half of random
         rows (each line of twice as many rows as it has parameters)."""
-        k, n = self.n_components, steps.Z.shape[0]
+        k = self.n_components
+        n_keys, width = steps.valid.shape
         n_partitions = n_init - n_init // 2
-        labels = self.rng.integers(0, k, size=(n, n_partitions))
-        previous = np.zeros((steps.n_keys, n_partitions, k, steps.n_params))
-        from_partitions = steps.solve(labels, n_partitions, previous)
+        labels = self.rng.integers(0, k, size=(n_keys, n_partitions, width))
+        previous = np.zeros((n_keys, n_partitions, k, steps.n_params))
+        from_partitions = steps.solve(labels, previous)
         n_rows_starts = n_init // 2
         size = 2 * steps.n_params
-        counts = np.diff(steps.offsets)
-        draws = self.rng.random((steps.n_keys, n_rows_starts, k, size))
-        picked = steps.offsets[:-1, None, None, None] + (
-            draws * counts[:, None, None, None]
+        draws = self.rng.random((n_keys, n_rows_starts, k, size))
+        picked = (np.arange(n_keys) * width)[:, None, None, None] + (
+            draws * steps.lengths[:, None, None, None]
         ).astype(np.intp)
-        sums = steps.products[picked].sum(axis=3)
-        from_rows = steps.solve_sums(
-            sums.reshape(-1, sums.shape[-1]), np.full(sums.shape[:3], size).ravel(), previous=None
-        ).reshape(steps.n_keys, n_rows_starts, k, steps.n_params)
+        sums = steps.products.reshape(n_keys * width, -1)[picked].sum(axis=3)
+        from_rows = steps.solve_sums(sums.reshape(-1, sums.shape[-1]), None).reshape(
+            n_keys, n_rows_starts, k, steps.n_params
+        )
         return np.concatenate([from_partitions, from_rows], axis=1)
 
 
-def _rows_of(offsets: IntArray, batch: NDArray[np.intp]) -> NDArray[np.intp]:
-    """Positions of the rows of the consecutive-in-order keys ``batch``."""
-    lengths = offsets[batch + 1] - offsets[batch]
-    starts = np.repeat(offsets[batch] - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
-    rows: NDArray[np.intp] = (np.arange(lengths.sum()) + starts).astype(np.intp)
-    return rows
-
-
-def _segment_sums(values: FloatArray, codes: NDArray[np.intp], n_segments: int) -> FloatArray:
-    """Sums of ``values`` rows by their (sorted) segment ``codes``."""
-    starts = np.searchsorted(codes, np.arange(n_segments))
-    sums: FloatArray = np.add.reduceat(values, starts, axis=0)
-    return sums
-
-
 class _Steps:
-    """Classical AM for every key of a batch and every start at once."""
+    """Classical AM for every key of a batch and every start at once.
 
-    def __init__(self, Z: FloatArray, y: FloatArray, codes: NDArray[np.intp], n_keys: int):
-        self.Z, self.y, self.codes, self.n_keys = Z, y, codes, n_keys
-        self.n_params = Z.shape[1]
-        self.offsets = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=n_keys))])
-        augmented = np.hstack([Z, y[:, None]])
-        # Each row's (z, y)(z, y)ᵀ: the segment sums of its blocks are every part's Gram
-        # matrix and Zᵀy.
-        self.products = np.einsum("ni,nj->nij", augmented, augmented).reshape(Z.shape[0], -1)
+    The keys' rows are padded to a common width: ``Z`` (n_keys, width, p), ``y`` (n_keys,
+    width), zero in the padding, so that a padded slot adds nothing to any sum and has no
+    residual. Every key's residuals to all its lines are then one batched matrix product,
+    and so are the sums of the rows' products by (start, line).
+    """
 
-    def solve_sums(
-        self, sums: FloatArray, counts: FloatArray, previous: FloatArray | None
-    ) -> FloatArray:
-        """Least-squares lines from summed products (n_parts, (p + 1)²) of ``counts`` rows.
+    def __init__(self, Z: FloatArray, y: FloatArray, valid: NDArray[np.bool_]) -> None:
+        self.Z, self.y, self.valid = Z, y, valid
+        self.n_params = Z.shape[2]
+        self.lengths = valid.sum(axis=1)
+        self.counts = self.lengths.astype(np.float64)
+        p = self.n_params
+        augmented = np.concatenate([Z, y[:, :, None]], axis=2)
+        # Each row's (z, y)(z, y)ᵀ, upper triangle only, and a last column of 1 (0 in the
+        # padding): the sums of a part's rows are its Gram matrix, Zᵀy and its row count.
+        upper = np.triu_indices(p + 1)
+        self.products = np.concatenate(
+            [augmented[:, :, upper[0]] * augmented[:, :, upper[1]], valid[:, :, None]], axis=2
+        )
+        self.full_of_upper = np.zeros((p + 1, p + 1), dtype=np.intp)
+        self.full_of_upper[upper] = np.arange(upper[0].size)
+        self.full_of_upper.T[upper] = np.arange(upper[0].size)
+        self.Zt = np.ascontiguousarray(Z.transpose(0, 2, 1))
+
+    def subset(self, keys: NDArray[np.intp]) -> _Steps:
+        """The same steps on some of the keys only."""
+        steps = object.__new__(_Steps)
+        steps.Z, steps.y, steps.valid = self.Z[keys], self.y[keys], self.valid[keys]
+        steps.n_params, steps.full_of_upper = self.n_params, self.full_of_upper
+        steps.lengths, steps.counts = self.lengths[keys], self.counts[keys]
+        steps.products, steps.Zt = self.products[keys], self.Zt[keys]
+        return steps
+
+    def solve_sums(self, sums: FloatArray, previous: FloatArray | None) -> FloatArray:
+        """Least-squares lines from summed products (n_parts, ...) as :attr:`products` has them.
 
         Parts with at least p rows are solved by one batched LU of the equilibrated normal
         equations (an ``eigh`` per part costs ten times more); fewer rows, or an exactly
@@ -546,7 +570,8 @@ class _Steps:
         no rows keeps its ``previous`` line (zeros when there is none).
         """
         p = self.n_params
-        blocks = sums.reshape(-1, p + 1, p + 1)
+        counts = sums[:, -1]
+        blocks = sums[:, self.full_of_upper]
         gram, rhs = blocks[:, :p, :p], blocks[:, :p, p]
         diagonal = np.diagonal(gram, axis1=1, axis2=2)
         full = (counts >= p) & np.all(diagonal > 0, axis=1)
@@ -565,13 +590,12 @@ class _Steps:
             theta[empty] = previous.reshape(-1, p)[empty]
         return theta
 
-    def solve(self, labels: NDArray[np.intp], n_starts: int, previous: FloatArray) -> FloatArray:
+    def solve(self, labels: NDArray[np.integer[Any]], previous: FloatArray) -> FloatArray:
         """Every (key, start, line)'s least-squares line from the rows ``labels`` give it.
 
         Parameters
         ----------
-        labels : ndarray of shape (n_rows, n_starts)
-        n_starts : int
+        labels : ndarray of shape (n_keys, n_starts, width)
         previous : ndarray of shape (n_keys, n_starts, k, p)
             Lines kept by parts that get no rows.
 
@@ -579,60 +603,83 @@ class _Steps:
         -------
         ndarray of shape (n_keys, n_starts, k, p)
         """
-        k = previous.shape[2]
-        n = self.Z.shape[0]
-        parts = (self.codes[:, None] * n_starts + np.arange(n_starts)) * k + labels
-        indicator = scipy.sparse.csr_matrix(
-            (np.ones(n * n_starts), parts.ravel(), np.arange(0, n * n_starts + 1, n_starts)),
-            shape=(n, self.n_keys * n_starts * k),
+        n_keys, n_starts, k, _ = previous.shape
+        width = labels.shape[2]
+        # One-hot rows of every (start, line) times the rows' products: the padding's
+        # products are zero, whatever line it is given.
+        one_hot = labels[:, :, None, :] == np.arange(k, dtype=labels.dtype)[:, None]
+        sums = one_hot.reshape(n_keys, n_starts * k, width).astype(np.float64) @ self.products
+        return self.solve_sums(sums.reshape(n_keys * n_starts * k, -1), previous).reshape(
+            previous.shape
         )
-        sums = np.asarray(indicator.T @ self.products)
-        counts = np.bincount(parts.ravel(), minlength=indicator.shape[1]).astype(np.float64)
-        return self.solve_sums(sums, counts, previous).reshape(previous.shape)
 
-    def nearest(self, theta: FloatArray) -> tuple[FloatArray, NDArray[np.intp]]:
+    def nearest(self, theta: FloatArray) -> tuple[FloatArray, NDArray[np.integer[Any]]]:
         """Every row's smallest squared residual to its key's lines, and that line, for every
-        start: both of shape (n_rows, n_starts).
+        start: both of shape (n_keys, n_starts, width), the lines as the smallest integer
+        type that holds them (less memory to move in every step). Ties go to the lower line.
 
         ``theta`` has shape (n_keys, n_starts, k, p).
         """
-        # Lines first: the nearest line is then k - 1 elementwise minima of contiguous slices.
-        squared = np.einsum("np,nskp->kns", self.Z, theta[self.codes])
-        np.subtract(self.y[None, :, None], squared, out=squared)
+        n_keys, n_starts, k, p = theta.shape
+        squared = theta.reshape(n_keys, n_starts * k, p) @ self.Zt
+        np.subtract(self.y[:, None, :], squared, out=squared)
         np.square(squared, out=squared)
-        return smallest_by_line(squared, axis=0)
+        by_line = squared.reshape(n_keys, n_starts, k, -1)
+        smallest = by_line[:, :, 0].copy()
+        labels = np.zeros(smallest.shape, dtype=np.min_scalar_type(k))
+        for line in range(1, k):
+            np.copyto(labels, line, where=by_line[:, :, line] < smallest)
+            np.minimum(smallest, by_line[:, :, line], out=smallest)
+        return smallest, labels
 
-    def losses(self, theta: FloatArray) -> tuple[FloatArray, NDArray[np.intp]]:
+    def losses(self, theta: FloatArray) -> tuple[FloatArray, NDArray[np.integer[Any]]]:
         """Min-loss of every (key, start) and every row's nearest line for each start."""
         nearest, labels = self.nearest(theta)
-        n_starts = theta.shape[1]
-        sums = np.bincount(
-            (self.codes[:, None] * n_starts + np.arange(n_starts)).ravel(),
-            weights=nearest.ravel(),
-            minlength=self.n_keys * n_starts,
-        ).reshape(self.n_keys, n_starts)
-        counts = np.diff(self.offsets).astype(np.float64)
-        return sums / counts[:, None], labels
+        losses: FloatArray = nearest.sum(axis=2) / self.counts[:, None]
+        return losses, labels
 
     def iterate(
         self, theta: FloatArray, iterations: int
-    ) -> tuple[FloatArray, FloatArray, NDArray[np.intp]]:
+    ) -> tuple[FloatArray, FloatArray, NDArray[np.integer[Any]]]:
         """Up to ``iterations`` rounds of assign-then-refit, until no row changes its line.
+
+        A key whose rows keep their lines in every start is at a fixed point and leaves
+        the batch: the later rounds run on the keys still moving only.
 
         Returns the lines, the min-loss of each (key, start) and the rows' labels.
         """
         losses, labels = self.losses(theta)
-        n_starts = theta.shape[1]
+        theta = theta.copy()
+        moving = np.arange(theta.shape[0])
+        steps, now_theta, now_losses, now_labels = self, theta, losses, labels
         for _ in range(iterations):
-            refitted = self.solve(labels, n_starts, theta)
-            new_losses, new_labels = self.losses(refitted)
+            refitted = steps.solve(now_labels, now_theta)
+            new_losses, new_labels = steps.losses(refitted)
             # Classical AM never increases the min-loss; a refit that would (a pseudo-inverse
             # of a near-singular part) is not taken, and that start stops where it was.
-            worse = new_losses > losses
-            new_labels = np.where(worse[self.codes], labels, new_labels)
-            theta = np.where(worse[:, :, None, None], theta, refitted)
-            losses = np.minimum(new_losses, losses)
-            if np.array_equal(new_labels, labels):
-                break
-            labels = new_labels
+            worse = new_losses > now_losses
+            if worse.any():
+                new_labels = np.where(worse[:, :, None], now_labels, new_labels)
+                refitted = np.where(worse[:, :, None, None], now_theta, refitted)
+                new_losses = np.minimum(new_losses, now_losses)
+            changed = np.any(new_labels != now_labels, axis=(1, 2))
+            now_theta, now_losses, now_labels = refitted, new_losses, new_labels
+            if not changed.all():
+                settled = ~changed
+                theta[moving[settled]] = now_theta[settled]
+                losses[moving[settled]] = now_losses[settled]
+                labels[moving[settled]] = now_labels[settled]
+                if not changed.any():
+                    return theta, losses, labels
+                kept = np.flatnonzero(changed)
+                moving = moving[kept]
+                steps = steps.subset(kept)
+                now_theta, now_losses, now_labels = (
+                    now_theta[kept],
+                    now_losses[kept],
+                    now_labels[kept],
+                )
+        theta[moving] = now_theta
+        losses[moving] = now_losses
+        labels[moving] = now_labels
         return theta, losses, labels

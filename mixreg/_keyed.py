@@ -31,7 +31,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._estimator import MixtureOfLinearRegressions, as_generator, minimum_rows_per_line
 from ._loss import smallest_by_line
-from ._lstsq import solve_normal_equations
+from ._lstsq import _WELL_CONDITIONED_PIVOT_RATIO, solve_normal_equations
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -54,6 +54,10 @@ by a line where the others fit worst (see :meth:`_Problem._reseeded`)."""
 BATCH_ELEMENTS = 1 << 22
 """Bound on a batch's largest intermediate (rows * starts * lines * parameters floats):
 keys are fitted in batches of whole keys whose rows fit in it (a key larger than it alone)."""
+SMALL_SYSTEM_PARAMS = 8
+"""Up to this many parameters, the normal equations of all parts of a step are solved by a
+Cholesky factorization written entry by entry, each entry one vector operation over the
+parts: several times faster than a batched LU of thousands of tiny matrices."""
 PADDING = 1.25
 """Most rows of a batch's keys over its fewest: every key is padded to the batch's largest,
 so at most a fifth of a batch's rows is padding."""
@@ -525,6 +529,62 @@ class _Problem:
         return np.concatenate([from_partitions, from_rows], axis=1)
 
 
+def _cholesky_by_entry(
+    columns: FloatArray, position: NDArray[np.intp], usable: NDArray[np.bool_]
+) -> tuple[FloatArray, NDArray[np.bool_]]:
+    """Solve the equilibrated normal equations of many parts, one matrix entry at a time.
+
+    Parameters
+    ----------
+    columns : ndarray of shape (n_entries, n_parts)
+        Every part's summed products, one row per entry of the upper triangle of
+        ``[Z, y]ᵀ[Z, y]``.
+    position : ndarray of shape (p + 1, p + 1)
+        The row of ``columns`` holding each entry (either triangle).
+    usable : ndarray of shape (n_parts,)
+        Parts whose Gram diagonal is positive; the others get garbage and are not solved.
+
+    Returns
+    -------
+    theta : ndarray of shape (n_parts, p)
+    solved : ndarray of shape (n_parts,)
+        ``usable`` parts whose factorization is well conditioned (the smallest squared pivot
+        of the equilibrated matrix above :data:`_WELL_CONDITIONED_PIVOT_RATIO` times the
+        largest): the others need a pseudo-inverse.
+    """
+    p = position.shape[0] - 1
+    diagonal = columns[np.diagonal(position)[:p]]
+    scale = 1.0 / np.sqrt(np.where(usable, diagonal, 1.0))
+    # factor[i][j] (j <= i) is the lower Cholesky factor's entry, a vector over the parts.
+    factor: list[list[FloatArray]] = [[] for _ in range(p)]
+    pivots = np.empty((p, columns.shape[1]))
+    for j in range(p):
+        for i in range(j, p):
+            entry = columns[position[i, j]] * (scale[i] * scale[j])
+            for c in range(j):
+                entry -= factor[i][c] * factor[j][c]
+            if i == j:
+                pivots[j] = entry
+                factor[j].append(np.sqrt(np.maximum(entry, np.finfo(np.float64).tiny)))
+            else:
+                factor[i].append(entry / factor[j][j])
+    solved = usable & (pivots.min(axis=0) > _WELL_CONDITIONED_PIVOT_RATIO * pivots.max(axis=0))
+    forward: list[FloatArray] = []
+    for i in range(p):
+        entry = columns[position[i, p]] * scale[i]
+        for c in range(i):
+            entry -= factor[i][c] * forward[c]
+        forward.append(entry / factor[i][i])
+    backward: list[FloatArray] = [forward[0]] * p
+    for i in reversed(range(p)):
+        entry = forward[i]
+        for c in range(i + 1, p):
+            entry = entry - factor[c][i] * backward[c]
+        backward[i] = entry / factor[i][i]
+    theta: FloatArray = np.stack(backward, axis=1) * scale.T
+    return theta, solved
+
+
 class _Steps:
     """Classical AM for every key of a batch and every start at once.
 
@@ -547,6 +607,7 @@ class _Steps:
         self.products = np.concatenate(
             [augmented[:, :, upper[0]] * augmented[:, :, upper[1]], valid[:, :, None]], axis=2
         )
+        self.totals = self.products.sum(axis=1)
         self.full_of_upper = np.zeros((p + 1, p + 1), dtype=np.intp)
         self.full_of_upper[upper] = np.arange(upper[0].size)
         self.full_of_upper.T[upper] = np.arange(upper[0].size)
@@ -559,32 +620,38 @@ class _Steps:
         steps.n_params, steps.full_of_upper = self.n_params, self.full_of_upper
         steps.lengths, steps.counts = self.lengths[keys], self.counts[keys]
         steps.products, steps.Zt = self.products[keys], self.Zt[keys]
+        steps.totals = self.totals[keys]
         return steps
 
     def solve_sums(self, sums: FloatArray, previous: FloatArray | None) -> FloatArray:
         """Least-squares lines from summed products (n_parts, ...) as :attr:`products` has them.
 
-        Parts with at least p rows are solved by one batched LU of the equilibrated normal
-        equations (an ``eigh`` per part costs ten times more); fewer rows, or an exactly
-        singular system, by the pseudo-inverse of :func:`solve_normal_equations`. A part with
-        no rows keeps its ``previous`` line (zeros when there is none).
+        Parts with at least p rows are solved from their equilibrated normal equations: by
+        :func:`_cholesky_by_entry` up to :data:`SMALL_SYSTEM_PARAMS` parameters (where it is
+        well conditioned), else by one batched LU (an ``eigh`` per part costs ten times
+        more); fewer rows, an ill-conditioned or exactly singular system, by the
+        pseudo-inverse of :func:`solve_normal_equations`. A part with no rows keeps its
+        ``previous`` line (zeros when there is none).
         """
         p = self.n_params
         counts = sums[:, -1]
-        blocks = sums[:, self.full_of_upper]
-        gram, rhs = blocks[:, :p, :p], blocks[:, :p, p]
-        diagonal = np.diagonal(gram, axis1=1, axis2=2)
+        diagonal = sums[:, np.diagonal(self.full_of_upper)[:p]]
         full = (counts >= p) & np.all(diagonal > 0, axis=1)
-        theta = np.zeros((blocks.shape[0], p))
-        scale = 1.0 / np.sqrt(diagonal[full])
-        equilibrated = gram[full] * scale[:, :, None] * scale[:, None, :]
-        try:
-            solved = np.linalg.solve(equilibrated, (rhs[full] * scale)[:, :, None])[:, :, 0]
-            theta[full] = solved * scale
-        except np.linalg.LinAlgError:
-            full[:] = False
+        theta = np.zeros((sums.shape[0], p))
+        if p <= SMALL_SYSTEM_PARAMS:
+            theta, full = _cholesky_by_entry(np.ascontiguousarray(sums.T), self.full_of_upper, full)
+        else:
+            scale = 1.0 / np.sqrt(diagonal[full])
+            blocks = sums[full][:, self.full_of_upper]
+            equilibrated = blocks[:, :p, :p] * scale[:, :, None] * scale[:, None, :]
+            try:
+                solved = np.linalg.solve(equilibrated, (blocks[:, :p, p] * scale)[:, :, None])
+                theta[full] = solved[:, :, 0] * scale
+            except np.linalg.LinAlgError:
+                full[:] = False
         if not full.all():
-            theta[~full] = solve_normal_equations(gram[~full], rhs[~full])
+            blocks = sums[~full][:, self.full_of_upper]
+            theta[~full] = solve_normal_equations(blocks[:, :p, :p], blocks[:, :p, p])
         if previous is not None:
             empty = counts == 0
             theta[empty] = previous.reshape(-1, p)[empty]
@@ -605,10 +672,15 @@ class _Steps:
         """
         n_keys, n_starts, k, _ = previous.shape
         width = labels.shape[2]
-        # One-hot rows of every (start, line) times the rows' products: the padding's
-        # products are zero, whatever line it is given.
-        one_hot = labels[:, :, None, :] == np.arange(k, dtype=labels.dtype)[:, None]
-        sums = one_hot.reshape(n_keys, n_starts * k, width).astype(np.float64) @ self.products
+        # One-hot rows of every (start, line) but the last times the rows' products (the
+        # padding's products are zero, whatever line it is given); the last line's sums are
+        # the key's totals minus the others': a k-th fewer flops in the step's largest product.
+        one_hot = labels[:, :, None, :] == np.arange(k - 1, dtype=labels.dtype)[:, None]
+        sums = np.empty((n_keys, n_starts, k, self.products.shape[2]))
+        sums[:, :, :-1] = (
+            one_hot.reshape(n_keys, n_starts * (k - 1), width).astype(np.float64) @ self.products
+        ).reshape(n_keys, n_starts, k - 1, -1)
+        np.subtract(self.totals[:, None], sums[:, :, :-1].sum(axis=2), out=sums[:, :, -1])
         return self.solve_sums(sums.reshape(n_keys * n_starts * k, -1), previous).reshape(
             previous.shape
         )
@@ -628,7 +700,9 @@ class _Steps:
         smallest = by_line[:, :, 0].copy()
         labels = np.zeros(smallest.shape, dtype=np.min_scalar_type(k))
         for line in range(1, k):
-            np.copyto(labels, line, where=by_line[:, :, line] < smallest)
+            # Lines go up: a row closer to this one than to all before takes the larger label.
+            closer = by_line[:, :, line] < smallest
+            np.maximum(labels, closer * labels.dtype.type(line), out=labels)
             np.minimum(smallest, by_line[:, :, line], out=smallest)
         return smallest, labels
 

@@ -5,12 +5,19 @@ of a few hundred rows each. A Python loop of estimator fits spends its time in o
 here every step of classical AM runs for a whole batch of keys (and several random starts
 of each) as one computation:
 
-- rows are sorted by key; every row carries the outer product ``w wᵀ`` of ``w = (z, y)``;
-- the normal equations of every (key, start, line) are segment sums of these products over
-  the rows assigned to it: one sparse indicator matrix (a row's column is its key, start and
-  line) times the products — memory is the products of the batch, never one copy per start;
-- the stack of normal equations is solved at once (:func:`solve_normal_equations`);
-- every row's residual to its key's lines, for every start, is one gathered ``einsum``.
+- keys of similar row counts make a batch, padded to its largest key: ``Z`` of shape
+  (keys, rows, p), zero in the padding, which then adds nothing to any sum;
+- every row carries the upper triangle of ``w wᵀ`` for ``w = (z, y)``; the normal equations
+  of every (key, start, line) are the one-hot rows of the line times these products, one
+  batched matrix product per step (the last line's sums by difference from the key's);
+- the stack of normal equations is solved at once, by a Cholesky written entry by entry
+  over all parts (:func:`_cholesky_by_entry`; the pseudo-inverse of
+  :func:`solve_normal_equations` where it is ill conditioned);
+- every row's residual to its key's lines, for every start, is one batched matrix product;
+- a key whose starts all stop moving leaves the iterations: the later ones run on the keys
+  still moving;
+- every key draws its random numbers from its own generator (the fit's seed and the key's
+  position): its fit does not depend on how the keys are cut into batches.
 
 As in ``auto``, half the starts are least-squares lines of random partitions and half are
 lines of a few random rows; every start runs :data:`SCREEN_ITERATIONS` iterations, the
@@ -30,7 +37,6 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ._estimator import MixtureOfLinearRegressions, as_generator, minimum_rows_per_line
-from ._loss import smallest_by_line
 from ._lstsq import _WELL_CONDITIONED_PIVOT_RATIO, solve_normal_equations
 
 FloatArray = NDArray[np.float64]
@@ -39,7 +45,7 @@ IntArray = NDArray[np.int64]
 STATUSES = ("fitted", "k1", "skipped", "failed")
 """Per-key status: k lines fitted; one line (too few rows for k); skipped (too few rows, by
 ``small_keys="skip"``); failed (a non-finite feature or target in the key's rows)."""
-MIN_N_INIT, MAX_N_INIT = 32, 100
+MIN_N_INIT, MAX_N_INIT = 32, 200
 """Bounds on the random starts per key (half random partitions, half lines of random rows)."""
 _ROWS_TIMES_STARTS = 3200
 """Rows times starts per key the default ``n_init`` aims at: tiny keys, whose min-loss has
@@ -259,7 +265,7 @@ def fit_per_key(
     fit_intercept : bool, default=True
     n_init : int or None, default=None
         Random starts per key (at least 2); None: 3200 divided by the median rows per key,
-        between 32 and 100.
+        between 32 and 200.
     max_iter : int, default=100
         Classical AM iterations per start at most.
     small_keys : {"k1", "skip"}, default="k1"
@@ -333,7 +339,7 @@ def fit_per_key(
     if n_init is None:
         typical = float(np.median(n_rows)) if n_keys else 1.0
         n_init = int(np.clip(_ROWS_TIMES_STARTS // max(typical, 1.0), MIN_N_INIT, MAX_N_INIT))
-    problem = _Problem(X, y, offsets, fit_intercept, n_components, rng)
+    problem = _Problem(X, y, offsets, fit_intercept, n_components, int(rng.integers(2**63)))
     done = 0
     for batch in _batches(n_rows, status, n_init * n_components * n_params):
         problem.fit_batch(batch, status[batch], result, n_init, max_iter)
@@ -387,12 +393,12 @@ class _Problem:
         offsets: IntArray,
         fit_intercept: bool,
         n_components: int,
-        rng: np.random.Generator,
+        seed: int,
     ) -> None:
         self.X, self.y, self.offsets = X, y, offsets
         self.fit_intercept = fit_intercept
         self.n_components = n_components
-        self.rng = rng
+        self.seed = seed
 
     def fit_batch(
         self,
@@ -402,7 +408,11 @@ class _Problem:
         n_init: int,
         max_iter: int,
     ) -> None:
-        """Fit the keys ``batch`` (all of one status) into ``result``."""
+        """Fit the keys ``batch`` (all of one status) into ``result``.
+
+        Every key draws its random starts and moves from its own generator (seeded by the
+        fit's seed and the key's position): a key's fit does not depend on the batch it is in.
+        """
         n_batch = batch.size
         lengths = self.offsets[batch + 1] - self.offsets[batch]
         width = int(lengths.max())
@@ -434,12 +444,14 @@ class _Problem:
             shares = np.zeros((n_batch, k))
             shares[:, 0] = 1.0
         else:
-            theta, losses, labels = self._search(steps, self._starts(steps, n_init), max_iter)
+            generators = [np.random.default_rng([self.seed, int(key)]) for key in batch]
+            starts = self._starts(steps, generators, n_init)
+            theta, losses, labels = self._search(steps, starts, max_iter)
             for _ in range(RESEED_ROUNDS):
                 best = np.argmin(losses, axis=1)
                 kept = theta[np.arange(n_batch), best]
                 moved = np.concatenate(
-                    [kept[:, None], self._reseeded(steps, kept, RESEEDS)], axis=1
+                    [kept[:, None], self._reseeded(steps, generators, kept, RESEEDS)], axis=1
                 )
                 theta, losses, labels = self._search(steps, moved, max_iter)
             best = np.argmin(losses, axis=1)
@@ -466,7 +478,13 @@ class _Problem:
         theta = np.take_along_axis(theta, survivors[:, :, None, None], axis=1)
         return steps.iterate(theta, max_iter - SCREEN_ITERATIONS)
 
-    def _reseeded(self, steps: _Steps, theta: FloatArray, count: int) -> FloatArray:
+    def _reseeded(
+        self,
+        steps: _Steps,
+        generators: list[np.random.Generator],
+        theta: FloatArray,
+        count: int,
+    ) -> FloatArray:
         """``count`` line sets per key with one line replaced where the others fit worst.
 
         As :func:`mixreg._moves.reseed_by_residual`, for every key at once: the new line is
@@ -494,7 +512,7 @@ class _Problem:
         size = 2 * steps.n_params
         targets = (
             before[:, None, None]
-            + self.rng.random((n_keys, count, size)) * (totals[:, None, None])
+            + np.stack([rng.random((count, size)) for rng in generators]) * totals[:, None, None]
         )
         picked = np.searchsorted(running, targets, side="right")
         picked = np.clip(picked, first[:, None, None], last[:, None, None])
@@ -503,22 +521,27 @@ class _Problem:
             n_keys, count, steps.n_params
         )
         moved = np.repeat(theta[:, None], count, axis=1)
-        replaced = self.rng.integers(0, k, size=(n_keys, count))
+        replaced = np.stack([rng.integers(0, k, size=count) for rng in generators])
         moved[np.arange(n_keys)[:, None], np.arange(count)[None, :], replaced] = new_lines
         return moved
 
-    def _starts(self, steps: _Steps, n_init: int) -> FloatArray:
+    def _starts(
+        self, steps: _Steps, generators: list[np.random.Generator], n_init: int
+    ) -> FloatArray:
         """Starting lines (n_keys, n_init, k, p): half of random partitions, half of random
         rows (each line of twice as many rows as it has parameters)."""
         k = self.n_components
         n_keys, width = steps.valid.shape
         n_partitions = n_init - n_init // 2
-        labels = self.rng.integers(0, k, size=(n_keys, n_partitions, width))
+        # The padding's labels do not matter: its products are zero.
+        labels = np.zeros((n_keys, n_partitions, width), dtype=np.min_scalar_type(k))
+        for position, (rng, length) in enumerate(zip(generators, steps.lengths, strict=True)):
+            labels[position, :, :length] = rng.integers(0, k, size=(n_partitions, length))
         previous = np.zeros((n_keys, n_partitions, k, steps.n_params))
         from_partitions = steps.solve(labels, previous)
         n_rows_starts = n_init // 2
         size = 2 * steps.n_params
-        draws = self.rng.random((n_keys, n_rows_starts, k, size))
+        draws = np.stack([rng.random((n_rows_starts, k, size)) for rng in generators])
         picked = (np.arange(n_keys) * width)[:, None, None, None] + (
             draws * steps.lengths[:, None, None, None]
         ).astype(np.intp)
@@ -565,7 +588,9 @@ def _cholesky_by_entry(
                 entry -= factor[i][c] * factor[j][c]
             if i == j:
                 pivots[j] = entry
-                factor[j].append(np.sqrt(np.maximum(entry, np.finfo(np.float64).tiny)))
+                # A floor far below the accepted pivots keeps the parts that fail the check
+                # finite (their answer is replaced).
+                factor[j].append(np.sqrt(np.maximum(entry, _WELL_CONDITIONED_PIVOT_RATIO**2)))
             else:
                 factor[i].append(entry / factor[j][j])
     solved = usable & (pivots.min(axis=0) > _WELL_CONDITIONED_PIVOT_RATIO * pivots.max(axis=0))
@@ -595,7 +620,7 @@ class _Steps:
     """
 
     def __init__(self, Z: FloatArray, y: FloatArray, valid: NDArray[np.bool_]) -> None:
-        self.Z, self.y, self.valid = Z, y, valid
+        self.valid = valid
         self.n_params = Z.shape[2]
         self.lengths = valid.sum(axis=1)
         self.counts = self.lengths.astype(np.float64)
@@ -611,15 +636,15 @@ class _Steps:
         self.full_of_upper = np.zeros((p + 1, p + 1), dtype=np.intp)
         self.full_of_upper[upper] = np.arange(upper[0].size)
         self.full_of_upper.T[upper] = np.arange(upper[0].size)
-        self.Zt = np.ascontiguousarray(Z.transpose(0, 2, 1))
+        self.Zyt = np.ascontiguousarray(augmented.transpose(0, 2, 1))
 
     def subset(self, keys: NDArray[np.intp]) -> _Steps:
         """The same steps on some of the keys only."""
         steps = object.__new__(_Steps)
-        steps.Z, steps.y, steps.valid = self.Z[keys], self.y[keys], self.valid[keys]
+        steps.valid = self.valid[keys]
         steps.n_params, steps.full_of_upper = self.n_params, self.full_of_upper
         steps.lengths, steps.counts = self.lengths[keys], self.counts[keys]
-        steps.products, steps.Zt = self.products[keys], self.Zt[keys]
+        steps.products, steps.Zyt = self.products[keys], self.Zyt[keys]
         steps.totals = self.totals[keys]
         return steps
 
@@ -693,17 +718,19 @@ class _Steps:
         ``theta`` has shape (n_keys, n_starts, k, p).
         """
         n_keys, n_starts, k, p = theta.shape
-        squared = theta.reshape(n_keys, n_starts * k, p) @ self.Zt
-        np.subtract(self.y[:, None, :], squared, out=squared)
+        # (θ, -1) times (z, y): the residuals come out of the product itself.
+        lines = np.full((n_keys, n_starts * k, p + 1), -1.0)
+        lines[:, :, :p] = theta.reshape(n_keys, n_starts * k, p)
+        squared = lines @ self.Zyt
         np.square(squared, out=squared)
         by_line = squared.reshape(n_keys, n_starts, k, -1)
-        smallest = by_line[:, :, 0].copy()
-        labels = np.zeros(smallest.shape, dtype=np.min_scalar_type(k))
+        labels = np.zeros((n_keys, n_starts, by_line.shape[3]), dtype=np.min_scalar_type(k))
+        smallest = by_line[:, :, 0]
         for line in range(1, k):
             # Lines go up: a row closer to this one than to all before takes the larger label.
             closer = by_line[:, :, line] < smallest
             np.maximum(labels, closer * labels.dtype.type(line), out=labels)
-            np.minimum(smallest, by_line[:, :, line], out=smallest)
+            smallest = np.minimum(smallest, by_line[:, :, line])
         return smallest, labels
 
     def losses(self, theta: FloatArray) -> tuple[FloatArray, NDArray[np.integer[Any]]]:

@@ -37,6 +37,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ._estimator import MixtureOfLinearRegressions, as_generator, minimum_rows_per_line
+from ._loss import single_threaded_blas
 from ._lstsq import _WELL_CONDITIONED_PIVOT_RATIO, solve_normal_equations
 
 FloatArray = NDArray[np.float64]
@@ -341,11 +342,14 @@ def fit_per_key(
         n_init = int(np.clip(_ROWS_TIMES_STARTS // max(typical, 1.0), MIN_N_INIT, MAX_N_INIT))
     problem = _Problem(X, y, offsets, fit_intercept, n_components, int(rng.integers(2**63)))
     done = 0
-    for batch in _batches(n_rows, status, n_init * n_components * n_params):
-        problem.fit_batch(batch, status[batch], result, n_init, max_iter)
-        done += batch.size
-        if progress is not None:
-            progress(done, n_keys)
+    # Thousands of small batched products per batch: OpenBLAS's threads cost more than they
+    # bring.
+    with single_threaded_blas():
+        for batch in _batches(n_rows, status, n_init * n_components * n_params):
+            problem.fit_batch(batch, status[batch], result, n_init, max_iter)
+            done += batch.size
+            if progress is not None:
+                progress(done, n_keys)
     if progress is not None and done < n_keys:
         progress(n_keys, n_keys)
     if global_model and finite_rows.any():

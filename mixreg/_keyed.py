@@ -442,27 +442,26 @@ class _Problem:
         k = self.n_components
         if status[0] == STATUSES.index("k1"):
             theta = steps.solve_sums(steps.products.sum(axis=1), None)
-            theta = np.repeat(theta[:, None, None, :], k, axis=2)
-            losses, labels = steps.losses(theta)
-            best = np.zeros(n_batch, dtype=np.intp)
+            chosen = np.repeat(theta[:, None, :], k, axis=1)
+            min_loss = steps.losses(chosen[:, None], exact=True)[0][:, 0]
             shares = np.zeros((n_batch, k))
             shares[:, 0] = 1.0
         else:
             generators = [np.random.default_rng([self.seed, int(key)]) for key in batch]
             starts = self._starts(steps, generators, n_init)
-            theta, losses, labels = self._search(steps, starts, max_iter)
+            theta, losses = self._search(steps, starts, max_iter)
             for _ in range(RESEED_ROUNDS):
                 best = np.argmin(losses, axis=1)
                 kept = theta[np.arange(n_batch), best]
                 moved = np.concatenate(
                     [kept[:, None], self._reseeded(steps, generators, kept, RESEEDS)], axis=1
                 )
-                theta, losses, labels = self._search(steps, moved, max_iter)
-            best = np.argmin(losses, axis=1)
-            chosen_labels = labels[np.arange(n_batch), best]
-            nearest = (chosen_labels[:, None, :] == np.arange(k)[:, None]) & valid[:, None, :]
+                theta, losses = self._search(steps, moved, max_iter)
+            chosen = theta[np.arange(n_batch), np.argmin(losses, axis=1)]
+            chosen_losses, chosen_labels = steps.losses(chosen[:, None], exact=True)
+            min_loss = chosen_losses[:, 0]
+            nearest = (chosen_labels[:, 0, None, :] == np.arange(k)[:, None]) & valid[:, None, :]
             shares = nearest.sum(axis=2) / counts[:, None]
-        chosen = theta[np.arange(n_batch), best]
         coef = chosen[:, :, : X.shape[2]]
         intercept = chosen[:, :, -1] if self.fit_intercept else np.zeros((n_batch, k))
         result.coef[batch] = coef
@@ -470,14 +469,12 @@ class _Problem:
         shift = y_mean[:, None] - np.einsum("kd,kjd->kj", x_mean, coef)
         result.intercept[batch] = intercept + shift
         result.shares[batch] = shares
-        result.min_loss[batch] = losses[np.arange(n_batch), best]
+        result.min_loss[batch] = min_loss
 
     @staticmethod
-    def _search(
-        steps: _Steps, starts: FloatArray, max_iter: int
-    ) -> tuple[FloatArray, FloatArray, NDArray[np.integer[Any]]]:
+    def _search(steps: _Steps, starts: FloatArray, max_iter: int) -> tuple[FloatArray, FloatArray]:
         """Screen ``starts`` for a few iterations, then polish each key's best few."""
-        theta, losses, _ = steps.iterate(starts, SCREEN_ITERATIONS)
+        theta, losses = steps.iterate(starts, SCREEN_ITERATIONS)
         survivors = np.argsort(losses, axis=1, kind="stable")[:, :SURVIVORS]
         theta = np.take_along_axis(theta, survivors[:, :, None, None], axis=1)
         return steps.iterate(theta, max_iter - SCREEN_ITERATIONS)
@@ -641,6 +638,7 @@ class _Steps:
         self.full_of_upper[upper] = np.arange(upper[0].size)
         self.full_of_upper.T[upper] = np.arange(upper[0].size)
         self.Zyt = np.ascontiguousarray(augmented.transpose(0, 2, 1))
+        self.Zyt32 = self.Zyt.astype(np.float32)
 
     def subset(self, keys: NDArray[np.intp]) -> _Steps:
         """The same steps on some of the keys only."""
@@ -649,6 +647,7 @@ class _Steps:
         steps.n_params, steps.full_of_upper = self.n_params, self.full_of_upper
         steps.lengths, steps.counts = self.lengths[keys], self.counts[keys]
         steps.products, steps.Zyt = self.products[keys], self.Zyt[keys]
+        steps.Zyt32 = self.Zyt32[keys]
         steps.totals = self.totals[keys]
         return steps
 
@@ -714,18 +713,24 @@ class _Steps:
             previous.shape
         )
 
-    def nearest(self, theta: FloatArray) -> tuple[FloatArray, NDArray[np.integer[Any]]]:
+    def nearest(
+        self, theta: FloatArray, exact: bool = False
+    ) -> tuple[NDArray[np.floating[Any]], NDArray[np.integer[Any]]]:
         """Every row's smallest squared residual to its key's lines, and that line, for every
         start: both of shape (n_keys, n_starts, width), the lines as the smallest integer
         type that holds them (less memory to move in every step). Ties go to the lower line.
 
-        ``theta`` has shape (n_keys, n_starts, k, p).
+        ``theta`` has shape (n_keys, n_starts, k, p). The residuals are single precision
+        unless ``exact``: the steps move half the bytes, and a row whose two lines are
+        within rounding of each other fits both alike; the lines are always solved, and the
+        kept ones scored, in double precision.
         """
         n_keys, n_starts, k, p = theta.shape
         # (θ, -1) times (z, y): the residuals come out of the product itself.
-        lines = np.full((n_keys, n_starts * k, p + 1), -1.0)
+        rows = self.Zyt if exact else self.Zyt32
+        lines = np.full((n_keys, n_starts * k, p + 1), -1.0, dtype=rows.dtype)
         lines[:, :, :p] = theta.reshape(n_keys, n_starts * k, p)
-        squared = lines @ self.Zyt
+        squared = lines @ rows
         np.square(squared, out=squared)
         by_line = squared.reshape(n_keys, n_starts, k, -1)
         labels = np.zeros((n_keys, n_starts, by_line.shape[3]), dtype=np.min_scalar_type(k))
@@ -737,21 +742,21 @@ class _Steps:
             smallest = np.minimum(smallest, by_line[:, :, line])
         return smallest, labels
 
-    def losses(self, theta: FloatArray) -> tuple[FloatArray, NDArray[np.integer[Any]]]:
+    def losses(
+        self, theta: FloatArray, exact: bool = False
+    ) -> tuple[FloatArray, NDArray[np.integer[Any]]]:
         """Min-loss of every (key, start) and every row's nearest line for each start."""
-        nearest, labels = self.nearest(theta)
-        losses: FloatArray = nearest.sum(axis=2) / self.counts[:, None]
+        nearest, labels = self.nearest(theta, exact)
+        losses: FloatArray = nearest.sum(axis=2, dtype=np.float64) / self.counts[:, None]
         return losses, labels
 
-    def iterate(
-        self, theta: FloatArray, iterations: int
-    ) -> tuple[FloatArray, FloatArray, NDArray[np.integer[Any]]]:
+    def iterate(self, theta: FloatArray, iterations: int) -> tuple[FloatArray, FloatArray]:
         """Up to ``iterations`` rounds of assign-then-refit, until no row changes its line.
 
         A key whose rows keep their lines in every start is at a fixed point and leaves
         the batch: the later rounds run on the keys still moving only.
 
-        Returns the lines, the min-loss of each (key, start) and the rows' labels.
+        Returns the lines and the min-loss of each (key, start).
         """
         losses, labels = self.losses(theta)
         theta = theta.copy()
@@ -761,7 +766,8 @@ class _Steps:
             refitted = steps.solve(now_labels, now_theta)
             new_losses, new_labels = steps.losses(refitted)
             # Classical AM never increases the min-loss; a refit that would (a pseudo-inverse
-            # of a near-singular part) is not taken, and that start stops where it was.
+            # of a near-singular part, or rounding) is not taken, and that start stops where
+            # it was.
             worse = new_losses > now_losses
             if worse.any():
                 new_labels = np.where(worse[:, :, None], now_labels, new_labels)
@@ -773,9 +779,8 @@ class _Steps:
                 settled = ~changed
                 theta[moving[settled]] = now_theta[settled]
                 losses[moving[settled]] = now_losses[settled]
-                labels[moving[settled]] = now_labels[settled]
                 if not changed.any():
-                    return theta, losses, labels
+                    return theta, losses
                 kept = np.flatnonzero(changed)
                 moving = moving[kept]
                 steps = steps.subset(kept)
@@ -786,5 +791,4 @@ class _Steps:
                 )
         theta[moving] = now_theta
         losses[moving] = now_losses
-        labels[moving] = now_labels
-        return theta, losses, labels
+        return theta, losses

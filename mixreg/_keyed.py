@@ -61,10 +61,11 @@ by a line where the others fit worst (see :meth:`_Problem._reseeded`)."""
 BATCH_ELEMENTS = 1 << 22
 """Bound on a batch's largest intermediate (rows * starts * lines * parameters floats):
 keys are fitted in batches of whole keys whose rows fit in it (a key larger than it alone)."""
-SMALL_SYSTEM_PARAMS = 8
-"""Up to this many parameters, the normal equations of all parts of a step are solved by a
-Cholesky factorization written entry by entry, each entry one vector operation over the
-parts: several times faster than a batched LU of thousands of tiny matrices."""
+SMALL_SYSTEM_PARAMS, MANY_PARTS = 8, 256
+"""Up to this many parameters and from this many parts, the normal equations of all parts of
+a step are solved by a Cholesky factorization written entry by entry, each entry one vector
+operation over the parts: several times faster than a batched LU of thousands of tiny
+matrices (slower for a few parts, where its hundred calls cost more than the LU)."""
 PADDING = 1.25
 """Most rows of a batch's keys over its fewest: every key is padded to the batch's largest,
 so at most a fifth of a batch's rows is padding."""
@@ -655,18 +656,18 @@ class _Steps:
         """Least-squares lines from summed products (n_parts, ...) as :attr:`products` has them.
 
         Parts with at least p rows are solved from their equilibrated normal equations: by
-        :func:`_cholesky_by_entry` up to :data:`SMALL_SYSTEM_PARAMS` parameters (where it is
-        well conditioned), else by one batched LU (an ``eigh`` per part costs ten times
-        more); fewer rows, an ill-conditioned or exactly singular system, by the
-        pseudo-inverse of :func:`solve_normal_equations`. A part with no rows keeps its
-        ``previous`` line (zeros when there is none).
+        :func:`_cholesky_by_entry` up to :data:`SMALL_SYSTEM_PARAMS` parameters and from
+        :data:`MANY_PARTS` parts (where it is well conditioned), else by one batched LU (an
+        ``eigh`` per part costs ten times more); fewer rows, an ill-conditioned or exactly
+        singular system, by the pseudo-inverse of :func:`solve_normal_equations`. A part
+        with no rows keeps its ``previous`` line (zeros when there is none).
         """
         p = self.n_params
         counts = sums[:, -1]
         diagonal = sums[:, np.diagonal(self.full_of_upper)[:p]]
         full = (counts >= p) & np.all(diagonal > 0, axis=1)
         theta = np.zeros((sums.shape[0], p))
-        if p <= SMALL_SYSTEM_PARAMS:
+        if p <= SMALL_SYSTEM_PARAMS and sums.shape[0] >= MANY_PARTS:
             theta, full = _cholesky_by_entry(np.ascontiguousarray(sums.T), self.full_of_upper, full)
         else:
             scale = 1.0 / np.sqrt(diagonal[full])

@@ -5,12 +5,19 @@ of a few hundred rows each. A Python loop of estimator fits spends its time in o
 here every step of classical AM runs for a whole batch of keys (and several random starts
 of each) as one computation:
 
-- rows are sorted by key; every row carries the outer product ``w wᵀ`` of ``w = (z, y)``;
-- the normal equations of every (key, start, line) are segment sums of these products over
-  the rows assigned to it: one sparse indicator matrix (a row's column is its key, start and
-  line) times the products — memory is the products of the batch, never one copy per start;
-- the stack of normal equations is solved at once (:func:`solve_normal_equations`);
-- every row's residual to its key's lines, for every start, is one gathered ``einsum``.
+- keys of similar row counts make a batch, padded to its largest key: ``Z`` of shape
+  (keys, rows, p), zero in the padding, which then adds nothing to any sum;
+- every row carries the upper triangle of ``w wᵀ`` for ``w = (z, y)``; the normal equations
+  of every (key, start, line) are the one-hot rows of the line times these products, one
+  batched matrix product per step (the last line's sums by difference from the key's);
+- the stack of normal equations is solved at once, by a Cholesky written entry by entry
+  over all parts (:func:`_cholesky_by_entry`; the pseudo-inverse of
+  :func:`solve_normal_equations` where it is ill conditioned);
+- every row's residual to its key's lines, for every start, is one batched matrix product;
+- a key whose starts all stop moving leaves the iterations: the later ones run on the keys
+  still moving;
+- every key draws its random numbers from its own generator (the fit's seed and the key's
+  position): its fit does not depend on how the keys are cut into batches.
 
 As in ``auto``, half the starts are least-squares lines of random partitions and half are
 lines of a few random rows; every start runs :data:`SCREEN_ITERATIONS` iterations, the
@@ -27,12 +34,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-import scipy.sparse
 from numpy.typing import ArrayLike, NDArray
 
 from ._estimator import MixtureOfLinearRegressions, as_generator, minimum_rows_per_line
-from ._loss import smallest_by_line
-from ._lstsq import solve_normal_equations
+from ._loss import single_threaded_blas
+from ._lstsq import _WELL_CONDITIONED_PIVOT_RATIO, solve_normal_equations
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -40,7 +46,7 @@ IntArray = NDArray[np.int64]
 STATUSES = ("fitted", "k1", "skipped", "failed")
 """Per-key status: k lines fitted; one line (too few rows for k); skipped (too few rows, by
 ``small_keys="skip"``); failed (a non-finite feature or target in the key's rows)."""
-MIN_N_INIT, MAX_N_INIT = 32, 100
+MIN_N_INIT, MAX_N_INIT = 32, 200
 """Bounds on the random starts per key (half random partitions, half lines of random rows)."""
 _ROWS_TIMES_STARTS = 3200
 """Rows times starts per key the default ``n_init`` aims at: tiny keys, whose min-loss has
@@ -55,6 +61,14 @@ by a line where the others fit worst (see :meth:`_Problem._reseeded`)."""
 BATCH_ELEMENTS = 1 << 22
 """Bound on a batch's largest intermediate (rows * starts * lines * parameters floats):
 keys are fitted in batches of whole keys whose rows fit in it (a key larger than it alone)."""
+SMALL_SYSTEM_PARAMS, MANY_PARTS = 8, 256
+"""Up to this many parameters and from this many parts, the normal equations of all parts of
+a step are solved by a Cholesky factorization written entry by entry, each entry one vector
+operation over the parts: several times faster than a batched LU of thousands of tiny
+matrices (slower for a few parts, where its hundred calls cost more than the LU)."""
+PADDING = 1.25
+"""Most rows of a batch's keys over its fewest: every key is padded to the batch's largest,
+so at most a fifth of a batch's rows is padding."""
 LOSS_QUANTILES = (0.0, 0.5, 0.9, 0.99, 1.0)
 
 SmallKeys = Literal["k1", "skip"]
@@ -253,7 +267,7 @@ def fit_per_key(
     fit_intercept : bool, default=True
     n_init : int or None, default=None
         Random starts per key (at least 2); None: 3200 divided by the median rows per key,
-        between 32 and 100.
+        between 32 and 200.
     max_iter : int, default=100
         Classical AM iterations per start at most.
     small_keys : {"k1", "skip"}, default="k1"
@@ -327,13 +341,16 @@ def fit_per_key(
     if n_init is None:
         typical = float(np.median(n_rows)) if n_keys else 1.0
         n_init = int(np.clip(_ROWS_TIMES_STARTS // max(typical, 1.0), MIN_N_INIT, MAX_N_INIT))
-    problem = _Problem(X, y, offsets, fit_intercept, n_components, rng)
+    problem = _Problem(X, y, offsets, fit_intercept, n_components, int(rng.integers(2**63)))
     done = 0
-    for batch in _batches(n_rows, status, n_init * n_components * n_params):
-        problem.fit_batch(batch, status[batch], result, n_init, max_iter)
-        done += batch.size
-        if progress is not None:
-            progress(done, n_keys)
+    # Thousands of small batched products per batch: OpenBLAS's threads cost more than they
+    # bring.
+    with single_threaded_blas():
+        for batch in _batches(n_rows, status, n_init * n_components * n_params):
+            problem.fit_batch(batch, status[batch], result, n_init, max_iter)
+            done += batch.size
+            if progress is not None:
+                progress(done, n_keys)
     if progress is not None and done < n_keys:
         progress(n_keys, n_keys)
     if global_model and finite_rows.any():
@@ -348,19 +365,27 @@ def fit_per_key(
 def _batches(
     n_rows: IntArray, status: NDArray[np.int8], elements_per_row: int
 ) -> list[NDArray[np.intp]]:
-    """Batches of fittable keys, in key order, whose rows fill at most :data:`BATCH_ELEMENTS`
-    intermediate floats (k-line keys and one-line keys in batches of their own)."""
+    """Batches of fittable keys of one status and similar row counts.
+
+    Keys go by increasing row count (k-line keys and one-line keys in batches of their own);
+    a batch's keys have at most :data:`PADDING` times the rows of its smallest, and all are
+    padded to its largest: at most :data:`BATCH_ELEMENTS` intermediate floats (a key larger
+    than that alone).
+    """
     batches: list[NDArray[np.intp]] = []
     rows_per_batch = max(1, BATCH_ELEMENTS // elements_per_row)
     for wanted in (STATUSES.index("fitted"), STATUSES.index("k1")):
         members = np.flatnonzero(status == wanted)
-        if members.size == 0:
-            continue
-        # A batch ends where the running row count crosses a multiple of the batch size.
-        ends = np.cumsum(n_rows[members])
-        cuts = np.flatnonzero(np.diff(ends // rows_per_batch)) + 1
-        batches += np.split(members, cuts)
-    return [batch for batch in batches if batch.size]
+        members = members[np.argsort(n_rows[members], kind="stable")]
+        sizes = n_rows[members]
+        start = 0
+        while start < members.size:
+            similar = int(np.searchsorted(sizes, PADDING * sizes[start], side="right"))
+            width = int(sizes[similar - 1])
+            end = min(similar, start + max(1, rows_per_batch // width))
+            batches.append(members[start:end])
+            start = end
+    return batches
 
 
 class _Problem:
@@ -373,12 +398,12 @@ class _Problem:
         offsets: IntArray,
         fit_intercept: bool,
         n_components: int,
-        rng: np.random.Generator,
+        seed: int,
     ) -> None:
         self.X, self.y, self.offsets = X, y, offsets
         self.fit_intercept = fit_intercept
         self.n_components = n_components
-        self.rng = rng
+        self.seed = seed
 
     def fit_batch(
         self,
@@ -388,73 +413,86 @@ class _Problem:
         n_init: int,
         max_iter: int,
     ) -> None:
-        """Fit the keys ``batch`` (all of one status, in increasing order) into ``result``."""
-        rows = _rows_of(self.offsets, batch)
+        """Fit the keys ``batch`` (all of one status) into ``result``.
+
+        Every key draws its random starts and moves from its own generator (seeded by the
+        fit's seed and the key's position): a key's fit does not depend on the batch it is in.
+        """
         n_batch = batch.size
-        codes = np.repeat(np.arange(n_batch), self.offsets[batch + 1] - self.offsets[batch])
-        counts = np.bincount(codes, minlength=n_batch).astype(np.float64)
-        X, y = self.X[rows], self.y[rows]
+        lengths = self.offsets[batch + 1] - self.offsets[batch]
+        width = int(lengths.max())
+        valid = np.arange(width) < lengths[:, None]
+        # A padded slot reads its key's first row and is then zeroed: another key's row may
+        # hold a NaN (a failed key), and zero times NaN is NaN.
+        rows = self.offsets[batch, None] + np.where(valid, np.arange(width), 0)
+        X = np.where(valid[:, :, None], self.X[rows], 0.0)
+        y = np.where(valid, self.y[rows], 0.0)
+        counts = lengths.astype(np.float64)
         # Centred per key: the normal equations stay well conditioned whatever the offsets.
-        x_mean = np.zeros((n_batch, X.shape[1]))
+        x_mean = np.zeros((n_batch, X.shape[2]))
         y_mean = np.zeros(n_batch)
         if self.fit_intercept:
-            x_mean = _segment_sums(X, codes, n_batch) / counts[:, None]
-            y_mean = np.bincount(codes, weights=y, minlength=n_batch) / counts
-            X = X - x_mean[codes]
-            y = y - y_mean[codes]
-            Z = np.hstack([X, np.ones((X.shape[0], 1))])
+            x_mean = X.sum(axis=1) / counts[:, None]
+            y_mean = y.sum(axis=1) / counts
+            X = np.where(valid[:, :, None], X - x_mean[:, None, :], 0.0)
+            y = np.where(valid, y - y_mean[:, None], 0.0)
+            Z = np.concatenate([X, valid[:, :, None].astype(np.float64)], axis=2)
         else:
             Z = X
-        steps = _Steps(Z, y, codes, n_batch)
+        steps = _Steps(Z, y, valid)
         k = self.n_components
         if status[0] == STATUSES.index("k1"):
-            one_part = np.zeros((Z.shape[0], 1), dtype=np.intp)
-            theta = steps.solve(one_part, 1, np.zeros((n_batch, 1, 1, Z.shape[1])))
-            theta = np.repeat(theta, k, axis=2)
-            losses, labels = steps.losses(theta)
-            best = np.zeros(n_batch, dtype=np.intp)
+            theta = steps.solve_sums(steps.products.sum(axis=1), None)
+            chosen = np.repeat(theta[:, None, :], k, axis=1)
+            min_loss = steps.losses(chosen[:, None], exact=True)[0][:, 0]
             shares = np.zeros((n_batch, k))
             shares[:, 0] = 1.0
         else:
-            theta, losses, labels = self._search(steps, self._starts(steps, n_init), max_iter)
+            generators = [np.random.default_rng([self.seed, int(key)]) for key in batch]
+            starts = self._starts(steps, generators, n_init)
+            theta, losses = self._search(steps, starts, max_iter)
             for _ in range(RESEED_ROUNDS):
                 best = np.argmin(losses, axis=1)
                 kept = theta[np.arange(n_batch), best]
                 moved = np.concatenate(
-                    [kept[:, None], self._reseeded(steps, kept, RESEEDS)], axis=1
+                    [kept[:, None], self._reseeded(steps, generators, kept, RESEEDS)], axis=1
                 )
-                theta, losses, labels = self._search(steps, moved, max_iter)
-            best = np.argmin(losses, axis=1)
-            chosen_labels = np.take_along_axis(labels, best[codes, None], axis=1)[:, 0]
-            nearest_counts = np.bincount(codes * k + chosen_labels, minlength=n_batch * k)
-            shares = nearest_counts.reshape(n_batch, k) / counts[:, None]
-        chosen = theta[np.arange(n_batch), best]
-        coef = chosen[:, :, : X.shape[1]]
+                theta, losses = self._search(steps, moved, max_iter)
+            chosen = theta[np.arange(n_batch), np.argmin(losses, axis=1)]
+            chosen_losses, chosen_labels = steps.losses(chosen[:, None], exact=True)
+            min_loss = chosen_losses[:, 0]
+            nearest = (chosen_labels[:, 0, None, :] == np.arange(k)[:, None]) & valid[:, None, :]
+            shares = nearest.sum(axis=2) / counts[:, None]
+        coef = chosen[:, :, : X.shape[2]]
         intercept = chosen[:, :, -1] if self.fit_intercept else np.zeros((n_batch, k))
         result.coef[batch] = coef
         # Back from the key's centred data: b = mean(y) + b_centred - <mean(x), coef>.
         shift = y_mean[:, None] - np.einsum("kd,kjd->kj", x_mean, coef)
         result.intercept[batch] = intercept + shift
         result.shares[batch] = shares
-        result.min_loss[batch] = losses[np.arange(n_batch), best]
+        result.min_loss[batch] = min_loss
 
     @staticmethod
-    def _search(
-        steps: _Steps, starts: FloatArray, max_iter: int
-    ) -> tuple[FloatArray, FloatArray, NDArray[np.intp]]:
+    def _search(steps: _Steps, starts: FloatArray, max_iter: int) -> tuple[FloatArray, FloatArray]:
         """Screen ``starts`` for a few iterations, then polish each key's best few."""
-        theta, losses, _ = steps.iterate(starts, SCREEN_ITERATIONS)
+        theta, losses = steps.iterate(starts, SCREEN_ITERATIONS)
         survivors = np.argsort(losses, axis=1, kind="stable")[:, :SURVIVORS]
         theta = np.take_along_axis(theta, survivors[:, :, None, None], axis=1)
         return steps.iterate(theta, max_iter - SCREEN_ITERATIONS)
 
-    def _reseeded(self, steps: _Steps, theta: FloatArray, count: int) -> FloatArray:
+    def _reseeded(
+        self,
+        steps: _Steps,
+        generators: list[np.random.Generator],
+        theta: FloatArray,
+        count: int,
+    ) -> FloatArray:
         """``count`` line sets per key with one line replaced where the others fit worst.
 
         As :func:`mixreg._moves.reseed_by_residual`, for every key at once: the new line is
         the least-squares line of ``2 * n_params`` rows of the key drawn (with replacement)
         with probability proportional to their smallest squared residual, by inverting the
-        running sum of these residuals over the sorted rows.
+        running sum of these residuals over the key's rows (its padding weighs nothing).
 
         Parameters
         ----------
@@ -465,113 +503,195 @@ class _Problem:
         ndarray of shape (n_keys, count, k, p)
         """
         k = self.n_components
+        n_keys, width = steps.valid.shape
         nearest, _ = steps.nearest(theta[:, None])
-        weights = nearest[:, 0] + np.finfo(np.float64).tiny
+        weights = (nearest[:, 0] + np.finfo(np.float64).tiny * steps.valid).ravel()
         running = np.cumsum(weights)
-        before = running[steps.offsets[:-1]] - weights[steps.offsets[:-1]]
-        totals = running[steps.offsets[1:] - 1] - before
+        first = np.arange(n_keys) * width
+        last = first + steps.lengths - 1
+        before = running[first] - weights[first]
+        totals = running[last] - before
         size = 2 * steps.n_params
         targets = (
             before[:, None, None]
-            + self.rng.random((steps.n_keys, count, size)) * (totals[:, None, None])
+            + np.stack([rng.random((count, size)) for rng in generators]) * totals[:, None, None]
         )
         picked = np.searchsorted(running, targets, side="right")
-        picked = np.clip(picked, steps.offsets[:-1, None, None], steps.offsets[1:, None, None] - 1)
-        sums = steps.products[picked].sum(axis=2)
-        new_lines = steps.solve_sums(
-            sums.reshape(-1, sums.shape[-1]), np.full(sums.shape[:2], size).ravel(), None
-        ).reshape(steps.n_keys, count, steps.n_params)
+        picked = np.clip(picked, first[:, None, None], last[:, None, None])
+        sums = steps.products.reshape(n_keys * width, -1)[picked].sum(axis=2)
+        new_lines = steps.solve_sums(sums.reshape(-1, sums.shape[-1]), None).reshape(
+            n_keys, count, steps.n_params
+        )
         moved = np.repeat(theta[:, None], count, axis=1)
-        replaced = self.rng.integers(0, k, size=(steps.n_keys, count))
-        moved[np.arange(steps.n_keys)[:, None], np.arange(count)[None, :], replaced] = new_lines
+        replaced = np.stack([rng.integers(0, k, size=count) for rng in generators])
+        moved[np.arange(n_keys)[:, None], np.arange(count)[None, :], replaced] = new_lines
         return moved
 
-    def _starts(self, steps: _Steps, n_init: int) -> FloatArray:
+    def _starts(
+        self, steps: _Steps, generators: list[np.random.Generator], n_init: int
+    ) -> FloatArray:
         """Starting lines (n_keys, n_init, k, p): half of random partitions, half of random
         rows (each line of twice as many rows as it has parameters)."""
-        k, n = self.n_components, steps.Z.shape[0]
+        k = self.n_components
+        n_keys, width = steps.valid.shape
         n_partitions = n_init - n_init // 2
-        labels = self.rng.integers(0, k, size=(n, n_partitions))
-        previous = np.zeros((steps.n_keys, n_partitions, k, steps.n_params))
-        from_partitions = steps.solve(labels, n_partitions, previous)
+        # The padding's labels do not matter: its products are zero.
+        labels = np.zeros((n_keys, n_partitions, width), dtype=np.min_scalar_type(k))
+        for position, (rng, length) in enumerate(zip(generators, steps.lengths, strict=True)):
+            labels[position, :, :length] = rng.integers(0, k, size=(n_partitions, length))
+        previous = np.zeros((n_keys, n_partitions, k, steps.n_params))
+        from_partitions = steps.solve(labels, previous)
         n_rows_starts = n_init // 2
         size = 2 * steps.n_params
-        counts = np.diff(steps.offsets)
-        draws = self.rng.random((steps.n_keys, n_rows_starts, k, size))
-        picked = steps.offsets[:-1, None, None, None] + (
-            draws * counts[:, None, None, None]
+        draws = np.stack([rng.random((n_rows_starts, k, size)) for rng in generators])
+        picked = (np.arange(n_keys) * width)[:, None, None, None] + (
+            draws * steps.lengths[:, None, None, None]
         ).astype(np.intp)
-        sums = steps.products[picked].sum(axis=3)
-        from_rows = steps.solve_sums(
-            sums.reshape(-1, sums.shape[-1]), np.full(sums.shape[:3], size).ravel(), previous=None
-        ).reshape(steps.n_keys, n_rows_starts, k, steps.n_params)
+        sums = steps.products.reshape(n_keys * width, -1)[picked].sum(axis=3)
+        from_rows = steps.solve_sums(sums.reshape(-1, sums.shape[-1]), None).reshape(
+            n_keys, n_rows_starts, k, steps.n_params
+        )
         return np.concatenate([from_partitions, from_rows], axis=1)
 
 
-def _rows_of(offsets: IntArray, batch: NDArray[np.intp]) -> NDArray[np.intp]:
-    """Positions of the rows of the consecutive-in-order keys ``batch``."""
-    lengths = offsets[batch + 1] - offsets[batch]
-    starts = np.repeat(offsets[batch] - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
-    rows: NDArray[np.intp] = (np.arange(lengths.sum()) + starts).astype(np.intp)
-    return rows
+def _cholesky_by_entry(
+    columns: FloatArray, position: NDArray[np.intp], usable: NDArray[np.bool_]
+) -> tuple[FloatArray, NDArray[np.bool_]]:
+    """Solve the equilibrated normal equations of many parts, one matrix entry at a time.
 
+    Parameters
+    ----------
+    columns : ndarray of shape (n_entries, n_parts)
+        Every part's summed products, one row per entry of the upper triangle of
+        ``[Z, y]ᵀ[Z, y]``.
+    position : ndarray of shape (p + 1, p + 1)
+        The row of ``columns`` holding each entry (either triangle).
+    usable : ndarray of shape (n_parts,)
+        Parts whose Gram diagonal is positive; the others get garbage and are not solved.
 
-def _segment_sums(values: FloatArray, codes: NDArray[np.intp], n_segments: int) -> FloatArray:
-    """Sums of ``values`` rows by their (sorted) segment ``codes``."""
-    starts = np.searchsorted(codes, np.arange(n_segments))
-    sums: FloatArray = np.add.reduceat(values, starts, axis=0)
-    return sums
+    Returns
+    -------
+    theta : ndarray of shape (n_parts, p)
+    solved : ndarray of shape (n_parts,)
+        ``usable`` parts whose factorization is well conditioned (the smallest squared pivot
+        of the equilibrated matrix above :data:`_WELL_CONDITIONED_PIVOT_RATIO` times the
+        largest): the others need a pseudo-inverse.
+    """
+    p = position.shape[0] - 1
+    diagonal = columns[np.diagonal(position)[:p]]
+    scale = 1.0 / np.sqrt(np.where(usable, diagonal, 1.0))
+    # factor[i][j] (j <= i) is the lower Cholesky factor's entry, a vector over the parts.
+    factor: list[list[FloatArray]] = [[] for _ in range(p)]
+    pivots = np.empty((p, columns.shape[1]))
+    for j in range(p):
+        for i in range(j, p):
+            entry = columns[position[i, j]] * (scale[i] * scale[j])
+            for c in range(j):
+                entry -= factor[i][c] * factor[j][c]
+            if i == j:
+                pivots[j] = entry
+                # A floor far below the accepted pivots keeps the parts that fail the check
+                # finite (their answer is replaced).
+                factor[j].append(np.sqrt(np.maximum(entry, _WELL_CONDITIONED_PIVOT_RATIO**2)))
+            else:
+                factor[i].append(entry / factor[j][j])
+    solved = usable & (pivots.min(axis=0) > _WELL_CONDITIONED_PIVOT_RATIO * pivots.max(axis=0))
+    forward: list[FloatArray] = []
+    for i in range(p):
+        entry = columns[position[i, p]] * scale[i]
+        for c in range(i):
+            entry -= factor[i][c] * forward[c]
+        forward.append(entry / factor[i][i])
+    backward: list[FloatArray] = [forward[0]] * p
+    for i in reversed(range(p)):
+        entry = forward[i]
+        for c in range(i + 1, p):
+            entry = entry - factor[c][i] * backward[c]
+        backward[i] = entry / factor[i][i]
+    theta: FloatArray = np.stack(backward, axis=1) * scale.T
+    return theta, solved
 
 
 class _Steps:
-    """Classical AM for every key of a batch and every start at once."""
+    """Classical AM for every key of a batch and every start at once.
 
-    def __init__(self, Z: FloatArray, y: FloatArray, codes: NDArray[np.intp], n_keys: int):
-        self.Z, self.y, self.codes, self.n_keys = Z, y, codes, n_keys
-        self.n_params = Z.shape[1]
-        self.offsets = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=n_keys))])
-        augmented = np.hstack([Z, y[:, None]])
-        # Each row's (z, y)(z, y)ᵀ: the segment sums of its blocks are every part's Gram
-        # matrix and Zᵀy.
-        self.products = np.einsum("ni,nj->nij", augmented, augmented).reshape(Z.shape[0], -1)
+    The keys' rows are padded to a common width: ``Z`` (n_keys, width, p), ``y`` (n_keys,
+    width), zero in the padding, so that a padded slot adds nothing to any sum and has no
+    residual. Every key's residuals to all its lines are then one batched matrix product,
+    and so are the sums of the rows' products by (start, line).
+    """
 
-    def solve_sums(
-        self, sums: FloatArray, counts: FloatArray, previous: FloatArray | None
-    ) -> FloatArray:
-        """Least-squares lines from summed products (n_parts, (p + 1)²) of ``counts`` rows.
+    def __init__(self, Z: FloatArray, y: FloatArray, valid: NDArray[np.bool_]) -> None:
+        self.valid = valid
+        self.n_params = Z.shape[2]
+        self.lengths = valid.sum(axis=1)
+        self.counts = self.lengths.astype(np.float64)
+        p = self.n_params
+        augmented = np.concatenate([Z, y[:, :, None]], axis=2)
+        # Each row's (z, y)(z, y)ᵀ, upper triangle only, and a last column of 1 (0 in the
+        # padding): the sums of a part's rows are its Gram matrix, Zᵀy and its row count.
+        upper = np.triu_indices(p + 1)
+        self.products = np.concatenate(
+            [augmented[:, :, upper[0]] * augmented[:, :, upper[1]], valid[:, :, None]], axis=2
+        )
+        self.totals = self.products.sum(axis=1)
+        self.full_of_upper = np.zeros((p + 1, p + 1), dtype=np.intp)
+        self.full_of_upper[upper] = np.arange(upper[0].size)
+        self.full_of_upper.T[upper] = np.arange(upper[0].size)
+        self.Zyt = np.ascontiguousarray(augmented.transpose(0, 2, 1))
+        self.Zyt32 = self.Zyt.astype(np.float32)
 
-        Parts with at least p rows are solved by one batched LU of the equilibrated normal
-        equations (an ``eigh`` per part costs ten times more); fewer rows, or an exactly
-        singular system, by the pseudo-inverse of :func:`solve_normal_equations`. A part with
-        no rows keeps its ``previous`` line (zeros when there is none).
+    def subset(self, keys: NDArray[np.intp]) -> _Steps:
+        """The same steps on some of the keys only."""
+        steps = object.__new__(_Steps)
+        steps.valid = self.valid[keys]
+        steps.n_params, steps.full_of_upper = self.n_params, self.full_of_upper
+        steps.lengths, steps.counts = self.lengths[keys], self.counts[keys]
+        steps.products, steps.Zyt = self.products[keys], self.Zyt[keys]
+        steps.Zyt32 = self.Zyt32[keys]
+        steps.totals = self.totals[keys]
+        return steps
+
+    def solve_sums(self, sums: FloatArray, previous: FloatArray | None) -> FloatArray:
+        """Least-squares lines from summed products (n_parts, ...) as :attr:`products` has them.
+
+        Parts with at least p rows are solved from their equilibrated normal equations: by
+        :func:`_cholesky_by_entry` up to :data:`SMALL_SYSTEM_PARAMS` parameters and from
+        :data:`MANY_PARTS` parts (where it is well conditioned), else by one batched LU (an
+        ``eigh`` per part costs ten times more); fewer rows, an ill-conditioned or exactly
+        singular system, by the pseudo-inverse of :func:`solve_normal_equations`. A part
+        with no rows keeps its ``previous`` line (zeros when there is none).
         """
         p = self.n_params
-        blocks = sums.reshape(-1, p + 1, p + 1)
-        gram, rhs = blocks[:, :p, :p], blocks[:, :p, p]
-        diagonal = np.diagonal(gram, axis1=1, axis2=2)
+        counts = sums[:, -1]
+        diagonal = sums[:, np.diagonal(self.full_of_upper)[:p]]
         full = (counts >= p) & np.all(diagonal > 0, axis=1)
-        theta = np.zeros((blocks.shape[0], p))
-        scale = 1.0 / np.sqrt(diagonal[full])
-        equilibrated = gram[full] * scale[:, :, None] * scale[:, None, :]
-        try:
-            solved = np.linalg.solve(equilibrated, (rhs[full] * scale)[:, :, None])[:, :, 0]
-            theta[full] = solved * scale
-        except np.linalg.LinAlgError:
-            full[:] = False
+        theta = np.zeros((sums.shape[0], p))
+        if p <= SMALL_SYSTEM_PARAMS and sums.shape[0] >= MANY_PARTS:
+            theta, full = _cholesky_by_entry(np.ascontiguousarray(sums.T), self.full_of_upper, full)
+        else:
+            scale = 1.0 / np.sqrt(diagonal[full])
+            blocks = sums[full][:, self.full_of_upper]
+            equilibrated = blocks[:, :p, :p] * scale[:, :, None] * scale[:, None, :]
+            try:
+                solved = np.linalg.solve(equilibrated, (blocks[:, :p, p] * scale)[:, :, None])
+                theta[full] = solved[:, :, 0] * scale
+            except np.linalg.LinAlgError:
+                full[:] = False
         if not full.all():
-            theta[~full] = solve_normal_equations(gram[~full], rhs[~full])
+            blocks = sums[~full][:, self.full_of_upper]
+            theta[~full] = solve_normal_equations(blocks[:, :p, :p], blocks[:, :p, p])
         if previous is not None:
             empty = counts == 0
             theta[empty] = previous.reshape(-1, p)[empty]
         return theta
 
-    def solve(self, labels: NDArray[np.intp], n_starts: int, previous: FloatArray) -> FloatArray:
+    def solve(self, labels: NDArray[np.integer[Any]], previous: FloatArray) -> FloatArray:
         """Every (key, start, line)'s least-squares line from the rows ``labels`` give it.
 
         Parameters
         ----------
-        labels : ndarray of shape (n_rows, n_starts)
-        n_starts : int
+        labels : ndarray of shape (n_keys, n_starts, width)
         previous : ndarray of shape (n_keys, n_starts, k, p)
             Lines kept by parts that get no rows.
 
@@ -579,60 +699,97 @@ class _Steps:
         -------
         ndarray of shape (n_keys, n_starts, k, p)
         """
-        k = previous.shape[2]
-        n = self.Z.shape[0]
-        parts = (self.codes[:, None] * n_starts + np.arange(n_starts)) * k + labels
-        indicator = scipy.sparse.csr_matrix(
-            (np.ones(n * n_starts), parts.ravel(), np.arange(0, n * n_starts + 1, n_starts)),
-            shape=(n, self.n_keys * n_starts * k),
+        n_keys, n_starts, k, _ = previous.shape
+        width = labels.shape[2]
+        # One-hot rows of every (start, line) but the last times the rows' products (the
+        # padding's products are zero, whatever line it is given); the last line's sums are
+        # the key's totals minus the others': a k-th fewer flops in the step's largest product.
+        one_hot = labels[:, :, None, :] == np.arange(k - 1, dtype=labels.dtype)[:, None]
+        sums = np.empty((n_keys, n_starts, k, self.products.shape[2]))
+        sums[:, :, :-1] = (
+            one_hot.reshape(n_keys, n_starts * (k - 1), width).astype(np.float64) @ self.products
+        ).reshape(n_keys, n_starts, k - 1, -1)
+        np.subtract(self.totals[:, None], sums[:, :, :-1].sum(axis=2), out=sums[:, :, -1])
+        return self.solve_sums(sums.reshape(n_keys * n_starts * k, -1), previous).reshape(
+            previous.shape
         )
-        sums = np.asarray(indicator.T @ self.products)
-        counts = np.bincount(parts.ravel(), minlength=indicator.shape[1]).astype(np.float64)
-        return self.solve_sums(sums, counts, previous).reshape(previous.shape)
 
-    def nearest(self, theta: FloatArray) -> tuple[FloatArray, NDArray[np.intp]]:
+    def nearest(
+        self, theta: FloatArray, exact: bool = False
+    ) -> tuple[NDArray[np.floating[Any]], NDArray[np.integer[Any]]]:
         """Every row's smallest squared residual to its key's lines, and that line, for every
-        start: both of shape (n_rows, n_starts).
+        start: both of shape (n_keys, n_starts, width), the lines as the smallest integer
+        type that holds them (less memory to move in every step). Ties go to the lower line.
 
-        ``theta`` has shape (n_keys, n_starts, k, p).
+        ``theta`` has shape (n_keys, n_starts, k, p). The residuals are single precision
+        unless ``exact``: the steps move half the bytes, and a row whose two lines are
+        within rounding of each other fits both alike; the lines are always solved, and the
+        kept ones scored, in double precision.
         """
-        # Lines first: the nearest line is then k - 1 elementwise minima of contiguous slices.
-        squared = np.einsum("np,nskp->kns", self.Z, theta[self.codes])
-        np.subtract(self.y[None, :, None], squared, out=squared)
+        n_keys, n_starts, k, p = theta.shape
+        # (θ, -1) times (z, y): the residuals come out of the product itself.
+        rows = self.Zyt if exact else self.Zyt32
+        lines = np.full((n_keys, n_starts * k, p + 1), -1.0, dtype=rows.dtype)
+        lines[:, :, :p] = theta.reshape(n_keys, n_starts * k, p)
+        squared = lines @ rows
         np.square(squared, out=squared)
-        return smallest_by_line(squared, axis=0)
+        by_line = squared.reshape(n_keys, n_starts, k, -1)
+        labels = np.zeros((n_keys, n_starts, by_line.shape[3]), dtype=np.min_scalar_type(k))
+        smallest = by_line[:, :, 0]
+        for line in range(1, k):
+            # Lines go up: a row closer to this one than to all before takes the larger label.
+            closer = by_line[:, :, line] < smallest
+            np.maximum(labels, closer * labels.dtype.type(line), out=labels)
+            smallest = np.minimum(smallest, by_line[:, :, line])
+        return smallest, labels
 
-    def losses(self, theta: FloatArray) -> tuple[FloatArray, NDArray[np.intp]]:
+    def losses(
+        self, theta: FloatArray, exact: bool = False
+    ) -> tuple[FloatArray, NDArray[np.integer[Any]]]:
         """Min-loss of every (key, start) and every row's nearest line for each start."""
-        nearest, labels = self.nearest(theta)
-        n_starts = theta.shape[1]
-        sums = np.bincount(
-            (self.codes[:, None] * n_starts + np.arange(n_starts)).ravel(),
-            weights=nearest.ravel(),
-            minlength=self.n_keys * n_starts,
-        ).reshape(self.n_keys, n_starts)
-        counts = np.diff(self.offsets).astype(np.float64)
-        return sums / counts[:, None], labels
+        nearest, labels = self.nearest(theta, exact)
+        losses: FloatArray = nearest.sum(axis=2, dtype=np.float64) / self.counts[:, None]
+        return losses, labels
 
-    def iterate(
-        self, theta: FloatArray, iterations: int
-    ) -> tuple[FloatArray, FloatArray, NDArray[np.intp]]:
+    def iterate(self, theta: FloatArray, iterations: int) -> tuple[FloatArray, FloatArray]:
         """Up to ``iterations`` rounds of assign-then-refit, until no row changes its line.
 
-        Returns the lines, the min-loss of each (key, start) and the rows' labels.
+        A key whose rows keep their lines in every start is at a fixed point and leaves
+        the batch: the later rounds run on the keys still moving only.
+
+        Returns the lines and the min-loss of each (key, start).
         """
         losses, labels = self.losses(theta)
-        n_starts = theta.shape[1]
+        theta = theta.copy()
+        moving = np.arange(theta.shape[0])
+        steps, now_theta, now_losses, now_labels = self, theta, losses, labels
         for _ in range(iterations):
-            refitted = self.solve(labels, n_starts, theta)
-            new_losses, new_labels = self.losses(refitted)
+            refitted = steps.solve(now_labels, now_theta)
+            new_losses, new_labels = steps.losses(refitted)
             # Classical AM never increases the min-loss; a refit that would (a pseudo-inverse
-            # of a near-singular part) is not taken, and that start stops where it was.
-            worse = new_losses > losses
-            new_labels = np.where(worse[self.codes], labels, new_labels)
-            theta = np.where(worse[:, :, None, None], theta, refitted)
-            losses = np.minimum(new_losses, losses)
-            if np.array_equal(new_labels, labels):
-                break
-            labels = new_labels
-        return theta, losses, labels
+            # of a near-singular part, or rounding) is not taken, and that start stops where
+            # it was.
+            worse = new_losses > now_losses
+            if worse.any():
+                new_labels = np.where(worse[:, :, None], now_labels, new_labels)
+                refitted = np.where(worse[:, :, None, None], now_theta, refitted)
+                new_losses = np.minimum(new_losses, now_losses)
+            changed = np.any(new_labels != now_labels, axis=(1, 2))
+            now_theta, now_losses, now_labels = refitted, new_losses, new_labels
+            if not changed.all():
+                settled = ~changed
+                theta[moving[settled]] = now_theta[settled]
+                losses[moving[settled]] = now_losses[settled]
+                if not changed.any():
+                    return theta, losses
+                kept = np.flatnonzero(changed)
+                moving = moving[kept]
+                steps = steps.subset(kept)
+                now_theta, now_losses, now_labels = (
+                    now_theta[kept],
+                    now_losses[kept],
+                    now_labels[kept],
+                )
+        theta[moving] = now_theta
+        losses[moving] = now_losses
+        return theta, losses

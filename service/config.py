@@ -32,8 +32,9 @@ class Settings(BaseSettings):
     # How long a fit process may take to start and load its dataset, before the job time limit
     # starts counting.
     load_time_limit_s: float = Field(default=600.0, gt=0)
-    # Fit processes run this much nicer than the server (0: the same priority): when fits keep
-    # every core busy, requests are still answered first.
+    # Fit processes, and the processes that parse big JSON bodies, run this much nicer than the
+    # server (0: the same priority): when they keep every core busy, requests are still
+    # answered first.
     fit_niceness: int = Field(default=10, ge=0, le=19)
     heartbeat_interval_s: float = Field(default=1.0, gt=0)
     stale_after_s: float = Field(default=15.0, gt=0)

@@ -101,6 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine = make_engine(settings.database_url)
         session_factory = make_sessionmaker(engine)
         app.state.session_factory = session_factory
+        json_bodies.set_parser_niceness(settings.fit_niceness)
         worker: EmbeddedWorker | None = None
         if settings.runs_embedded_worker:
             worker = EmbeddedWorker(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -26,6 +27,16 @@ PARSE_IN_A_CHILD_BYTES = 64 * 1024
 _PARSERS = 2
 _executor: ProcessPoolExecutor | None = None
 _executor_lock = threading.Lock()
+_niceness = 0
+
+
+def set_parser_niceness(niceness: int) -> None:
+    """Run the parsing processes started from now on ``niceness`` steps nicer than the server
+    (the app's ``MIXREG_FIT_NICENESS``): parsing a big body is batch work, like a fit, and
+    must leave the CPU to the requests first."""
+    global _niceness
+    with _executor_lock:
+        _niceness = niceness
 
 
 def _parsers() -> ProcessPoolExecutor:
@@ -33,7 +44,10 @@ def _parsers() -> ProcessPoolExecutor:
     with _executor_lock:
         if _executor is None:
             _executor = ProcessPoolExecutor(
-                max_workers=_PARSERS, mp_context=multiprocessing.get_context("forkserver")
+                max_workers=_PARSERS,
+                mp_context=multiprocessing.get_context("forkserver"),
+                initializer=os.nice,
+                initargs=(_niceness,),
             )
         return _executor
 

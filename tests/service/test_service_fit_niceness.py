@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from models_store import repository
 from models_store.session import session_scope
 from service.config import Settings
+from service.data import json_bodies
 from service.jobs.supervisor import FitSupervisor
 
 
@@ -77,3 +78,14 @@ def test_a_fit_process_runs_niceness_steps_below_its_worker(db_sessionmaker, sql
 def test_a_niceness_outside_0_to_19_is_refused(value):
     with pytest.raises(ValidationError, match="fit_niceness"):
         Settings(fit_niceness=value)
+
+
+def test_big_json_bodies_are_parsed_at_the_fit_niceness():
+    json_bodies.stop_parsers()
+    json_bodies.set_parser_niceness(7)
+    try:
+        parser_niceness = json_bodies._parsers().submit(os.nice, 0).result(timeout=120)
+        assert parser_niceness == min(os.nice(0) + 7, 19)
+    finally:
+        json_bodies.stop_parsers()
+        json_bodies.set_parser_niceness(0)

@@ -179,7 +179,12 @@ def get_version(model: ValidModelVersion, session: SessionDep) -> ModelOut:
     return model_out(model, registry.version_of_model(session, model_id=model.id))
 
 
-@router.delete("/{model_id:model_segment}", status_code=204, response_class=Response)
+@router.delete(
+    "/{model_id:model_segment}",
+    status_code=204,
+    response_class=Response,
+    responses={409: {"description": "the model is a registered version an alias points at"}},
+)
 def delete(model_id: ModelId, cache: ModelCacheDep, session_factory: SessionFactoryDep) -> None:
     """Delete a model; its job keeps the (now dangling) model id. A registered version that an
     alias points at is not deleted (409): move the alias first."""

@@ -529,16 +529,7 @@ def _grouped_em_starts(search: _Search, sample: FitContext, given: FloatArray | 
         polished = np.concatenate([np.asarray(given, dtype=np.float64)[None], polished])
         sources = ["init", *sources]
     search.polish(sample, sources, polished, time.monotonic() - started, 1)
-    best = int(np.argmax([history[-1] for history in batch.log_likelihood_histories]))
-    return EMResult(
-        theta=batch.thetas[best],
-        loss_history=batch.loss_histories[best],
-        n_iter=int(batch.n_iter[best]),
-        converged=bool(batch.converged[best]),
-        weights=batch.weights[best],
-        variances=batch.variances[best],
-        log_likelihood_history=batch.log_likelihood_histories[best],
-    )
+    return batch.start(int(np.argmax([ll[-1] for ll in batch.log_likelihood_histories])))
 
 
 def _starts_agree(search: _Search) -> bool:

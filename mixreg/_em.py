@@ -214,6 +214,18 @@ class EMBatchResult:
     n_iter: NDArray[np.intp]
     converged: NDArray[np.bool_]
 
+    def start(self, index: int) -> EMResult:
+        """The fit of start ``index``."""
+        return EMResult(
+            theta=self.thetas[index],
+            loss_history=self.loss_histories[index],
+            n_iter=int(self.n_iter[index]),
+            converged=bool(self.converged[index]),
+            weights=self.weights[index],
+            variances=self.variances[index],
+            log_likelihood_history=self.log_likelihood_histories[index],
+        )
+
 
 def em_batch(
     Z: FloatArray,
@@ -358,12 +370,4 @@ def em(
         grouping=grouping,
         solver=solver,
     )
-    return EMResult(
-        theta=batch.thetas[0],
-        loss_history=batch.loss_histories[0],
-        n_iter=int(batch.n_iter[0]),
-        converged=bool(batch.converged[0]),
-        weights=batch.weights[0],
-        variances=batch.variances[0],
-        log_likelihood_history=batch.log_likelihood_histories[0],
-    )
+    return batch.start(0)

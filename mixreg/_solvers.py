@@ -330,19 +330,7 @@ def fit_em(ctx: FitContext) -> SolverResult:
         sample_weight=ctx.sample_weight,
         grouping=ctx.grouping,
     )
-    results = [
-        EMResult(
-            theta=batch.thetas[start],
-            loss_history=batch.loss_histories[start],
-            n_iter=int(batch.n_iter[start]),
-            converged=bool(batch.converged[start]),
-            weights=batch.weights[start],
-            variances=batch.variances[start],
-            log_likelihood_history=batch.log_likelihood_histories[start],
-        )
-        for start in range(starts.shape[0])
-    ]
-    return min(results, key=_quality)
+    return min((batch.start(index) for index in range(starts.shape[0])), key=_quality)
 
 
 SOLVERS: dict[str, Callable[[FitContext], SolverResult]] = {

@@ -474,7 +474,7 @@ def fit_auto(ctx: FitContext) -> AutoResult:
             if on_all_rows:
                 result = search.result(range(len(search.candidates)))
             else:
-                result = _polish_finalists(search, sample)
+                result = _polish_finalists(search, sample, given)
             result.em_restart = em_restart
             return result
     else:
@@ -500,7 +500,7 @@ def fit_auto(ctx: FitContext) -> AutoResult:
     rounds = _Rounds(search, sample, work_cap, search.phases - 2)
     rounds.improve(first=0)
     rounds.restart_while_improving()
-    result = _polish_finalists(search, sample)
+    result = _polish_finalists(search, sample, None if on_all_rows else given)
     result.em_restart = em_restart
     return result
 
@@ -758,20 +758,25 @@ def _finalists(search: _Search, sample: FitContext) -> list[int]:
     return [index for index, kept in zip(distinct, keep, strict=True) if kept]
 
 
-def _polish_finalists(search: _Search, sample: FitContext) -> AutoResult:
+def _polish_finalists(
+    search: _Search, sample: FitContext, given: FloatArray | None = None
+) -> AutoResult:
     """Polish the finalists (:func:`_finalists`) on all rows to the fit's ``tol``; the best
-    wins."""
+    wins.
+
+    Given lines (a warm start) are polished on all rows too, whatever their rank on the
+    sample: classical AM never raises the min-loss, so the fit ends no worse than its start.
+    """
     if _past(search.ctx.deadline):
         # Out of time: the best so far only, evaluated (not polished) on all rows.
         chosen = [int(np.argmin([c.min_loss_after for c in search.candidates]))]
     else:
         chosen = _finalists(search, sample)
     first = len(search.candidates)
-    search.polish(
-        search.ctx,
-        [search.candidates[index].source for index in chosen],
-        np.stack([search.polished[index] for index in chosen]),
-        0.0,
-        search.phases,
-    )
+    sources = [search.candidates[index].source for index in chosen]
+    starts = [search.polished[index] for index in chosen]
+    if given is not None:
+        sources.append("init")
+        starts.append(np.asarray(given, dtype=np.float64))
+    search.polish(search.ctx, sources, np.stack(starts), 0.0, search.phases)
     return search.result(range(first, len(search.candidates)))

@@ -202,6 +202,16 @@ def initial_parameters(
     return weights / weights.sum(axis=1, keepdims=True), variances
 
 
+def default_variance_floor(y: FloatArray, sample_weight: FloatArray | None = None) -> float:
+    """EM's smallest noise variance of a line: a tiny fraction of the (weighted) ``var(y)``."""
+    if sample_weight is None:
+        spread = float(np.var(y))
+    else:
+        centred = y - weighted_mean(y, sample_weight)
+        spread = float(weighted_mean(centred * centred, sample_weight))
+    return _VARIANCE_FLOOR * max(spread, 0.0) + 1e-300
+
+
 @dataclass
 class EMBatchResult:
     """EM's lines, weights and variances for many starts, each run to its own stop."""
@@ -240,6 +250,8 @@ def em_batch(
     sample_weight: FloatArray | None = None,
     grouping: Grouping | None = None,
     solver: WeightedLeastSquares | None = None,
+    start_weights: FloatArray | None = None,
+    start_variances: FloatArray | None = None,
 ) -> EMBatchResult:
     """EM from many starts at once; each stops when its log-likelihood settles.
 
@@ -260,19 +272,22 @@ def em_batch(
         Rows of a group share one line: posteriors are the groups'.
     solver : WeightedLeastSquares, optional
         Of ``Z`` and ``y``, when the caller keeps one (one is made when omitted).
+    start_weights, start_variances : ndarray of shape (n_starts, n_components), optional
+        The starts' mixing weights and noise variances (both or neither; variances are
+        floored); by default those of the hard partition the lines induce
+        (:func:`initial_parameters`).
     """
     thetas = np.array(thetas, dtype=np.float64)
     n_starts = thetas.shape[0]
     if variance_floor is None:
-        if sample_weight is None:
-            spread = float(np.var(y))
-        else:
-            centred = y - weighted_mean(y, sample_weight)
-            spread = float(weighted_mean(centred * centred, sample_weight))
-        variance_floor = _VARIANCE_FLOOR * max(spread, 0.0) + 1e-300
-    weights, variances = initial_parameters(
-        Z, y, thetas, variance_floor, sample_weight=sample_weight, grouping=grouping
-    )
+        variance_floor = default_variance_floor(y, sample_weight)
+    if start_weights is None or start_variances is None:
+        weights, variances = initial_parameters(
+            Z, y, thetas, variance_floor, sample_weight=sample_weight, grouping=grouping
+        )
+    else:
+        weights = np.array(start_weights, dtype=np.float64)
+        variances = np.maximum(np.array(start_variances, dtype=np.float64), variance_floor)
     losses: list[list[float]] = [[] for _ in range(n_starts)]
     likelihoods: list[list[float]] = [[] for _ in range(n_starts)]
     n_iter = np.zeros(n_starts, dtype=np.intp)
@@ -345,13 +360,18 @@ def em(
     sample_weight: FloatArray | None = None,
     grouping: Grouping | None = None,
     solver: WeightedLeastSquares | None = None,
+    variance_floor: float | None = None,
+    start_weights: FloatArray | None = None,
+    start_variances: FloatArray | None = None,
 ) -> EMResult:
     """Fit a Gaussian mixture of regressions by EM, starting from the given lines.
 
     Model: ``y | z ~ sum_j w_j N(<z, theta_j>, sigma_j^2)``. Stops when the mean
     log-likelihood per row changes by at most ``tol`` or after ``max_iter`` iterations. A line whose
     weight collapses keeps finite parameters (weights and variances are floored).
-    ``sample_weight``, ``grouping`` and ``solver`` as in :func:`em_batch`.
+    ``sample_weight``, ``grouping``, ``solver`` and ``variance_floor`` as in :func:`em_batch`;
+    ``start_weights`` and ``start_variances`` (shape (n_components,)) start EM from a whole
+    mixture instead of the partition the lines induce.
 
     Returns
     -------
@@ -369,5 +389,8 @@ def em(
         sample_weight=sample_weight,
         grouping=grouping,
         solver=solver,
+        variance_floor=variance_floor,
+        start_weights=None if start_weights is None else np.asarray(start_weights)[None],
+        start_variances=None if start_variances is None else np.asarray(start_variances)[None],
     )
     return batch.start(0)

@@ -40,6 +40,7 @@ from ._inference import (
     maximum_likelihood_polish,
     normal_quantile,
 )
+from ._likelihood import best_maximum_likelihood
 from ._loss import (
     Grouping,
     predict_lines,
@@ -302,6 +303,7 @@ _GATE_ATTRIBUTES = (
 _MIXTURE_ATTRIBUTES = (
     "ml_coef_",
     "ml_intercept_",
+    "ml_start_",
     "coef_se_",
     "intercept_se_",
     "weights_se_",
@@ -550,13 +552,15 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         on the seed: how many candidates fit in the budget does.
     standard_errors : bool, default=False
         Also compute standard errors from the observed information of the Gaussian mixture
-        of regressions at the maximum-likelihood fit EM reaches from the fitted lines
-        (``coef_se_`` and the other ``*_se_`` attributes, :meth:`summary`,
-        :meth:`confidence_intervals`). It costs an EM polish and one pass of products over the
-        rows. For a gated fit, those of the gated mixture (lines, noise variances and the
-        gate's free rows, ``gate_coef_se_`` and ``gate_intercept_se_``) at the maximum that
-        Newton's method reaches from gated EM's fit; sample weights and groups are not taken
-        with a gate.
+        of regressions at its maximum-likelihood fit (``coef_se_`` and the other ``*_se_``
+        attributes, :meth:`summary`, :meth:`confidence_intervals`): the highest maximum EM
+        reaches from the fitted lines and from 10 random partitions of the rows, as flexmix's
+        ``stepFlexmix(nrep = 10)`` starts (``ml_start_`` says which won). It costs EM on a
+        sample of at most 20,000 rows, an EM polish of one to three starts and one pass of
+        products over the rows. For a gated fit, those of the gated mixture (lines, noise
+        variances and the gate's free rows, ``gate_coef_se_`` and ``gate_intercept_se_``) at
+        the maximum that Newton's method reaches from gated EM's fit; sample weights and
+        groups are not taken with a gate.
     gating : bool, default=False
         Whether the mixing probabilities depend on each row (flexmix's ``FLXPmultinom``
         concomitant model): ``pi_j(z) = softmax_j(<z, gate_coef_j> + gate_intercept_j)``, with
@@ -608,14 +612,19 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         maximum-likelihood fit below.
     ml_coef_, ml_intercept_ : ndarray of shape (n_components, n_features), (n_components,)
         Only with ``standard_errors=True``, or after an ``auto`` fit with groups: the
-        maximum-likelihood fit of the Gaussian mixture of regressions that EM reaches from the
-        fitted lines (each keeps its line's index), the estimates the standard errors belong
-        to. With groups it is grouped EM's (each group's rows from one line), run to EM's
-        tolerance (1e-6), or the search's best EM start when that ends higher (its lines
-        matched to the fitted ones), so its likelihood is at least that of ``em`` with the
-        same seed and ``n_init`` (at most 10). For ``em`` they are ``coef_`` and
+        maximum-likelihood fit of the Gaussian mixture of regressions, the estimates the
+        standard errors belong to (not the served min-loss lines): with
+        ``standard_errors=True`` the highest maximum EM reaches from the fitted lines and from
+        random partitions of the rows (:mod:`mixreg._likelihood`), each line matched to its
+        min-loss line's index. With groups it is grouped EM's (each group's rows from one
+        line), run to EM's tolerance (1e-6), or the search's best EM start when that ends
+        higher (its lines matched to the fitted ones), so its likelihood is at least that of
+        ``em`` with the same seed and ``n_init`` (at most 10). For ``em`` they are ``coef_`` and
         ``intercept_`` run to a tighter tolerance; for the min-loss algorithms they are close
         to the fitted lines when the lines are well separated (see ADR 0021).
+    ml_start_ : {"min-loss lines", "em restart"}
+        Only with ``standard_errors=True`` (no gate): where EM started that reached
+        ``ml_coef_``: the fitted lines, or a random partition of the rows.
     coef_se_, intercept_se_, weights_se_, noise_variance_se_ : ndarray
         Only with ``standard_errors=True``: standard errors of ``ml_coef_``,
         ``ml_intercept_``, ``weights_`` and ``noise_variance_`` from the observed information
@@ -968,7 +977,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             with single_threaded_blas():
                 if gate is None:
                     self._set_standard_errors(
-                        ctx.Z, ctx.y, result.theta[order], scaling, ctx.sample_weight
+                        ctx.Z, ctx.y, result.theta[order], scaling, ctx.sample_weight, ctx.rng
                     )
                 else:
                     self._set_gate_standard_errors(gate, order, ctx, scaling)
@@ -1038,20 +1047,23 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         theta: FloatArray,
         scaling: _Scaling,
         sample_weight: FloatArray | None,
+        rng: np.random.Generator,
     ) -> None:
-        """The maximum-likelihood fit EM reaches from ``theta`` (scaled lines, in the output
-        order) and its standard errors, in the caller's units; rows count ``sample_weight``
-        times."""
-        polish = maximum_likelihood_polish(Z, y, theta, sample_weight=sample_weight)
-        params = polish.params
+        """The maximum-likelihood fit at the highest maximum found from ``theta`` (scaled
+        lines, in the output order), EM restarts and flexmix-like random partitions
+        (:func:`~mixreg._likelihood.best_maximum_likelihood`), and its standard errors, in the
+        caller's units; rows count ``sample_weight`` times."""
+        fit = best_maximum_likelihood(Z, y, theta, rng=rng, sample_weight=sample_weight)
+        params = fit.params
         evaluated = (
             likelihood_pass(Z, y, params, sample_weight=sample_weight)
-            if polish.at_maximum is None
-            else polish.at_maximum
+            if fit.at_maximum is None
+            else fit.at_maximum
         )
         variance_scale = scaling.y_scale**2
         coef, intercept = scaling.to_caller(params.theta)
         self.ml_coef_, self.ml_intercept_ = coef, intercept
+        self.ml_start_ = fit.start
         self.weights_ = params.weights
         self.noise_variance_ = _in_caller_units(params.variances, variance_scale)
         # The density of y in the caller's units is the scaled one over y_scale, row by row.
@@ -1259,7 +1271,25 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         scaling, Z, y_scaled = _Scaling.of(X_arr, y_arr, bool(self.fit_intercept))
         lines = np.column_stack([self.coef_, self.intercept_]) if self.fit_intercept else self.coef_
         with single_threaded_blas():
-            fitted = maximum_likelihood_polish(Z, y_scaled, scaling.to_scaled(lines)).params
+            if hasattr(self, "ml_coef_") and hasattr(self, "ml_start_"):
+                # The maximum-likelihood fit the standard errors belong to, polished again on
+                # these rows.
+                ml_lines = (
+                    np.column_stack([self.ml_coef_, self.ml_intercept_])
+                    if self.fit_intercept
+                    else self.ml_coef_
+                )
+                fitted = maximum_likelihood_polish(
+                    Z,
+                    y_scaled,
+                    scaling.to_scaled(ml_lines),
+                    weights=self.weights_,
+                    variances=self.noise_variance_ / scaling.y_scale**2,
+                ).params
+            else:
+                fitted = best_maximum_likelihood(
+                    Z, y_scaled, scaling.to_scaled(lines), rng=as_generator(random_state)
+                ).params
 
             def report(done: int, total: int) -> None:
                 if progress is not None:

@@ -688,10 +688,14 @@ def maximum_likelihood_polish(
     tol: float = POLISH_TOL,
     sample_weight: FloatArray | None = None,
     newton_finish: bool = True,
+    weights: FloatArray | None = None,
+    variances: FloatArray | None = None,
+    variance_floor: float | None = None,
 ) -> Polish:
-    """EM from the given lines (weights and variances from the partition they induce) to the
-    maximum-likelihood fit it reaches; the lines keep their labels; rows count
-    ``sample_weight`` times.
+    """EM from the given lines (weights and variances from the partition they induce, or
+    ``weights`` and ``variances`` when given) to the maximum-likelihood fit it reaches; the
+    lines keep their labels; rows count ``sample_weight`` times; noise variances are floored
+    at ``variance_floor`` (EM's default when None).
 
     EM runs to ``tol``; where it has not reached it after :data:`NEWTON_AFTER` iterations (EM
     crawls where lines overlap), Newton's method with the observed information finishes from
@@ -699,12 +703,23 @@ def maximum_likelihood_polish(
     (the information is not positive definite, a step does not help), and always with
     ``newton_finish=False``, EM runs from the lines to ``tol``.
     """
+
+    def run_em(iterations: int) -> EMResult:
+        return em(
+            Z,
+            y,
+            theta,
+            max_iter=iterations,
+            tol=tol,
+            sample_weight=sample_weight,
+            variance_floor=variance_floor,
+            start_weights=weights,
+            start_variances=variances,
+        )
+
     if not newton_finish:
-        result = em(Z, y, theta, max_iter=max_iter, tol=tol, sample_weight=sample_weight)
-        return _em_polish(result, 0)
-    warm = em(
-        Z, y, theta, max_iter=min(max_iter, NEWTON_AFTER), tol=tol, sample_weight=sample_weight
-    )
+        return _em_polish(run_em(max_iter), 0)
+    warm = run_em(min(max_iter, NEWTON_AFTER))
     if warm.converged or warm.n_iter >= max_iter:
         return _em_polish(warm, 0)
     assert warm.weights is not None and warm.variances is not None
@@ -715,8 +730,7 @@ def maximum_likelihood_polish(
     if finished is not None:
         evaluated, params, n_newton = finished
         return Polish(params, warm.n_iter, n_newton, True, evaluated)
-    result = em(Z, y, theta, max_iter=max_iter, tol=tol, sample_weight=sample_weight)
-    return _em_polish(result, warm.n_iter)
+    return _em_polish(run_em(max_iter), warm.n_iter)
 
 
 def _em_polish(result: EMResult, earlier_iterations: int) -> Polish:

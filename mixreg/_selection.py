@@ -12,19 +12,20 @@ from __future__ import annotations
 import numbers
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._em import em_batch
 from ._estimator import (
     DegenerateFitWarning,
     MixtureOfLinearRegressions,
     _Scaling,
     minimum_rows_per_line,
 )
+from ._inference import MixtureParameters
+from ._likelihood import best_maximum_likelihood, split_starts
 from ._loss import Grouping, predict_lines, single_threaded_blas, weighted_mean
 from ._lstsq import refit_exactly
 from ._validation import check_groups, check_sample_weight, check_X_y
@@ -32,15 +33,13 @@ from ._validation import check_groups, check_sample_weight, check_X_y
 FloatArray = NDArray[np.float64]
 ProgressCallback = Callable[[float, dict[str, Any]], None]
 
-# EM steps from the fitted lines to the maximum of the mixture likelihood near them; they
-# stop earlier once the mean log-likelihood per row changes by less than the tolerance.
-_SCORE_EM_STEPS = 100
-_SCORE_EM_TOL = 1e-9
 # Noise variances are floored at this fraction of the residual variance of one
 # least-squares line: a line through a few rows cannot make the likelihood grow without bound,
 # and the floor, the same for every k on the same rows, keeps the mixtures of different k
 # comparable (the likelihood of k + 1 lines is never below that of k).
 VARIANCE_FLOOR_SHARE = 1e-2
+LIKELIHOOD_DROP_SLACK = 0.01
+"""A k sweep's log-likelihood may fall by this much as k grows before a warning names k."""
 
 
 @dataclass(frozen=True)
@@ -48,11 +47,22 @@ class MixtureScore:
     """A fitted set of lines read as a Gaussian mixture of regressions."""
 
     log_likelihood: float
-    """Total log-likelihood of the rows at the mixture's maximum near the lines."""
+    """Total log-likelihood of the rows at the highest maximum found (see
+    :func:`mixture_score`)."""
     n_parameters: int
     """Coefficients and intercepts of every line, its variance, and k - 1 free weights."""
     bic: float
     """``-2 log_likelihood + n_parameters log(n_samples)``: lower is better."""
+    ml_lines: FloatArray | None = field(default=None, compare=False, repr=False)
+    """The maximum-likelihood lines (caller's units; per line its coefficients, then the
+    intercept when fitted)."""
+    ml_weights: FloatArray | None = field(default=None, compare=False, repr=False)
+    ml_variances: FloatArray | None = field(default=None, compare=False, repr=False)
+    """The maximum's mixing weights and noise variances (caller's units): with ``ml_lines``,
+    the mixture a k sweep splits to start the next k."""
+    start: str = ""
+    """Where EM started that reached the maximum: ``"min-loss lines"``, ``"em restart"`` or
+    ``"split of k - 1"`` (the (k - 1)-line maximum with one line split in two)."""
 
 
 def mixture_score(
@@ -64,14 +74,20 @@ def mixture_score(
     fit_intercept: bool,
     sample_weight: ArrayLike | None = None,
     groups: ArrayLike | None = None,
+    previous: MixtureScore | None = None,
+    random_state: Any = 0,
 ) -> MixtureScore:
-    """BIC of lines read as a Gaussian mixture of regressions, at its maximized likelihood.
+    """BIC of lines read as a Gaussian mixture of regressions, at the highest maximum of its
+    likelihood found.
 
-    The lines' hard partition gives the starting weights (shares) and noise variances (mean
-    squared residual of the rows each line predicts best); EM steps then climb to the maximum
-    of the mixture likelihood near them, with each variance floored at
+    The maximum is :func:`~mixreg._likelihood.best_maximum_likelihood`'s: the highest that EM
+    reaches from the lines (weights and variances from the partition they induce), from 10
+    random partitions of the rows (flexmix's starts) and, given ``previous``, from the (k -
+    1)-line maximum with one of its lines split in two (one start per line; so its
+    likelihood is about that of k - 1 or higher). Each noise variance is floored at
     :data:`VARIANCE_FLOOR_SHARE` times the residual variance of one least-squares line (so a
-    line through a handful of rows cannot make the likelihood unbounded).
+    line through a handful of rows cannot make the likelihood unbounded), and a maximum at
+    which a line owns fewer rows than its coefficients plus one is not kept.
 
     Parameters
     ----------
@@ -84,12 +100,17 @@ def mixture_score(
     sample_weight : array-like of shape (n_samples,), optional
         Replication weights: the log-likelihood is the weighted sum over rows and the BIC's
         number of observations is the total weight, so integer weights score as the
-        repeated rows would.
+        repeated rows would (from the same starts).
     groups : array-like of shape (n_samples,), optional
         A label per row: the mixture is the grouped one (every group's rows from one line,
         as flexmix's ``y ~ x | g``), its likelihood the product over groups of each group's
         mixture density. The BIC's number of observations stays the rows' (their total
         weight), as flexmix counts them.
+    previous : MixtureScore, optional
+        The score of the same rows with one line fewer (a k sweep's): its maximum, split, gives
+        more starts.
+    random_state : int, numpy.random.Generator or None, default=0
+        Draws the random partitions (and the rows EM runs its starts on, above 20,000).
 
     Returns
     -------
@@ -112,6 +133,26 @@ def mixture_score(
     n_components, n_features = coef_arr.shape
     scaling, Z, y_scaled = _Scaling.of(X_arr, y_arr, fit_intercept, weights)
     lines = np.column_stack([coef_arr, intercept_arr]) if fit_intercept else coef_arr
+    starts: list[tuple[str, MixtureParameters]] = []
+    if (
+        previous is not None
+        and previous.ml_lines is not None
+        and previous.ml_weights is not None
+        and previous.ml_variances is not None
+    ):
+        if previous.ml_lines.shape != (n_components - 1, lines.shape[1]):
+            raise ValueError(
+                f"previous: its {previous.ml_lines.shape[0]} lines of "
+                f"{previous.ml_lines.shape[1]} parameters are not one line fewer than these "
+                f"{n_components} of {lines.shape[1]}"
+            )
+        starts = split_starts(
+            MixtureParameters(
+                theta=scaling.to_scaled(previous.ml_lines),
+                weights=previous.ml_weights,
+                variances=previous.ml_variances / scaling.y_scale**2,
+            )
+        )
     with single_threaded_blas():
         one_line, _ = refit_exactly(
             Z, y_scaled, np.zeros(n_samples, dtype=np.intp), 1, sample_weight=weights
@@ -121,22 +162,31 @@ def mixture_score(
             floor = VARIANCE_FLOOR_SHARE * float(residual @ residual) / n_samples
         else:
             floor = VARIANCE_FLOOR_SHARE * float(weighted_mean(residual * residual, weights))
-        batch = em_batch(
+        fit = best_maximum_likelihood(
             Z,
             y_scaled,
-            scaling.to_scaled(lines)[None],
-            max_iter=_SCORE_EM_STEPS,
-            tol=_SCORE_EM_TOL,
-            variance_floor=max(floor, np.finfo(np.float64).tiny),
+            scaling.to_scaled(lines),
+            rng=np.random.default_rng(random_state)
+            if not isinstance(random_state, np.random.Generator)
+            else random_state,
+            starts=starts,
             sample_weight=weights,
             grouping=grouping,
+            variance_floor=max(floor, np.finfo(np.float64).tiny),
         )
     # The density of y is that of the scaled target divided by the scale.
-    log_likelihood = n_observations * (
-        batch.log_likelihood_histories[0][-1] - float(np.log(scaling.y_scale))
-    )
+    log_likelihood = fit.log_likelihood - n_observations * float(np.log(scaling.y_scale))
     n_parameters = n_components * (n_features + fit_intercept) + n_components + n_components - 1
-    return _score(log_likelihood, n_parameters, n_observations)
+    ml_coef, ml_intercept = scaling.to_caller(fit.params.theta)
+    score = _score(log_likelihood, n_parameters, n_observations)
+    ml_lines = np.column_stack([ml_coef, ml_intercept]) if fit_intercept else ml_coef
+    return replace(
+        score,
+        ml_lines=ml_lines,
+        ml_weights=fit.params.weights,
+        ml_variances=fit.params.variances * scaling.y_scale**2,
+        start=fit.start,
+    )
 
 
 def _score(log_likelihood: float, n_parameters: int, n_samples: float) -> MixtureScore:
@@ -144,34 +194,47 @@ def _score(log_likelihood: float, n_parameters: int, n_samples: float) -> Mixtur
     return MixtureScore(log_likelihood=log_likelihood, n_parameters=n_parameters, bic=bic)
 
 
-def nested_scores(
-    scores: Sequence[tuple[int, MixtureScore]], n_samples: float
-) -> list[MixtureScore]:
-    """Scores of a sweep on the same rows, with a likelihood that never falls as k grows.
+class SweepLikelihoodWarning(UserWarning):
+    """A k sweep's likelihood fell as k grew: more search could find the larger k's maximum."""
+
+
+def likelihood_drops(scores: Sequence[tuple[int, MixtureScore]]) -> list[tuple[int, str]]:
+    """Each k of a sweep whose maximized likelihood is below a smaller k's, with a message.
 
     A mixture of k lines contains every mixture of fewer lines (the extra lines with weight
-    zero), so its maximized likelihood is at least theirs; when EM from the fitted k lines
-    ends below a smaller k's, the smaller k's value is the better bound and is kept (with
-    the k lines' number of parameters, so the BIC still pays for them).
+    zero), so its highest maximum is at least theirs; when the k-line maximum found is lower,
+    the search missed it. The score stays that of the fit at k (never a smaller k's value
+    carried forward), and the message says so.
 
     Parameters
     ----------
     scores : sequence of (k, MixtureScore)
         In any order.
-    n_samples : float
-        Training rows (their total weight, with sample weights).
 
     Returns
     -------
-    list of MixtureScore
-        In the order given.
+    list of (k, message)
+        In increasing k; each message begins with ``k=K:``.
     """
-    best_below = -np.inf
-    nested: dict[int, MixtureScore] = {}
+    drops: list[tuple[int, str]] = []
+    best_below, best_k = -np.inf, 0
     for k, score in sorted(scores, key=lambda pair: pair[0]):
-        best_below = max(best_below, score.log_likelihood)
-        nested[k] = _score(best_below, score.n_parameters, n_samples)
-    return [nested[k] for k, _ in scores]
+        # Rounding of a sum over the rows, and EM's stop a hair below a maximum on the
+        # boundary (the smaller k's lines with one more of weight near zero), are no drop.
+        slack = LIKELIHOOD_DROP_SLACK + 1e-9 * abs(score.log_likelihood)
+        if score.log_likelihood < best_below - slack:
+            drops.append(
+                (
+                    k,
+                    f"k={k}: the maximized log-likelihood {score.log_likelihood:.6g} is below "
+                    f"k={best_k}'s {best_below:.6g} although {k} lines contain every mixture "
+                    f"of {best_k}; the BIC of k={k} is that of the maximum found at k={k} (a "
+                    "longer search, e.g. a larger n_init, may find a higher one)",
+                )
+            )
+        if score.log_likelihood > best_below:
+            best_below, best_k = score.log_likelihood, k
+    return drops
 
 
 @dataclass(frozen=True)
@@ -284,13 +347,15 @@ def select_n_components(
     Returns
     -------
     NComponentsSelection
-        Ties in BIC go to the smaller k. Scores are :func:`mixture_score`'s, made
-        non-decreasing in k by :func:`nested_scores`.
+        Ties in BIC go to the smaller k. Scores are :func:`mixture_score`'s, each from the
+        maximum found at its k (from the k-line fit, random partitions and the (k - 1)-line
+        maximum plus one line); a k whose maximum is below a smaller k's is kept as found,
+        with a :class:`SweepLikelihoodWarning` naming it. Warnings of a k's fit are issued
+        again prefixed with ``k=K:``.
     """
     X_arr, y_arr = check_X_y(X, y)
     weights = None if sample_weight is None else check_sample_weight(sample_weight, len(y_arr))
     n_samples, n_features = X_arr.shape
-    n_observations = float(n_samples if weights is None else weights.sum())
     n_params = n_features + bool(params.get("fit_intercept", True))
     requested = check_n_components_list(n_components, n_samples)
     values = [k for k in requested if not too_many_lines(k, n_samples, n_params)]
@@ -311,6 +376,8 @@ def select_n_components(
     estimators: list[MixtureOfLinearRegressions] = []
     scores: list[tuple[int, MixtureScore]] = []
     previous: MixtureOfLinearRegressions | None = None
+    previous_score: MixtureScore | None = None
+    previous_k = 0
     for position, k in enumerate(values):
         sweep_progress = None
         if progress is not None:
@@ -322,7 +389,12 @@ def select_n_components(
 
         init = sweep_warm_start(X_arr, y_arr, k, previous, params)
         estimator = MixtureOfLinearRegressions(n_components=k, **{**params, "init": init})
-        estimator.fit(X_arr, y_arr, weights, groups, progress=sweep_progress)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            estimator.fit(X_arr, y_arr, weights, groups, progress=sweep_progress)
+        for warning in caught:
+            # Each k's warnings say which k they are about.
+            warnings.warn(f"k={k}: {warning.message}", warning.category, stacklevel=2)
         estimators.append(estimator)
         previous = estimator
         score = mixture_score(
@@ -333,16 +405,27 @@ def select_n_components(
             fit_intercept=bool(estimator.fit_intercept),
             sample_weight=weights,
             groups=groups,
+            previous=previous_score if previous_k == k - 1 else None,
+            random_state=_score_seed(params.get("random_state")),
         )
         scores.append((k, score))
+        previous_score, previous_k = score, k
+    for _, message in likelihood_drops(scores):
+        warnings.warn(message, SweepLikelihoodWarning, stacklevel=2)
     fits = [
         ComponentsFit(k, estimator, estimator.train_loss_, score)
-        for k, estimator, score in zip(
-            values, estimators, nested_scores(scores, n_observations), strict=True
-        )
+        for k, estimator, (_, score) in zip(values, estimators, scores, strict=True)
     ]
     best = preferred_n_components([(fit.n_components, fit.score.bic) for fit in fits])
     return NComponentsSelection(fits=fits, best_n_components=best)
+
+
+def _score_seed(random_state: Any) -> Any:
+    """The seed of a sweep's scores: the fits' integer seed (each k scored alike), else 0 (a
+    generator given to the fits is theirs to advance)."""
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        return int(random_state)
+    return 0
 
 
 def sweep_warm_start(
@@ -384,10 +467,8 @@ def sweep_warm_start(
 
 
 def one_more_line(X: FloatArray, y: FloatArray, fitted: MixtureOfLinearRegressions) -> FloatArray:
-    """The lines of a fit plus the least-squares line of the rows they fit worst.
-
-    The worst rows are the ``1 / (k + 1)`` share with the largest smallest squared residual,
-    ``k`` the fit's number of lines: where a (k + 1)-th line is most likely needed.
+    """The lines of a fit plus the least-squares line of the rows they fit worst
+    (:func:`lines_plus_one` of its lines).
 
     Parameters
     ----------
@@ -401,17 +482,41 @@ def one_more_line(X: FloatArray, y: FloatArray, fitted: MixtureOfLinearRegressio
     ndarray of shape (k + 1, n_features + fit_intercept)
         Coefficients, then the intercept when the fit has one: ``init`` of a (k + 1)-line fit.
     """
-    k = fitted.coef_.shape[0]
-    residuals = np.min(
-        (predict_lines(X, fitted.coef_, fitted.intercept_) - y[:, None]) ** 2, axis=1
+    lines = (
+        np.column_stack([fitted.coef_, fitted.intercept_]) if fitted.fit_intercept else fitted.coef_
     )
-    n_worst = max(X.shape[1] + 1, X.shape[0] // (k + 1))
+    return lines_plus_one(X, y, lines, fit_intercept=bool(fitted.fit_intercept))
+
+
+def lines_plus_one(
+    X: FloatArray, y: FloatArray, lines: FloatArray, *, fit_intercept: bool
+) -> FloatArray:
+    """Lines plus the least-squares line of the rows they fit worst.
+
+    The worst rows are the ``1 / (k + 1)`` share with the largest smallest squared residual,
+    ``k`` the number of lines: where a (k + 1)-th line is most likely needed.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+    y : ndarray of shape (n_samples,)
+    lines : ndarray of shape (k, n_features + fit_intercept)
+        Per line its coefficients, then its intercept when ``fit_intercept``.
+    fit_intercept : bool
+
+    Returns
+    -------
+    ndarray of shape (k + 1, n_features + fit_intercept)
+    """
+    k, n_features = lines.shape[0], X.shape[1]
+    coef = lines[:, :n_features]
+    intercept = lines[:, n_features] if fit_intercept else np.zeros(k)
+    residuals = np.min((predict_lines(X, coef, intercept) - y[:, None]) ** 2, axis=1)
+    n_worst = max(n_features + 1, X.shape[0] // (k + 1))
     worst = np.argsort(residuals, kind="stable")[-n_worst:]
     design = X[worst]
-    lines = fitted.coef_
-    if fitted.fit_intercept:
+    if fit_intercept:
         design = np.column_stack([design, np.ones(n_worst)])
-        lines = np.column_stack([fitted.coef_, fitted.intercept_])
     new_line, *_ = np.linalg.lstsq(design, y[worst], rcond=None)
     grown: FloatArray = np.vstack([lines, new_line])
     return grown

@@ -43,9 +43,9 @@ from mixreg import (
     MixtureOfLinearRegressions,
     MixtureScore,
     SummaryRow,
+    likelihood_drops,
     min_loss,
     mixture_score,
-    nested_scores,
     predict_lines,
     preferred_n_components,
     sweep_warm_start,
@@ -562,15 +562,20 @@ def fit_split(
                     split,
                     baseline,
                     _sweep_progress(progress, position, len(all_k), k),
+                    previous_score=(
+                        fits[-1].score if fits and fits[-1].n_components == k - 1 else None
+                    ),
                 )
             )
             previous = estimator
-    # k lines contain every mixture of fewer: their likelihood never falls as k grows.
-    n_observations = (
-        len(y_train) if split.weights_train is None else float(split.weights_train.sum())
-    )
-    scores = nested_scores([(fit.n_components, fit.score) for fit in fits], n_observations)
-    fits = [replace(fit, score=score) for fit, score in zip(fits, scores, strict=True)]
+    # k lines contain every mixture of fewer: a k whose maximum found is lower says so.
+    drops = dict(likelihood_drops([(fit.n_components, fit.score) for fit in fits]))
+    fits = [
+        replace(fit, warnings=[*fit.warnings, drops[fit.n_components]])
+        if fit.n_components in drops
+        else fit
+        for fit in fits
+    ]
     best = preferred_n_components([(fit.n_components, fit.score.bic) for fit in fits])
     return FittedSweep(fits=fits, best_n_components=best)
 
@@ -623,8 +628,11 @@ def _fit_one(
     split: TrainHoldout,
     baseline: dict[str, Any],
     progress: ProgressCallback | None,
+    previous_score: MixtureScore | None = None,
 ) -> FittedMixture:
-    """Fit ``estimator`` (unfitted, of ``spec``), starting also from ``init`` when given."""
+    """Fit ``estimator`` (unfitted, of ``spec``), starting also from ``init`` when given; its
+    score's maximum-likelihood search also starts from ``previous_score``'s (a k sweep's
+    (k - 1)-line maximum) plus one line."""
     X_train, y_train = split.X_train, split.y_train
     X_holdout, y_holdout = split.X_holdout, split.y_holdout
     n_components = int(estimator.n_components)
@@ -703,6 +711,8 @@ def _fit_one(
             fit_intercept=spec.fit_intercept,
             sample_weight=split.weights_train,
             groups=split.groups_train,
+            previous=previous_score,
+            random_state=spec.seed,
         ),
         candidates=None if candidates is None else [_candidate(item) for item in candidates],
         warnings=[*fit_warnings, *([poor] if poor else [])],

@@ -26,6 +26,7 @@ from mixreg import (
 from mixreg._auto import lines_of_random_rows
 from mixreg._em import EMResult
 from mixreg._loss import single_threaded_blas
+from mixreg._selection import LIKELIHOOD_DROP_SLACK
 from mixreg._solvers import FitContext, restarts
 
 # Settings that keep each algorithm to a fraction of a second on a few dozen rows.
@@ -329,7 +330,9 @@ def quiet_select(X, y, values):
         warnings.simplefilter("ignore", ConvergenceWarning)
         # A fit may leave one of its lines short of rows; the sweep's own warning (a skipped
         # k) is raised by select_n_components itself, after its fits.
-        warnings.filterwarnings("ignore", category=DegenerateFitWarning, message=r"\d+ of the")
+        warnings.filterwarnings(
+            "ignore", category=DegenerateFitWarning, message=r"k=\d+: \d+ of the"
+        )
         return select_n_components(X, y, values, random_state=0)
 
 
@@ -342,13 +345,19 @@ def test_four_lines_on_six_rows_warn():
 @pytest.mark.parametrize("seed", range(3))
 def test_the_likelihood_never_falls_as_k_grows_on_the_same_rows(seed):
     X, y = lines_data(2000, 2, 3, seed=300 + seed, noise=0.5)
+    # Each k's likelihood comes from a fit at k (one of its starts splits a line of k - 1's
+    # maximum), never a copy of a smaller k's: it does not fall, beyond EM's stopping slack, and
+    # the sweep gives no SweepLikelihoodWarning (the "error" filter would raise it).
     selection = quiet_select(X, y, [1, 2, 3, 4, 5])
     likelihoods = [fit.score.log_likelihood for fit in selection.fits]
-    assert all(b >= a for a, b in itertools.pairwise(likelihoods)), likelihoods
-    # Each score is at least the likelihood of its own lines' hard reading (EM only climbs).
+    assert all(b >= a - LIKELIHOOD_DROP_SLACK for a, b in itertools.pairwise(likelihoods)), (
+        likelihoods
+    )
+    assert len(set(likelihoods)) == len(likelihoods), "a likelihood was carried forward"
+    # Each score is at least the maximum EM reaches from the fit's own lines alone.
     for fit in selection.fits:
         own = mixture_score(X, y, fit.estimator.coef_, fit.estimator.intercept_, fit_intercept=True)
-        assert fit.score.log_likelihood >= own.log_likelihood - 1e-9 * abs(own.log_likelihood)
+        assert fit.score.log_likelihood >= own.log_likelihood - 1e-6 * abs(own.log_likelihood)
 
 
 # --- 5. flags that mean what they say ---

@@ -45,7 +45,8 @@ def log_likelihood_of(X, y, coef, intercept, weights, variances):
 
 def em_by_hand(X, y, coef, intercept, iterations=500):
     """EM for the mixture from the lines' hard reading, variances floored at 1% of one
-    least-squares line's residual variance; returns the final total log-likelihood."""
+    least-squares line's residual variance; returns the final total log-likelihood, the floor
+    and the final weights and variances."""
     design = np.column_stack([X, np.ones(len(y))])
     one_line = np.linalg.lstsq(design, y, rcond=None)[0]
     floor = 0.01 * np.mean((y - design @ one_line) ** 2)
@@ -68,24 +69,54 @@ def em_by_hand(X, y, coef, intercept, iterations=500):
         variances = np.maximum((responsibilities * squared).sum(axis=0) / mass, floor)
         weights = np.maximum(mass / len(y), 1e-12)
         weights /= weights.sum()
-    return log_likelihood_of(X, y, lines[:, :-1], lines[:, -1], weights, variances), floor
+    total = log_likelihood_of(X, y, lines[:, :-1], lines[:, -1], weights, variances)
+    return total, floor, weights, variances
 
 
-def test_mixture_score_is_the_mixture_likelihood_climbed_by_em_from_the_lines():
+def random_partition_lines_by_hand(X, y, k, count, seed):
+    """The least-squares lines of ``count`` random partitions of the rows, drawn as
+    mixture_score draws them (all rows, one label per row and partition)."""
+    labels = np.random.default_rng(seed).integers(0, k, size=(count, len(y)))
+    design = np.column_stack([X, np.ones(len(y))])
+    starts = []
+    for partition in labels:
+        # Every part has more rows than parameters here: each line is determined.
+        assert np.bincount(partition, minlength=k).min() > X.shape[1] + 1
+        lines = np.array(
+            [
+                np.linalg.lstsq(design[partition == j], y[partition == j], rcond=None)[0]
+                for j in range(k)
+            ]
+        )
+        starts.append(lines)
+    return starts
+
+
+def test_mixture_score_is_the_highest_maximum_em_reaches_from_the_lines_and_random_partitions():
     rng = np.random.default_rng(0)
-    X = rng.standard_normal((25, 2))
-    y = rng.standard_normal(25)
+    n = 60
+    X = rng.standard_normal((n, 2))
+    y = rng.standard_normal(n)
     coef = np.array([[1.0, -0.5], [0.2, 0.3], [50.0, 50.0]])  # the third line wins no row
     intercept = np.array([0.1, -0.2, 100.0])
-    score = mixture_score(X, y, coef, intercept, fit_intercept=True)
-    climbed, floor = em_by_hand(X, y, coef, intercept)
+    score = mixture_score(X, y, coef, intercept, fit_intercept=True, random_state=0)
+    from_lines, floor, *_ = em_by_hand(X, y, coef, intercept)
     start = log_likelihood_of(X, y, coef, intercept, *hard_reading(X, y, coef, intercept, floor))
-    assert score.log_likelihood > start + 1.0, "EM did not climb from the lines' reading"
-    assert score.log_likelihood == pytest.approx(climbed, abs=1e-3)
+    assert from_lines > start + 1.0, "EM did not climb from the lines' reading"
+    # The brute-force twin: EM from the lines and from each random partition (a maximum where
+    # a line owns fewer than p + 1 = 3 rows is spurious; the 1 % floor bounds the rest).
+    reached = [from_lines]
+    for lines in random_partition_lines_by_hand(X, y, 3, 10, seed=0):
+        total, _, weights, _ = em_by_hand(X, y, lines[:, :-1], lines[:, -1])
+        if np.all(weights * n >= 3):
+            reached.append(total)
+    assert max(reached) > from_lines + 1.0, "the random partitions should find a higher maximum"
+    assert score.log_likelihood == pytest.approx(max(reached), abs=1e-3)
+    assert score.start == "em restart"
     n_parameters = 3 * 3 + 3 + 2
     assert score.n_parameters == n_parameters
     assert score.bic == pytest.approx(
-        -2 * score.log_likelihood + n_parameters * math.log(25), rel=1e-12
+        -2 * score.log_likelihood + n_parameters * math.log(n), rel=1e-12
     )
     without_intercept = mixture_score(X, y, coef, intercept, fit_intercept=False)
     assert without_intercept.n_parameters == n_parameters - 3

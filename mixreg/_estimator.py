@@ -1204,7 +1204,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             log_likelihood=float(self.log_likelihood_),
         )
         if not hasattr(self, "gate_coef_se_"):
-            return table
+            return replace(table, start=getattr(self, "ml_start_", None))
         n_columns = self.gate_coef_.shape[1]
         if self.gate_on_features_:
             gate_names = names

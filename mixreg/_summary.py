@@ -55,6 +55,8 @@ class InferenceSummary:
         The confidence level of ``lower`` and ``upper``.
     log_likelihood : float
         Of the maximum-likelihood fit the estimates are.
+    start : str or None
+        Where EM started that reached the maximum the estimates are (printed).
     gate_rows : list of SummaryRow
         A gated fit's gate (as R's concomitant model): for every component but the first
         (the reference), the intercept then the slope on each concomitant column of its
@@ -65,6 +67,9 @@ class InferenceSummary:
     level: float
     log_likelihood: float
     gate_rows: list[SummaryRow] = field(default_factory=list)
+    start: str | None = None
+    """Where EM started that reached the maximum (``"min-loss lines"`` or ``"em restart"``);
+    None for a gated fit (gated EM's start is ``gate_start_``)."""
 
     def to_records(self) -> list[dict[str, Any]]:
         """The rows as JSON-ready dicts (None where a number does not exist)."""
@@ -84,6 +89,11 @@ class InferenceSummary:
             return f"{'NA':>{width}}" if value is None else f"{value:{width}{spec}}"
 
         lines = [f"log-likelihood: {self.log_likelihood:.6g}; intervals at {self.level:.0%}"]
+        if self.start is not None:
+            lines.append(
+                "maximum-likelihood estimates of the Gaussian mixture (the highest maximum "
+                f"found; EM from the {self.start}), not the served min-loss lines"
+            )
         for title, rows in (("", self.rows), ("Concomitant model (gate)", self.gate_rows)):
             if title and rows:
                 lines += ["", title]

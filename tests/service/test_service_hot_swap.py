@@ -224,9 +224,7 @@ def test_a_delete_racing_an_alias_move_onto_its_version_is_a_409(
     # version 1 starts.
     with paused_after(engine, "INSERT INTO MODEL_ALIAS_EVENTS") as (reached, release):
         mover, moved = in_thread(
-            lambda: client.put(
-                "/registered-models/reco/aliases/production", json={"version": 1}
-            )
+            lambda: client.put("/registered-models/reco/aliases/production", json={"version": 1})
         )
         assert reached.wait(timeout=10)
         deleter, deleted = in_thread(lambda: client.delete(f"/models/{versions[1]}"))
@@ -251,9 +249,7 @@ def test_an_alias_move_racing_the_delete_of_its_target_version_is_a_409(
         deleter, deleted = in_thread(lambda: client.delete(f"/models/{versions[1]}"))
         assert reached.wait(timeout=10)
         mover, moved = in_thread(
-            lambda: client.put(
-                "/registered-models/reco/aliases/production", json={"version": 1}
-            )
+            lambda: client.put("/registered-models/reco/aliases/production", json={"version": 1})
         )
         wait_for_a_lock_wait(engine)
         release.set()

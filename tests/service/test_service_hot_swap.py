@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Connection, Engine, event, text
@@ -68,17 +67,17 @@ def versions(client, data, run_queued_jobs) -> dict[int, str]:
     return ids
 
 
-def move(client: TestClient, version: int) -> httpx.Response:
+def move(client: TestClient, version: int) -> Any:
     response = client.put("/registered-models/reco/aliases/production", json={"version": version})
     assert response.status_code == 200, response.text
     return response
 
 
-def predict(client: TestClient, reference: str, X) -> httpx.Response:
+def predict(client: TestClient, reference: str, X) -> Any:
     return client.post("/predict", json={"model_id": reference, "X": X[:2].tolist()})
 
 
-def answered_by(response: httpx.Response) -> tuple[int, int | None]:
+def answered_by(response: Any) -> tuple[int, int | None]:
     return response.status_code, response.json().get("version")
 
 
@@ -201,8 +200,8 @@ def wait_for_a_lock_wait(engine: Engine) -> None:
             time.sleep(0.02)
 
 
-def in_thread(call) -> tuple[threading.Thread, list[httpx.Response]]:
-    answers: list[httpx.Response] = []
+def in_thread(call) -> tuple[threading.Thread, list[Any]]:
+    answers: list[Any] = []
     thread = threading.Thread(target=lambda: answers.append(call()))
     thread.start()
     return thread, answers

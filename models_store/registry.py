@@ -96,6 +96,31 @@ def version_of_model(session: Session, *, model_id: str) -> ModelVersion | None:
     return session.scalars(select(ModelVersion).where(ModelVersion.model_id == model_id)).first()
 
 
+def lock_version_of_model(session: Session, *, model_id: str) -> ModelVersion | None:
+    """The registered version that ``model_id`` is, locked until the end of the transaction
+    (PostgreSQL ``FOR UPDATE``; SQLite's ``BEGIN IMMEDIATE`` serializes writers), or None.
+
+    Taken before deleting the model: an alias move onto this version (which locks it with
+    :func:`set_alias`) then either commits first, so the delete sees the alias, or waits for
+    the delete and finds the version gone.
+    """
+    return session.scalars(
+        select(ModelVersion)
+        .where(ModelVersion.model_id == model_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ).first()
+
+
+def _shared_version(session: Session, name: str, version: int) -> ModelVersion | None:
+    return session.scalars(
+        select(ModelVersion)
+        .where(ModelVersion.registered_model == name, ModelVersion.version == version)
+        .with_for_update(read=True)
+        .execution_options(populate_existing=True)
+    ).first()
+
+
 def versions_of_models(session: Session, *, model_ids: Iterable[str]) -> dict[str, ModelVersion]:
     """The registered version of each of ``model_ids`` that is one, by model id."""
     wanted = list(model_ids)
@@ -161,14 +186,19 @@ def _locked_alias(session: Session, name: str, alias: str) -> ModelAlias | None:
 
 def set_alias(
     session: Session, *, name: str, alias: str, version: int, changed_by: str | None
-) -> AliasMove:
-    """Point ``alias`` of ``name`` at ``version`` (which must exist) and record the move.
+) -> AliasMove | None:
+    """Point ``alias`` of ``name`` at ``version`` and record the move; None (nothing changed)
+    if there is no such version, e.g. deleted by a concurrent transaction.
 
-    The alias row is locked while it moves (PostgreSQL ``FOR UPDATE``; SQLite's
-    ``BEGIN IMMEDIATE`` serializes writers), so concurrent moves are recorded in the order
-    they happened, each with the version it replaced.
+    The target version is locked for share (PostgreSQL ``FOR SHARE``) while the alias moves
+    onto it, so a concurrent delete of it waits and then sees the alias, or commits first and
+    the move finds it gone, never a foreign-key violation. The alias row is locked while it
+    moves (``FOR UPDATE``; SQLite's ``BEGIN IMMEDIATE`` serializes writers), so concurrent
+    moves are recorded in the order they happened, each with the version it replaced.
     """
     now = utcnow()
+    if _shared_version(session, name, version) is None:
+        return None
     current = _locked_alias(session, name, alias)
     if current is None:
         try:

@@ -11,7 +11,7 @@ Jobs and models keep the id of the dataset they were fitted on, but no longer as
 key: a dataset no unfinished job uses may be deleted, and the id stays as provenance.
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 Create Date: 2026-11-26
 """
 

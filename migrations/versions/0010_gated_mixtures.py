@@ -6,7 +6,7 @@ noise variances, log-likelihood, BIC, holdout metrics). Jobs and models stored b
 revision have no gate.
 
 Revision ID: 0010
-Revises: 0008
+Revises: 0009
 Create Date: 2026-11-26
 """
 

@@ -5,7 +5,7 @@
 and intervals (and the bootstrap's). Both are JSON, null for rows stored before.
 
 Revision ID: 0011
-Revises: 0007
+Revises: 0010
 Create Date: 2026-11-26
 """
 

@@ -10,7 +10,7 @@ never a row per key. A running keyed job stores each shard of keys it has fitted
 attempt that takes over after a lost worker fits only the shards not stored yet.
 
 Revision ID: 0012
-Revises: 0008
+Revises: 0011
 Create Date: 2026-11-26
 """
 

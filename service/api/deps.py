@@ -39,6 +39,12 @@ async def get_model_cache(request: Request) -> ModelCache:
     return cache
 
 
+async def get_reference_resolver(request: Request) -> references.ReferenceResolver:
+    """What this process remembers of resolved ``name@alias`` references."""
+    resolver: references.ReferenceResolver = request.app.state.reference_resolver
+    return resolver
+
+
 def get_worker(request: Request) -> EmbeddedWorker | None:
     """The embedded worker, if this app runs one."""
     worker: EmbeddedWorker | None = request.app.state.worker
@@ -54,6 +60,7 @@ def get_task_queue(request: Request) -> FitTaskQueue | None:
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionFactoryDep = Annotated[sessionmaker[Session], Depends(get_session_factory)]
 ModelCacheDep = Annotated[ModelCache, Depends(get_model_cache)]
+ReferenceResolverDep = Annotated[references.ReferenceResolver, Depends(get_reference_resolver)]
 WorkerDep = Annotated[EmbeddedWorker | None, Depends(get_worker)]
 TaskQueueDep = Annotated[FitTaskQueue | None, Depends(get_task_queue)]
 

@@ -61,6 +61,13 @@ def apply_retention(
             for model_id in registry.models_not_behind_an_alias(
                 session, created_before=models_before
             ):
+                # An alias may have moved onto it since the list was read: lock the version,
+                # then look again (see registry.lock_version_of_model).
+                version = registry.lock_version_of_model(session, model_id=model_id)
+                if version is not None and registry.aliases_of_version(
+                    session, name=version.registered_model, version=version.version
+                ):
+                    continue
                 if repository.delete_model(session, model_id=model_id):
                     report.expired_models.append(model_id)
     datasets_before = _days_ago(now, settings.dataset_retention_days)

@@ -43,7 +43,7 @@ from service.serving.prediction import (
     ModelCache,
     StoredLines,
     gate_columns,
-    load_lines,
+    load_referenced_lines,
     predict_gated,
     predict_rows,
     score_predictions,
@@ -339,7 +339,12 @@ async def lines_of(request: Request, reference: str) -> StoredLines:
     lines = cache.get(model_id)
     if lines is None:
         lines = await run_in_threadpool(
-            load_lines, cache=cache, session_factory=session_factory, model_id=model_id
+            load_referenced_lines,
+            cache=cache,
+            resolver=resolver,
+            session_factory=session_factory,
+            reference=reference,
+            model_id=model_id,
         )
     return lines
 

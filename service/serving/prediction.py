@@ -207,6 +207,36 @@ def load_lines(
     return lines
 
 
+def load_referenced_lines(
+    *,
+    cache: ModelCache,
+    resolver: references.ReferenceResolver,
+    session_factory: sessionmaker[Session],
+    reference: str,
+    model_id: str,
+) -> StoredLines:
+    """The lines of the model ``reference`` names, which resolved to ``model_id``; 404 if none.
+
+    When ``model_id`` is gone although ``reference`` named it a moment ago (an alias moved and
+    its old version deleted, here, in another process or by retention), ``reference`` is looked
+    up again: a prediction by alias never fails because the alias moved.
+    """
+    for _ in range(_LOOKUPS_AFTER_A_MISS):
+        try:
+            return load_lines(cache=cache, session_factory=session_factory, model_id=model_id)
+        except NotFoundError:
+            again = resolver.resolve_again(reference, session_factory, missing=model_id)
+            if again is None:
+                raise
+            model_id = again
+    return load_lines(cache=cache, session_factory=session_factory, model_id=model_id)
+
+
+_LOOKUPS_AFTER_A_MISS = 3
+"""Lookups of a reference after its model was found deleted: each finds a newer target, gone
+again only if the alias moved on and that version was deleted too within the lookup."""
+
+
 def keyed_lines(arrays: dict[str, NDArray[Any]]) -> KeyedMixture:
     """Every key's lines of a keyed model from its stored arrays (keys in sorted order)."""
     return KeyedMixture(
@@ -466,14 +496,20 @@ def _check_finite_predictions(predictions: FloatArray) -> None:
 
 
 def delete_model(
-    *, cache: ModelCache, session_factory: sessionmaker[Session], reference: str
+    *,
+    cache: ModelCache,
+    session_factory: sessionmaker[Session],
+    reference: str,
+    resolver: references.ReferenceResolver | None = None,
 ) -> None:
     """Delete the model ``reference`` names (its id, ``name/versions/N``, ...), then evict it
-    from the cache once that is committed; 404 if none, 409 if it is a registered version that
-    an alias points at."""
+    from the cache (and from what ``resolver`` remembers) once that is committed; 404 if none,
+    409 if it is a registered version that an alias points at."""
     with session_scope(session_factory) as session:
         model_id = references.resolve_in_session(session, references.parse_reference(reference))
-        version = registry.version_of_model(session, model_id=model_id)
+        # Locked before the aliases are read: an alias moving onto this version meanwhile
+        # (which locks it too) either commits first, and is seen (409), or waits for the delete.
+        version = registry.lock_version_of_model(session, model_id=model_id)
         if version is not None:
             aliases = registry.aliases_of_version(
                 session, name=version.registered_model, version=version.version
@@ -488,3 +524,5 @@ def delete_model(
         if not repository.delete_model(session, model_id=model_id):
             raise NotFoundError(f"model {model_id} does not exist")
     cache.evict(model_id)
+    if resolver is not None:
+        resolver.forget_model(model_id)

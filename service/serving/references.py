@@ -12,8 +12,13 @@ digit; a name is never 32 lowercase hexadecimal digits (the form of a model id).
 Each API process remembers what an alias resolved to for ``MIXREG_ALIAS_REFRESH_S`` seconds,
 so a prediction by alias costs no more database access than one by id; an alias that moves is
 therefore followed by every process within that delay (plus the one lookup that refreshes it,
-during which the other requests keep the previous answer). A request resolves its reference once
-and is answered wholly by the model it resolved to, so no answer mixes two versions.
+during which the other requests keep the previous answer). The process that moves an alias or
+deletes a version forgets what it remembered of them once the change is committed, so it
+follows at once. A request resolves its reference once and is answered wholly by the model it
+resolved to, so no answer mixes two versions; and when that model is gone (its version deleted
+right after the alias moved away from it, here, in another process or by retention), the
+reference is looked up again before any 404 (:meth:`ReferenceResolver.resolve_again`), so no
+prediction fails while an alias moves.
 """
 
 from __future__ import annotations
@@ -23,10 +28,11 @@ import threading
 import time
 from dataclasses import dataclass
 
+from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
 from models_store import registry, repository
-from models_store.session import session_scope
+from models_store.session import read_scope
 from models_store.tables import Model
 from service.errors import InvalidInputError, NotFoundError
 
@@ -133,6 +139,9 @@ class ReferenceResolver:
         self._refresh_s = refresh_s
         self._entries: dict[str, tuple[str, float]] = {}
         self._refreshing: set[str] = set()
+        # Counts the forgettings: a lookup that started before one may have read what was
+        # just changed, so it answers its request but is not remembered.
+        self._generation = 0
         self._lock = threading.Lock()
 
     def cached(self, text: str) -> str | None:
@@ -154,16 +163,62 @@ class ReferenceResolver:
         model_id = self.cached(text)
         if model_id is not None:
             return model_id
+        return self._look_up(text, session_factory)
+
+    def resolve_again(
+        self, text: str, session_factory: sessionmaker[Session], *, missing: str
+    ) -> str | None:
+        """After the model ``missing`` that ``text`` resolved to was found deleted: the model
+        ``text`` names now, read from the database; None if ``text`` is that model's id or
+        still names it (then it is really gone: 404).
+
+        The alias was moved away from ``missing`` before it could be deleted (a version behind
+        an alias cannot be), so this finds where it points now, whatever this process
+        remembered.
+        """
+        if _MODEL_ID.fullmatch(text):
+            return None
+        self.forget_model(missing)
+        model_id = self._look_up(text, session_factory)
+        return None if model_id == missing else model_id
+
+    def forget(self, text: str) -> None:
+        """Forget what ``text`` resolved to (an alias that moved or was removed)."""
+        with self._lock:
+            self._generation += 1
+            self._entries.pop(text, None)
+
+    def forget_model(self, model_id: str) -> None:
+        """Forget every reference that resolved to ``model_id`` (a deleted model)."""
+        with self._lock:
+            self._generation += 1
+            for text in [text for text, (id_, _) in self._entries.items() if id_ == model_id]:
+                del self._entries[text]
+
+    def forget_after_commit(self, session: Session, text: str) -> None:
+        """Forget ``text`` once ``session`` commits: forgotten earlier, a lookup between then
+        and the commit would read the old state and remember it."""
+
+        def forget(_: Session) -> None:
+            self.forget(text)
+
+        event.listen(session, "after_commit", forget, once=True)
+
+    def _look_up(self, text: str, session_factory: sessionmaker[Session]) -> str:
         reference = parse_reference(text)
         with self._lock:
             self._refreshing.add(text)
+            generation = self._generation
         try:
-            with session_scope(session_factory) as session:
+            # A pure read: on SQLite it takes no write lock, so it neither waits behind a
+            # writer (an upload, a worker's heartbeat) nor makes one wait.
+            with read_scope(session_factory) as session:
                 model_id = resolve_in_session(session, reference)
             with self._lock:
-                self._entries[text] = (model_id, time.monotonic() + self._refresh_s)
-                if len(self._entries) > _MAX_ENTRIES:
-                    self._drop_expired()
+                if generation == self._generation:
+                    self._entries[text] = (model_id, time.monotonic() + self._refresh_s)
+                    if len(self._entries) > _MAX_ENTRIES:
+                        self._drop_expired()
         finally:
             with self._lock:
                 self._refreshing.discard(text)

@@ -1,4 +1,5 @@
-"""On a SQLite file, reads answer while another process holds the write lock."""
+"""On a SQLite file, reads (alias lookups of predictions too) answer while another process holds
+the write lock."""
 
 from __future__ import annotations
 
@@ -21,8 +22,12 @@ def test_a_long_held_write_does_not_block_reads(make_sqlite_server: ServerFactor
     X = rng.standard_normal((40, 1))
     created = server.request("POST", "/datasets", json={"X": X.tolist(), "y": X[:, 0].tolist()})
     assert created.status_code == 201, created.text
-    job = server.wait_for_job(server.fit({"dataset_id": created.json()["id"], "k": 2}))
+    job = server.wait_for_job(
+        server.fit({"dataset_id": created.json()["id"], "k": 2, "registered_model": "reco"})
+    )
     assert job["status"] == "succeeded"
+    moved = server.request("PUT", "/registered-models/reco/aliases/production", json={"version": 1})
+    assert moved.status_code == 200, moved.text
 
     # The server's own writes (its worker's heartbeats, retention) take the lock for moments:
     # wait for them, then hold it.
@@ -46,6 +51,12 @@ def test_a_long_held_write_does_not_block_reads(make_sqlite_server: ServerFactor
                 # Answered from the last committed state, without waiting for the lock.
                 assert time.monotonic() - sent < 5, path
             assert client.get(f"/jobs/{job['id']}").json()["name"] is None
+            # A prediction by alias looks the alias up (not yet remembered): a pure read too.
+            sent = time.monotonic()
+            answer = client.post("/predict", json={"model_id": "reco@production", "X": [[0.5]]})
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["model_id"] == job["model_id"]
+            assert time.monotonic() - sent < 5
     finally:
         if writer.in_transaction:
             writer.execute("ROLLBACK")

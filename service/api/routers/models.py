@@ -12,6 +12,7 @@ from service.api import cursors
 from service.api.deps import (
     MODEL_REFERENCE,
     ModelCacheDep,
+    ReferenceResolverDep,
     SessionDep,
     SessionFactoryDep,
     ValidModel,
@@ -185,10 +186,17 @@ def get_version(model: ValidModelVersion, session: SessionDep) -> ModelOut:
     response_class=Response,
     responses={409: {"description": "the model is a registered version an alias points at"}},
 )
-def delete(model_id: ModelId, cache: ModelCacheDep, session_factory: SessionFactoryDep) -> None:
+def delete(
+    model_id: ModelId,
+    cache: ModelCacheDep,
+    session_factory: SessionFactoryDep,
+    resolver: ReferenceResolverDep,
+) -> None:
     """Delete a model; its job keeps the (now dangling) model id. A registered version that an
     alias points at is not deleted (409): move the alias first."""
-    prediction.delete_model(cache=cache, session_factory=session_factory, reference=model_id)
+    prediction.delete_model(
+        cache=cache, session_factory=session_factory, reference=model_id, resolver=resolver
+    )
 
 
 @router.get(

@@ -12,9 +12,9 @@ from sqlalchemy.orm import Session
 from models_store import registry
 from models_store.tables import ModelAlias, ModelVersion, RegisteredModel
 from service.api import cursors
-from service.api.deps import SessionDep
+from service.api.deps import ReferenceResolverDep, SessionDep
 from service.auth.middleware import ApiKeyDep
-from service.errors import NotFoundError
+from service.errors import ConflictError, NotFoundError
 from service.schemas import (
     AliasEventOut,
     AliasIn,
@@ -143,7 +143,10 @@ def get_alias(name: Name, alias: Alias, session: SessionDep) -> AliasOut:
 @router.put(
     "/{name}/aliases/{alias}",
     response_model=AliasOut,
-    responses={404: {"description": "no such registered model or version"}},
+    responses={
+        404: {"description": "no such registered model or version"},
+        409: {"description": "the version was deleted while the alias was moving onto it"},
+    },
 )
 def set_alias(
     name: Name,
@@ -151,10 +154,11 @@ def set_alias(
     target: Annotated[AliasIn, Body()],
     session: SessionDep,
     api_key: ApiKeyDep,
+    resolver: ReferenceResolverDep,
 ) -> AliasOut:
-    """Point an alias at a version, creating it or moving it atomically. Every API process
-    follows the move within ``MIXREG_ALIAS_REFRESH_S`` seconds; the move is recorded (see
-    ``GET /registered-models/{name}/alias-events``)."""
+    """Point an alias at a version, creating it or moving it atomically. This API process
+    follows the move at once, every other within ``MIXREG_ALIAS_REFRESH_S`` seconds; the move
+    is recorded (see ``GET /registered-models/{name}/alias-events``)."""
     references.check_name(alias, what="the alias")
     _registered(session, name)
     version = registry.get_version(session, name=name, version=target.version)
@@ -167,17 +171,30 @@ def set_alias(
         version=target.version,
         changed_by=api_key.id if api_key is not None else None,
     )
+    if move is None:
+        raise ConflictError(
+            f"version {target.version} of {name} was deleted while {name}@{alias} was being "
+            f"moved onto it; the alias was not moved"
+        )
+    resolver.forget_after_commit(session, f"{name}@{alias}")
     return _alias_out(move.alias, version.model_id, move.from_version)
 
 
 @router.delete("/{name}/aliases/{alias}", status_code=204, response_class=Response)
-def delete_alias(name: Name, alias: Alias, session: SessionDep, api_key: ApiKeyDep) -> None:
+def delete_alias(
+    name: Name,
+    alias: Alias,
+    session: SessionDep,
+    api_key: ApiKeyDep,
+    resolver: ReferenceResolverDep,
+) -> None:
     """Remove an alias (recorded in the audit trail)."""
     _registered(session, name)
     if not registry.delete_alias(
         session, name=name, alias=alias, changed_by=api_key.id if api_key is not None else None
     ):
         raise NotFoundError(f"registered model {name} has no alias '{alias[:140]}'")
+    resolver.forget_after_commit(session, f"{name}@{alias}")
 
 
 @router.get("/{name}/alias-events", response_model=CursorPage[AliasEventOut])

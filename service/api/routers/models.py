@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import tempfile
+from typing import Annotated
 
-from fastapi import APIRouter, Body, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.responses import StreamingResponse
+from starlette.background import BackgroundTask
 from starlette.convertors import Convertor, register_url_convertor
 
 from models_store import registry, repository
@@ -14,10 +17,12 @@ from service.api.deps import (
     ModelCacheDep,
     SessionDep,
     SessionFactoryDep,
+    SettingsDep,
     ValidModel,
     ValidModelVersion,
 )
 from service.api.routers.predict import PREDICT_RESPONSES, predict_body
+from service.errors import ConflictError
 from service.schemas import (
     MAX_OFFSET,
     KeyLines,
@@ -32,6 +37,10 @@ from service.serving.endpoint import lines_of, serve_predict
 from service.views import model_out, model_summary, model_url
 
 router = APIRouter(prefix="/models", tags=["models"])
+
+ARCHIVE_SPOOL_BYTES = 16 * 1024 * 1024
+"""A keyed model's export archive up to this size is built in memory, a larger one on disk."""
+ARCHIVE_BLOCK_BYTES = 1024 * 1024
 
 
 class _ModelSegment(Convertor[str]):
@@ -85,39 +94,115 @@ def get(model: ValidModel, session: SessionDep) -> ModelOut:
     return model_out(model, registry.version_of_model(session, model_id=model.id))
 
 
+IMPORT_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            formats.JSON_MEDIA_TYPE: {
+                "schema": {"type": "object", "description": "a model's JSON document"}
+            },
+            exports.ARCHIVE_MEDIA_TYPE: {
+                "schema": {
+                    "type": "string",
+                    "format": "binary",
+                    "description": "a keyed model's archive: model.json and its keys' arrays",
+                }
+            },
+        },
+    }
+}
+
+
+async def _raw_body(request: Request) -> bytes:
+    return await request.body()
+
+
+RawBody = Annotated[bytes, Depends(_raw_body)]
+
+
 @router.post(
     "/import",
     status_code=201,
     response_model=ModelOut,
-    responses={422: {"description": "the document lacks something or holds it wrong"}},
+    responses={
+        413: {"description": "a keyed model's arrays decode to more than the limit"},
+        422: {"description": "the document lacks something, holds it wrong, or is too large"},
+    },
+    openapi_extra=IMPORT_BODY,
 )
 def import_(
-    document: Annotated[dict[str, Any], Body(description="a document of GET /models/{id}/export")],
+    body: RawBody,
+    request: Request,
     session: SessionDep,
+    settings: SettingsDep,
     response: Response,
     registered_model: Annotated[
         str | None,
         Query(description="store the model as this registered model's next version"),
     ] = None,
 ) -> ModelOut:
-    """Store a model from its exported JSON document (from this or another server)."""
+    """Store a model from its export (from this or another server): the JSON document, or a
+    keyed model's ``.zip`` archive (``Content-Type: application/zip``)."""
     if registered_model is not None:
         references.check_name(registered_model, what="registered_model")
-    model, version = exports.import_document(session, document, registered_model=registered_model)
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == exports.ARCHIVE_MEDIA_TYPE:
+        model, version = exports.import_archive(
+            session, body, registered_model=registered_model, settings=settings
+        )
+    else:
+        model, version = exports.import_document(
+            session,
+            exports.parse_json_document(body),
+            registered_model=registered_model,
+            settings=settings,
+        )
     response.headers["Location"] = model_url(model.id)
     return model_out(model, version)
 
 
-@router.get("/{model_id}/export", responses={200: {"description": "the model's JSON document"}})
+@router.get(
+    "/{model_id}/export",
+    responses={
+        200: {
+            "description": "the model's JSON document; of a keyed model, a zip archive of its "
+            "document (model.json) and its keys' arrays (.npy)",
+            "content": {
+                exports.ARCHIVE_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}
+            },
+        }
+    },
+)
 def export(model: ValidModel, session: SessionDep) -> Response:
     """The model as a self-describing JSON document: its lines, feature names, gate, metrics
     and provenance (never pickle), which ``POST /models/import`` and
-    ``MixtureOfLinearRegressions.from_dict`` read back."""
-    document = exports.export_document(model, registry.version_of_model(session, model_id=model.id))
-    return Response(
-        formats.json_bytes(document),
-        media_type=formats.JSON_MEDIA_TYPE,
-        headers={"Content-Disposition": f'attachment; filename="model-{model.id}.json"'},
+    ``MixtureOfLinearRegressions.from_dict`` read back. A keyed model is a ``.zip`` archive:
+    that document (``model.json``, with the key column) and every key's lines as ``.npy``
+    arrays, which ``POST /models/import`` reads back."""
+    version = registry.version_of_model(session, model_id=model.id)
+    if model.split_by is None:
+        document = exports.export_document(model, version)
+        return Response(
+            formats.json_bytes(document),
+            media_type=formats.JSON_MEDIA_TYPE,
+            headers={"Content-Disposition": f'attachment; filename="model-{model.id}.json"'},
+        )
+    keyed_arrays = repository.load_keyed_arrays(session, model_id=model.id)
+    document = exports.export_document(model, version, keyed_arrays)
+    # Spooled: a large archive goes to a temporary file and out in blocks.
+    # Closed by the response once sent (or below if writing fails), not by a with block.
+    spool = tempfile.SpooledTemporaryFile(max_size=ARCHIVE_SPOOL_BYTES)  # noqa: SIM115
+    try:
+        exports.write_archive(document, exports.archive_arrays(keyed_arrays), spool)
+        spool.seek(0)
+    except BaseException:
+        spool.close()
+        raise
+    return StreamingResponse(
+        iter(lambda: spool.read(ARCHIVE_BLOCK_BYTES), b""),
+        media_type=exports.ARCHIVE_MEDIA_TYPE,
+        headers={"Content-Disposition": f'attachment; filename="model-{model.id}.zip"'},
+        background=BackgroundTask(spool.close),
     )
 
 
@@ -130,7 +215,8 @@ def export(model: ValidModel, session: SessionDep) -> Response:
             "content": {
                 exports.ONNX_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}
             },
-        }
+        },
+        409: {"description": "the model is keyed: export it as its archive instead"},
     },
 )
 def onnx(
@@ -140,7 +226,14 @@ def onnx(
     ] = "float64",
 ) -> Response:
     """The model as an ONNX graph that ONNX Runtime (or any ONNX runner) evaluates to the
-    same predictions: input ``X`` ``[n, d]``, output ``predictions`` ``[n, k]``."""
+    same predictions: input ``X`` ``[n, d]``, output ``predictions`` ``[n, k]``. A keyed
+    model has no graph (409): its lines depend on each row's key."""
+    if model.split_by is not None:
+        raise ConflictError(
+            f"model {model.id} is keyed (lines per '{model.split_by}'): an ONNX graph of X "
+            f"alone would hold only its global model and answer every key wrongly; export it "
+            f"with GET /models/{model.id}/export (a .zip of every key's lines)"
+        )
     content = exports.onnx_model(prediction.StoredLines.of_model(model), dtype=dtype)
     return Response(
         content,

@@ -158,7 +158,16 @@ _LINE_ARRAYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "status": ("|i1", ()),
 }
 # What reading a damaged archive or member may raise.
-_ARCHIVE_ERRORS = (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError)
+_ARCHIVE_ERRORS = (
+    zipfile.BadZipFile,
+    zlib.error,
+    ValueError,
+    OSError,
+    EOFError,
+    # An unknown compression method, an encrypted member.
+    NotImplementedError,
+    RuntimeError,
+)
 
 
 def archive_arrays(keyed_arrays: Mapping[str, NDArray[Any]]) -> dict[str, NDArray[Any]]:
@@ -410,7 +419,7 @@ class ImportedProvenance(_Lenient):
     """The ``provenance`` member of an imported document (every member optional). Its
     ``dataset_id`` is not read: an imported model never names a dataset of this service."""
 
-    model_id: str | None = None
+    model_id: Text | None = None
     seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
     fit_seconds: FiniteFloat = Field(default=0.0, ge=0)
     n_iter: int = Field(default=0, ge=0)

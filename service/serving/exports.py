@@ -35,7 +35,7 @@ from models_store import registry, repository
 from models_store.tables import Model, ModelVersion
 from service import limits
 from service.config import Settings
-from service.errors import DataTooLargeError, InvalidInputError
+from service.errors import ConflictError, DataTooLargeError, InvalidInputError
 from service.schemas import (
     MAX_TEXT_LENGTH,
     Baseline,
@@ -54,6 +54,12 @@ ONNX_INPUT = "X"
 ONNX_OUTPUT = "predictions"
 ONNX_CONCOMITANT = "concomitant"
 ONNX_PROBABILITIES = "probabilities"
+ONNX_KEY = "key"
+# LabelEncoder with keys_int64s / keys_strings: version 2 of the ONNX-ML domain.
+ONNX_ML_OPSET = 2
+MAX_ONNX_BYTES = 1024 * 1024 * 1024
+"""The most bytes of lines one keyed model's graph may embed: an ONNX file is one protobuf
+message, which cannot exceed 2 GB."""
 # Opset 13 and IR version 7 are read by every ONNX Runtime of the last years.
 ONNX_OPSET = 13
 ONNX_IR_VERSION = 7
@@ -654,6 +660,87 @@ def onnx_model(lines: StoredLines, *, dtype: OnnxType) -> bytes:
         ir_version=ONNX_IR_VERSION,
         doc_string=f"mixture of {n_components} linear regressions, model {lines.model_id}: "
         f"one prediction per line for each row of X",
+    )
+    onnx.checker.check_model(model)
+    buffer = io.BytesIO()
+    onnx.save_model(model, buffer)
+    return buffer.getvalue()
+
+
+def onnx_keyed_model(lines: StoredLines, *, dtype: OnnxType) -> bytes:
+    """An ONNX graph of a keyed model: inputs ``X`` ``[n, d]`` of ``dtype`` and ``key``
+    ``[n]`` (int64 or string, as the model's keys), output ``predictions`` ``[n, k]``: each
+    row by its key's lines, a key without lines (unknown, skipped or failed) by the global
+    model's, as ``unknown_keys: global`` predicts. A ``LabelEncoder`` (ONNX-ML) maps a key to
+    its position, a ``Gather`` takes that position's lines. 409 when the lines exceed what
+    one ONNX file can hold."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    keyed = lines.keyed
+    assert keyed is not None
+    element = {"float64": TensorProto.DOUBLE, "float32": TensorProto.FLOAT}[dtype]
+    n_keys, n_components, n_features = keyed.coef.shape
+    size = (n_keys + 1) * n_components * (n_features + 1) * np.dtype(dtype).itemsize
+    if size > MAX_ONNX_BYTES:
+        raise ConflictError(
+            f"model {lines.model_id} has {n_keys:,} keys whose lines take {size:,} bytes: more "
+            f"than one ONNX graph holds ({MAX_ONNX_BYTES:,}); export it with "
+            f"GET /models/{lines.model_id}/export (a .zip of every key's lines)"
+        )
+    # The global model is the last position, the one every key without lines maps to.
+    coef = np.concatenate([keyed.coef, lines.coef[None]]).astype(dtype)
+    intercept = np.concatenate([keyed.intercept, lines.intercept[None]]).astype(dtype)
+    with_lines = np.flatnonzero(keyed.status <= STATUSES.index("k1"))
+    integer_keys = keyed.keys.dtype.kind in "iu"
+    key_values = keyed.keys[with_lines].tolist()
+    encoder = helper.make_node(
+        "LabelEncoder",
+        [ONNX_KEY],
+        ["key_position"],
+        domain="ai.onnx.ml",
+        values_int64s=with_lines.tolist(),
+        default_int64=n_keys,
+        **(
+            {"keys_int64s": [int(key) for key in key_values]}
+            if integer_keys
+            else {"keys_strings": [str(key) for key in key_values]}
+        ),
+    )
+    nodes = [
+        encoder,
+        helper.make_node("Gather", ["coef", "key_position"], ["row_coef"], axis=0),
+        helper.make_node("Unsqueeze", [ONNX_INPUT, "last_axis"], ["X_column"]),
+        # (n, k, d) @ (n, d, 1): each row's k predictions.
+        helper.make_node("MatMul", ["row_coef", "X_column"], ["products_column"]),
+        helper.make_node("Squeeze", ["products_column", "last_axis"], ["products"]),
+        helper.make_node("Gather", ["intercept", "key_position"], ["row_intercept"], axis=0),
+        helper.make_node("Add", ["products", "row_intercept"], [ONNX_OUTPUT]),
+    ]
+    inputs = [
+        helper.make_tensor_value_info(ONNX_INPUT, element, ["n", n_features]),
+        helper.make_tensor_value_info(
+            ONNX_KEY, TensorProto.INT64 if integer_keys else TensorProto.STRING, ["n"]
+        ),
+    ]
+    outputs = [helper.make_tensor_value_info(ONNX_OUTPUT, element, ["n", n_components])]
+    initializer = [
+        numpy_helper.from_array(np.ascontiguousarray(coef), name="coef"),
+        numpy_helper.from_array(np.ascontiguousarray(intercept), name="intercept"),
+        numpy_helper.from_array(np.array([2], dtype=np.int64), name="last_axis"),
+    ]
+    graph = helper.make_graph(nodes, "mixreg-keyed", inputs, outputs, initializer=initializer)
+    model = helper.make_model(
+        graph,
+        producer_name="mixreg",
+        opset_imports=[
+            helper.make_opsetid("", ONNX_OPSET),
+            helper.make_opsetid("ai.onnx.ml", ONNX_ML_OPSET),
+        ],
+        ir_version=ONNX_IR_VERSION,
+        doc_string=f"a mixture of {n_components} linear regressions per {lines.split_by}, "
+        f"model {lines.model_id}: one prediction per line of the row's key for each row of X "
+        f"(the global model's for a key without lines)",
     )
     onnx.checker.check_model(model)
     buffer = io.BytesIO()

@@ -1,7 +1,7 @@
 """A keyed model out and back over real HTTP: its export is a zip archive of its document and
 every key's lines, which imports to a model whose keyed predictions equal the original's bit
-for bit; its ONNX graph is refused (409), and every bad archive is a 4xx naming what is
-wrong."""
+for bit; its ONNX graph takes each row's key beside X and runs in ONNX Runtime to the keyed
+predictions, and every bad archive is a 4xx naming what is wrong."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import zipfile
 from collections.abc import Iterator
 
 import numpy as np
+import onnxruntime
 import pytest
 
 from mixreg import MixtureOfLinearRegressions
@@ -161,9 +162,13 @@ def test_an_integer_keyed_model_exports_and_imports(server: Server):
     assert imported.status_code == 201, imported.text
     keys = [*account[::37].tolist(), 12345]
     rows = np.vstack([X[::37], X[:1]])
-    np.testing.assert_array_equal(
-        predict(server, imported.json()["id"], rows, keys), predict(server, model_id, rows, keys)
-    )
+    expected = predict(server, model_id, rows, keys)
+    np.testing.assert_array_equal(predict(server, imported.json()["id"], rows, keys), expected)
+    # Its ONNX graph takes int64 keys.
+    graph = server.request("GET", f"/models/{model_id}/model.onnx").content
+    session = onnxruntime.InferenceSession(graph, providers=["CPUExecutionProvider"])
+    (answer,) = session.run(None, {"X": rows, "key": np.array(keys, dtype=np.int64)})
+    np.testing.assert_allclose(answer, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
 
 
 def test_a_keyed_document_alone_is_never_a_plain_model(server: Server, archive: bytes):
@@ -178,12 +183,26 @@ def test_a_keyed_document_alone_is_never_a_plain_model(server: Server, archive: 
         MixtureOfLinearRegressions.from_dict(json.loads(document))
 
 
-def test_onnx_of_a_keyed_model_is_refused_naming_why(server: Server, keyed_model):
-    model_id, _, _ = keyed_model
-    response = server.request("GET", f"/models/{model_id}/model.onnx")
-    assert response.status_code == 409, response.text
-    detail = response.json()["detail"]
-    assert "keyed" in detail and "account" in detail and "/export" in detail
+@pytest.mark.parametrize(("dtype", "rtol"), [("float64", 1e-12), ("float32", 1e-6)])
+def test_onnx_runtime_runs_a_keyed_graph_to_the_keyed_predictions(
+    server: Server, keyed_model, dtype: str, rtol: float
+):
+    model_id, X, names = keyed_model
+    response = server.request("GET", f"/models/{model_id}/model.onnx", params={"dtype": dtype})
+    assert response.status_code == 200, response.text
+    session = onnxruntime.InferenceSession(response.content, providers=["CPUExecutionProvider"])
+    assert [(tensor.name, tensor.type) for tensor in session.get_inputs()] == [
+        ("X", {"float64": "tensor(double)", "float32": "tensor(float)"}[dtype]),
+        ("key", "tensor(string)"),
+    ]
+    # Every known key (a one-line key, a one-row key), and an unknown one: the global model.
+    keys = [*sorted(set(names) - {""}), "nobody"]
+    rows = np.vstack([X[: len(keys) - 1], X[:1]])
+    (answer,) = session.run(None, {"X": rows.astype(dtype), "key": np.array(keys, dtype=object)})
+    expected = predict(server, model_id, rows.astype(dtype).astype(np.float64), keys)
+    assert answer.shape == expected.shape and answer.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(answer, expected, rtol=rtol, atol=rtol * np.abs(expected).max())
+    assert not np.allclose(answer[-1], answer[0])
 
 
 def _changed(archive: bytes, **arrays: np.ndarray) -> bytes:

@@ -8,7 +8,10 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from mixreg import MixtureOfLinearRegressions
+from mixreg import KeyedMixture, MixtureOfLinearRegressions
+from service.errors import ConflictError
+from service.serving import exports
+from service.serving.prediction import StoredLines
 
 WIDE = np.random.default_rng(5).standard_normal((300, 2)) * [1e3, 1e-2]
 
@@ -209,3 +212,22 @@ def test_an_imported_dataset_id_is_never_joined_to_a_dataset_here(client, model_
     picture = client.get(f"/models/{imported.json()['id']}/plot.png")
     assert picture.status_code == 404
     assert "imported" in picture.json()["detail"]
+
+
+def test_a_keyed_graph_beyond_one_onnx_file_is_a_conflict_naming_the_export(monkeypatch):
+    keyed = KeyedMixture(
+        keys=np.array(["a", "b"]),
+        coef=np.zeros((2, 2, 3)),
+        intercept=np.zeros((2, 2)),
+        shares=np.full((2, 2), 0.5),
+        min_loss=np.zeros(2),
+        n_rows=np.full(2, 10),
+        status=np.zeros(2, dtype=np.int8),
+    )
+    lines = StoredLines(
+        model_id="m", coef=np.zeros((2, 3)), intercept=np.zeros(2), split_by="acct", keyed=keyed
+    )
+    assert exports.onnx_keyed_model(lines, dtype="float64")
+    monkeypatch.setattr(exports, "MAX_ONNX_BYTES", 100)
+    with pytest.raises(ConflictError, match=r"more than one ONNX graph holds.*/export"):
+        exports.onnx_keyed_model(lines, dtype="float64")

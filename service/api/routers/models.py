@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
@@ -22,7 +23,6 @@ from service.api.deps import (
     ValidModelVersion,
 )
 from service.api.routers.predict import PREDICT_RESPONSES, predict_body
-from service.errors import ConflictError
 from service.schemas import (
     MAX_OFFSET,
     KeyLines,
@@ -211,28 +211,37 @@ def export(model: ValidModel, session: SessionDep) -> Response:
     response_class=Response,
     responses={
         200: {
-            "description": "an ONNX graph: input X [n, d], output predictions [n, k]",
+            "description": "an ONNX graph: input X [n, d] (and key [n] of a keyed model), "
+            "output predictions [n, k]",
             "content": {
                 exports.ONNX_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}
             },
         },
-        409: {"description": "the model is keyed: export it as its archive instead"},
+        409: {"description": "a keyed model's lines exceed what one ONNX file holds"},
     },
 )
 def onnx(
     model: ValidModel,
+    session: SessionDep,
     dtype: Annotated[
         exports.OnnxType, Query(description="the element type of X and of the predictions")
     ] = "float64",
 ) -> Response:
     """The model as an ONNX graph that ONNX Runtime (or any ONNX runner) evaluates to the
     same predictions: input ``X`` ``[n, d]``, output ``predictions`` ``[n, k]``. A keyed
-    model has no graph (409): its lines depend on each row's key."""
+    model's graph has a second input ``key`` ``[n]`` (int64 or string), each row's key; a key
+    without lines gets the global model's (409 if its keys' lines exceed one ONNX file)."""
     if model.split_by is not None:
-        raise ConflictError(
-            f"model {model.id} is keyed (lines per '{model.split_by}'): an ONNX graph of X "
-            f"alone would hold only its global model and answer every key wrongly; export it "
-            f"with GET /models/{model.id}/export (a .zip of every key's lines)"
+        lines = replace(
+            prediction.StoredLines.of_model(model),
+            split_by=model.split_by,
+            keyed=prediction.keyed_lines(repository.load_keyed_arrays(session, model_id=model.id)),
+        )
+        content = exports.onnx_keyed_model(lines, dtype=dtype)
+        return Response(
+            content,
+            media_type=exports.ONNX_MEDIA_TYPE,
+            headers={"Content-Disposition": f'attachment; filename="model-{model.id}.onnx"'},
         )
     content = exports.onnx_model(prediction.StoredLines.of_model(model), dtype=dtype)
     return Response(
@@ -258,12 +267,13 @@ def export_version(model: ValidModelVersion, session: SessionDep) -> Response:
 )
 def onnx_version(
     model: ValidModelVersion,
+    session: SessionDep,
     dtype: Annotated[
         exports.OnnxType, Query(description="the element type of X and of the predictions")
     ] = "float64",
 ) -> Response:
     """``GET /models/{model_id}/model.onnx`` of version ``version`` of ``name``."""
-    return onnx(model, dtype)
+    return onnx(model, session, dtype)
 
 
 @router.get("/{name}/versions/{version}", response_model=ModelOut)

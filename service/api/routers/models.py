@@ -263,7 +263,13 @@ def export_version(model: ValidModelVersion, session: SessionDep) -> Response:
 @router.get(
     "/{name}/versions/{version}/model.onnx",
     response_class=Response,
-    responses={200: {"description": "an ONNX graph: input X [n, d], output predictions [n, k]"}},
+    responses={
+        200: {
+            "description": "an ONNX graph: input X [n, d] (and key [n] of a keyed model), "
+            "output predictions [n, k]"
+        },
+        409: {"description": "a keyed model's lines exceed what one ONNX file holds"},
+    },
 )
 def onnx_version(
     model: ValidModelVersion,

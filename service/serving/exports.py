@@ -450,6 +450,12 @@ class ImportedNames(_Lenient):
     params: dict[Text, ParamValue] = Field(default_factory=dict, max_length=64)
 
 
+class ImportedGateNames(_Lenient):
+    """The dataset columns an imported gate reads, named as a dataset's columns are."""
+
+    concomitant: list[Text]
+
+
 class ImportedKeyed(_Lenient):
     """The ``keyed`` member of an imported keyed model's document."""
 
@@ -511,8 +517,8 @@ def import_document(
     _check_distinct(names.feature_names, "feature_names")
     gate = document.get("gate")
     if gate is not None and gate.get("concomitant") is not None:
-        concomitant = _section(ImportedNames, {"feature_names": gate["concomitant"]}, "")
-        _check_distinct(concomitant.feature_names, "gate.concomitant")
+        concomitant = _section(ImportedGateNames, gate, "gate")
+        _check_distinct(concomitant.concomitant, "gate.concomitant")
     metrics = _section(ImportedMetrics, document["metrics"], "metrics")
     provenance = _section(ImportedProvenance, document.get("provenance"), "provenance")
     params = dict(names.params)

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ._validation import ALGORITHMS
+
 FORMAT = "mixreg-model"
 FORMAT_VERSION = 1
 
@@ -167,6 +169,13 @@ def read_lines(document: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(
             f"not a model document: its 'format' is {document.get('format')!r}, not {FORMAT!r}"
         )
+    if document.get("keyed") is not None:
+        # A keyed model's document carries only its global model: reading it as one mixture
+        # would silently drop every key's lines.
+        raise ValueError(
+            "the model document is a keyed model's ('keyed' names its key column); its keys' "
+            "lines travel beside it in the export archive, and one mixture cannot hold them"
+        )
     version = document.get("format_version")
     if version != FORMAT_VERSION:
         raise ValueError(
@@ -191,8 +200,8 @@ def read_lines(document: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(params, Mapping):
         raise ValueError("the model document's 'params' must be an object")
     algorithm = document.get("algorithm", "auto")
-    if not isinstance(algorithm, str):
-        raise ValueError("the model document's 'algorithm' must be a name")
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
+        raise ValueError(f"the model document's 'algorithm' must be one of {', '.join(ALGORITHMS)}")
     return {
         "coef": _finite_array(_member(document, "coef"), "coef", (k, d)),
         "intercept": _finite_array(_member(document, "intercept"), "intercept", (k,)),

@@ -1649,7 +1649,7 @@ def store_job_shard(
     ``claimant`` still holds it and the job is unfinished; False, storing nothing, otherwise
     (its claim went stale and another claimant took it, or the job ended): a shard is stored
     once. ``worker_id`` is recorded as the worker that fitted it, with the job's attempt."""
-    encoded = encode_arrays(arrays)
+    encoded = _encode_keyed_chunk(arrays)
     marked = _execute_counting(
         session,
         update(KeyedJobShardClaim)
@@ -1676,6 +1676,43 @@ def store_job_shard(
         )
     )
     return True
+
+
+def _encode_keyed_chunk(arrays: Mapping[str, npt.ArrayLike]) -> bytes:
+    """The stored bytes of consecutive keys and their lines (``KeyedModelChunk.data``); text
+    keys may come as an object array of ``str``."""
+    keys = np.asarray(arrays["keys"])
+    if keys.dtype.hasobject:
+        arrays = {**arrays, "keys": keys.astype(str)}
+    return encode_arrays(arrays)
+
+
+def add_keyed_model_chunks(
+    session: Session,
+    *,
+    model_id: str,
+    arrays: Mapping[str, npt.NDArray[Any]],
+    keys_per_chunk: int,
+) -> int:
+    """Store every key's lines of the keyed model ``model_id`` (the arrays of
+    :func:`load_keyed_arrays`, keys sorted) as chunks of ``keys_per_chunk`` keys, as a keyed
+    job stores them; the number of chunks."""
+    n_keys = len(arrays["keys"])
+    positions = range(0, n_keys, keys_per_chunk)
+    for position, start in enumerate(positions):
+        chunk = {name: values[start : start + keys_per_chunk] for name, values in arrays.items()}
+        session.add(
+            KeyedModelChunk(
+                model_id=model_id,
+                position=position,
+                n_keys=len(chunk["keys"]),
+                fitted_attempt=None,
+                fitted_by=None,
+                data=_encode_keyed_chunk(chunk),
+            )
+        )
+    session.flush()
+    return len(positions)
 
 
 def stored_job_shards(session: Session, *, job_id: str) -> list[int]:

@@ -118,6 +118,21 @@ def check_data_shape(
         raise DataTooLargeError("; ".join(problems))
 
 
+def check_imported_shape(n_components: int, n_features: int, *, settings: Settings) -> None:
+    """Raise ``LimitExceededError`` (422) if an imported model has more lines or features than
+    a fit may have: a model is served the same way whether it was fitted here or imported."""
+    if n_components > settings.max_k:
+        raise LimitExceededError(
+            f"n_components: the model has {n_components:,} lines; at most {settings.max_k:,} "
+            f"are accepted ({_K.variable})"
+        )
+    if n_features > settings.max_features:
+        raise LimitExceededError(
+            f"n_features: the model has {n_features:,} features; at most "
+            f"{settings.max_features:,} are accepted ({_FEATURES.variable})"
+        )
+
+
 def check_answer_size(n_rows: int, n_components: int, *, settings: Settings) -> None:
     """Raise ``DataTooLargeError`` (413) if predicting ``n_rows`` rows with a model of
     ``n_components`` lines would answer with more values than allowed."""

@@ -8,7 +8,10 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from mixreg import MixtureOfLinearRegressions
+from mixreg import KeyedMixture, MixtureOfLinearRegressions
+from service.errors import ConflictError
+from service.serving import exports
+from service.serving.prediction import StoredLines
 
 WIDE = np.random.default_rng(5).standard_normal((300, 2)) * [1e3, 1e-2]
 
@@ -134,3 +137,97 @@ def test_onnx_of_an_alias_and_of_an_unknown_type(client, model_id):
     refused = client.get(f"/models/{model_id}/model.onnx", params={"dtype": "int8"})
     assert refused.status_code == 422
     assert "dtype" in refused.json()["detail"]
+
+
+def _wide_document(client, model_id: str, k: int, d: int) -> dict:
+    """The exported document of ``model_id`` grown to ``k`` lines of ``d`` features: valid in
+    every other way."""
+    document = client.get(f"/models/{model_id}/export").json()
+    document.update(
+        n_components=k,
+        n_features=d,
+        feature_names=[f"f{j}" for j in range(d)],
+        coef=np.zeros((k, d)).tolist(),
+        intercept=np.arange(k, dtype=float).tolist(),
+        shares=np.full(k, 1 / k).tolist(),
+    )
+    document["metrics"]["baseline"]["coef"] = [0.0] * d
+    return document
+
+
+def refused(response, *named: str) -> str:
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    detail: str = response.json()["detail"]
+    for name in named:
+        assert name in detail
+    return detail
+
+
+def test_an_import_beyond_max_k_is_refused_naming_n_components(client, model_id):
+    document = _wide_document(client, model_id, k=150, d=15)
+    refused(client.post("/models/import", json=document), "n_components", "MIXREG_MAX_K")
+    assert client.get("/models").json()["total"] == 1
+
+
+def test_an_import_beyond_max_features_is_refused_naming_n_features(client, model_id):
+    document = _wide_document(client, model_id, k=2, d=1500)
+    refused(client.post("/models/import", json=document), "n_features", "MIXREG_MAX_FEATURES")
+    assert client.get("/models").json()["total"] == 1
+
+
+def test_an_import_of_an_unknown_algorithm_is_refused_naming_it(client, model_id):
+    document = {**client.get(f"/models/{model_id}/export").json(), "algorithm": "a" * 5000}
+    detail = refused(client.post("/models/import", json=document), "'algorithm'")
+    assert len(detail) < 1000
+
+
+def test_an_import_with_a_feature_name_too_long_is_refused_naming_it(client, model_id):
+    document = {
+        **client.get(f"/models/{model_id}/export").json(),
+        "feature_names": ["x0", "n" * 100_000],
+    }
+    detail = refused(client.post("/models/import", json=document), "feature_names.1", "256")
+    assert len(detail) < 1000
+
+
+def test_an_import_with_bogus_candidates_is_refused_naming_them(client, model_id):
+    document = client.get(f"/models/{model_id}/export").json()
+    document["provenance"]["candidates"] = [{"bogus": 1}]
+    refused(client.post("/models/import", json=document), "provenance.candidates.0")
+    assert client.get("/models").json()["total"] == 1
+
+
+def test_an_imported_dataset_id_is_never_joined_to_a_dataset_here(client, model_id, data):
+    other = client.post(
+        "/datasets",
+        json={"X": np.ones((5, 3)).tolist(), "y": [1.0, 2.0, 3.0, 4.0, 5.0]},
+    )
+    assert other.status_code == 201, other.text
+    document = client.get(f"/models/{model_id}/export").json()
+    document["provenance"]["dataset_id"] = other.json()["id"]
+    imported = client.post("/models/import", json=document)
+    assert imported.status_code == 201, imported.text
+    assert imported.json()["dataset_id"] != other.json()["id"]
+    picture = client.get(f"/models/{imported.json()['id']}/plot.png")
+    assert picture.status_code == 404
+    assert "imported" in picture.json()["detail"]
+
+
+def test_a_keyed_graph_beyond_one_onnx_file_is_a_conflict_naming_the_export(monkeypatch):
+    keyed = KeyedMixture(
+        keys=np.array(["a", "b"]),
+        coef=np.zeros((2, 2, 3)),
+        intercept=np.zeros((2, 2)),
+        shares=np.full((2, 2), 0.5),
+        min_loss=np.zeros(2),
+        n_rows=np.full(2, 10),
+        status=np.zeros(2, dtype=np.int8),
+    )
+    lines = StoredLines(
+        model_id="m", coef=np.zeros((2, 3)), intercept=np.zeros(2), split_by="acct", keyed=keyed
+    )
+    assert exports.onnx_keyed_model(lines, dtype="float64")
+    monkeypatch.setattr(exports, "MAX_ONNX_BYTES", 100)
+    with pytest.raises(ConflictError, match=r"more than one ONNX graph holds.*/export"):
+        exports.onnx_keyed_model(lines, dtype="float64")

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import tempfile
+from dataclasses import replace
+from typing import Annotated
 
-from fastapi import APIRouter, Body, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.responses import StreamingResponse
+from starlette.background import BackgroundTask
 from starlette.convertors import Convertor, register_url_convertor
 
 from models_store import registry, repository
@@ -15,6 +19,7 @@ from service.api.deps import (
     ReferenceResolverDep,
     SessionDep,
     SessionFactoryDep,
+    SettingsDep,
     ValidModel,
     ValidModelVersion,
 )
@@ -33,6 +38,10 @@ from service.serving.endpoint import lines_of, serve_predict
 from service.views import model_out, model_summary, model_url
 
 router = APIRouter(prefix="/models", tags=["models"])
+
+ARCHIVE_SPOOL_BYTES = 16 * 1024 * 1024
+"""A keyed model's export archive up to this size is built in memory, a larger one on disk."""
+ARCHIVE_BLOCK_BYTES = 1024 * 1024
 
 
 class _ModelSegment(Convertor[str]):
@@ -86,39 +95,115 @@ def get(model: ValidModel, session: SessionDep) -> ModelOut:
     return model_out(model, registry.version_of_model(session, model_id=model.id))
 
 
+IMPORT_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            formats.JSON_MEDIA_TYPE: {
+                "schema": {"type": "object", "description": "a model's JSON document"}
+            },
+            exports.ARCHIVE_MEDIA_TYPE: {
+                "schema": {
+                    "type": "string",
+                    "format": "binary",
+                    "description": "a keyed model's archive: model.json and its keys' arrays",
+                }
+            },
+        },
+    }
+}
+
+
+async def _raw_body(request: Request) -> bytes:
+    return await request.body()
+
+
+RawBody = Annotated[bytes, Depends(_raw_body)]
+
+
 @router.post(
     "/import",
     status_code=201,
     response_model=ModelOut,
-    responses={422: {"description": "the document lacks something or holds it wrong"}},
+    responses={
+        413: {"description": "a keyed model's arrays decode to more than the limit"},
+        422: {"description": "the document lacks something, holds it wrong, or is too large"},
+    },
+    openapi_extra=IMPORT_BODY,
 )
 def import_(
-    document: Annotated[dict[str, Any], Body(description="a document of GET /models/{id}/export")],
+    body: RawBody,
+    request: Request,
     session: SessionDep,
+    settings: SettingsDep,
     response: Response,
     registered_model: Annotated[
         str | None,
         Query(description="store the model as this registered model's next version"),
     ] = None,
 ) -> ModelOut:
-    """Store a model from its exported JSON document (from this or another server)."""
+    """Store a model from its export (from this or another server): the JSON document, or a
+    keyed model's ``.zip`` archive (``Content-Type: application/zip``)."""
     if registered_model is not None:
         references.check_name(registered_model, what="registered_model")
-    model, version = exports.import_document(session, document, registered_model=registered_model)
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == exports.ARCHIVE_MEDIA_TYPE:
+        model, version = exports.import_archive(
+            session, body, registered_model=registered_model, settings=settings
+        )
+    else:
+        model, version = exports.import_document(
+            session,
+            exports.parse_json_document(body),
+            registered_model=registered_model,
+            settings=settings,
+        )
     response.headers["Location"] = model_url(model.id)
     return model_out(model, version)
 
 
-@router.get("/{model_id}/export", responses={200: {"description": "the model's JSON document"}})
+@router.get(
+    "/{model_id}/export",
+    responses={
+        200: {
+            "description": "the model's JSON document; of a keyed model, a zip archive of its "
+            "document (model.json) and its keys' arrays (.npy)",
+            "content": {
+                exports.ARCHIVE_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}
+            },
+        }
+    },
+)
 def export(model: ValidModel, session: SessionDep) -> Response:
     """The model as a self-describing JSON document: its lines, feature names, gate, metrics
     and provenance (never pickle), which ``POST /models/import`` and
-    ``MixtureOfLinearRegressions.from_dict`` read back."""
-    document = exports.export_document(model, registry.version_of_model(session, model_id=model.id))
-    return Response(
-        formats.json_bytes(document),
-        media_type=formats.JSON_MEDIA_TYPE,
-        headers={"Content-Disposition": f'attachment; filename="model-{model.id}.json"'},
+    ``MixtureOfLinearRegressions.from_dict`` read back. A keyed model is a ``.zip`` archive:
+    that document (``model.json``, with the key column) and every key's lines as ``.npy``
+    arrays, which ``POST /models/import`` reads back."""
+    version = registry.version_of_model(session, model_id=model.id)
+    if model.split_by is None:
+        document = exports.export_document(model, version)
+        return Response(
+            formats.json_bytes(document),
+            media_type=formats.JSON_MEDIA_TYPE,
+            headers={"Content-Disposition": f'attachment; filename="model-{model.id}.json"'},
+        )
+    keyed_arrays = repository.load_keyed_arrays(session, model_id=model.id)
+    document = exports.export_document(model, version, keyed_arrays)
+    # Spooled: a large archive goes to a temporary file and out in blocks.
+    # Closed by the response once sent (or below if writing fails), not by a with block.
+    spool = tempfile.SpooledTemporaryFile(max_size=ARCHIVE_SPOOL_BYTES)  # noqa: SIM115
+    try:
+        exports.write_archive(document, exports.archive_arrays(keyed_arrays), spool)
+        spool.seek(0)
+    except BaseException:
+        spool.close()
+        raise
+    return StreamingResponse(
+        iter(lambda: spool.read(ARCHIVE_BLOCK_BYTES), b""),
+        media_type=exports.ARCHIVE_MEDIA_TYPE,
+        headers={"Content-Disposition": f'attachment; filename="model-{model.id}.zip"'},
+        background=BackgroundTask(spool.close),
     )
 
 
@@ -127,21 +212,38 @@ def export(model: ValidModel, session: SessionDep) -> Response:
     response_class=Response,
     responses={
         200: {
-            "description": "an ONNX graph: input X [n, d], output predictions [n, k]",
+            "description": "an ONNX graph: input X [n, d] (and key [n] of a keyed model), "
+            "output predictions [n, k]",
             "content": {
                 exports.ONNX_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}
             },
-        }
+        },
+        409: {"description": "a keyed model's lines exceed what one ONNX file holds"},
     },
 )
 def onnx(
     model: ValidModel,
+    session: SessionDep,
     dtype: Annotated[
         exports.OnnxType, Query(description="the element type of X and of the predictions")
     ] = "float64",
 ) -> Response:
     """The model as an ONNX graph that ONNX Runtime (or any ONNX runner) evaluates to the
-    same predictions: input ``X`` ``[n, d]``, output ``predictions`` ``[n, k]``."""
+    same predictions: input ``X`` ``[n, d]``, output ``predictions`` ``[n, k]``. A keyed
+    model's graph has a second input ``key`` ``[n]`` (int64 or string), each row's key; a key
+    without lines gets the global model's (409 if its keys' lines exceed one ONNX file)."""
+    if model.split_by is not None:
+        lines = replace(
+            prediction.StoredLines.of_model(model),
+            split_by=model.split_by,
+            keyed=prediction.keyed_lines(repository.load_keyed_arrays(session, model_id=model.id)),
+        )
+        content = exports.onnx_keyed_model(lines, dtype=dtype)
+        return Response(
+            content,
+            media_type=exports.ONNX_MEDIA_TYPE,
+            headers={"Content-Disposition": f'attachment; filename="model-{model.id}.onnx"'},
+        )
     content = exports.onnx_model(prediction.StoredLines.of_model(model), dtype=dtype)
     return Response(
         content,
@@ -162,16 +264,23 @@ def export_version(model: ValidModelVersion, session: SessionDep) -> Response:
 @router.get(
     "/{name}/versions/{version}/model.onnx",
     response_class=Response,
-    responses={200: {"description": "an ONNX graph: input X [n, d], output predictions [n, k]"}},
+    responses={
+        200: {
+            "description": "an ONNX graph: input X [n, d] (and key [n] of a keyed model), "
+            "output predictions [n, k]"
+        },
+        409: {"description": "a keyed model's lines exceed what one ONNX file holds"},
+    },
 )
 def onnx_version(
     model: ValidModelVersion,
+    session: SessionDep,
     dtype: Annotated[
         exports.OnnxType, Query(description="the element type of X and of the predictions")
     ] = "float64",
 ) -> Response:
     """``GET /models/{model_id}/model.onnx`` of version ``version`` of ``name``."""
-    return onnx(model, dtype)
+    return onnx(model, session, dtype)
 
 
 @router.get("/{name}/versions/{version}", response_model=ModelOut)

@@ -15,13 +15,13 @@ score of a k sweep therefore comes from :func:`best_maximum_likelihood`:
 All the starts run EM together on a sample of at most :data:`ML_SAMPLE_ROWS` rows (all rows
 when there are fewer); the starts that end above the min-loss lines there (the best
 :data:`ML_FINALISTS` of them) are polished on all rows beside the lines, and the highest
-likelihood wins. A maximum at which a line owns fewer rows than its coefficients plus one
-(weight times rows), or whose noise variance sits on the floor, is a spurious maximum (the
-likelihood grows without bound as a line closes in on a few rows; a variance resting on a
-larger floor the caller sets is not spurious) and is not kept, as flexmix
-drops a line whose prior falls below its minimum; the maximum EM reaches from the min-loss
-lines is kept when no start reaches a proper one. The fit is therefore never below EM from
-the min-loss lines, unless that maximum is spurious.
+likelihood wins. A maximum at which a line owns fewer rows than its coefficients plus
+:data:`MIN_RESIDUAL_ROWS` (weight times rows), or whose noise variance sits on EM's tiny
+default floor, is a spurious maximum (the likelihood spikes as a line closes in on a few rows;
+a variance resting on a larger floor the caller sets is not spurious) and is not kept, as
+flexmix drops a line whose prior falls below its minimum; the maximum EM reaches from the
+min-loss lines is kept when no start reaches a proper one. The fit is therefore never below EM
+from the min-loss lines, unless that maximum is spurious.
 """
 
 from __future__ import annotations
@@ -64,6 +64,9 @@ _GROUPED_TOL, _GROUPED_MAX_ITER = 1e-9, 1000
 # has collapsed onto it.
 _ON_THE_FLOOR, _NEAR_DEFAULT_FLOOR = 1.5, 100.0
 
+MIN_RESIDUAL_ROWS = 3
+"""Rows a line of a proper maximum owns beyond its coefficients: a line through one or two rows
+more than it has coefficients fits them almost exactly, and its likelihood spikes there."""
 LINES_START = "min-loss lines"
 RESTART_START = "em restart"
 SPLIT_START = "split of k - 1"
@@ -163,10 +166,10 @@ def spurious(
     n_params: int,
     collapsed_below: float,
 ) -> bool:
-    """Whether a mixture is a spurious maximum: a line owns fewer than ``n_params + 1`` rows
-    (its weight times the rows), or its noise variance has collapsed to ``collapsed_below``
-    or less."""
-    too_few = bool(np.any(weights * n_observations < n_params + 1))
+    """Whether a mixture is a spurious maximum: a line owns fewer than ``n_params`` plus
+    :data:`MIN_RESIDUAL_ROWS` rows (its weight times the rows), or its noise variance has
+    collapsed to ``collapsed_below`` or less."""
+    too_few = bool(np.any(weights * n_observations < n_params + MIN_RESIDUAL_ROWS))
     return too_few or bool(np.any(variances <= collapsed_below))
 
 

@@ -87,7 +87,7 @@ def mixture_score(
     likelihood is about that of k - 1 or higher). Each noise variance is floored at
     :data:`VARIANCE_FLOOR_SHARE` times the residual variance of one least-squares line (so a
     line through a handful of rows cannot make the likelihood unbounded), and a maximum at
-    which a line owns fewer rows than its coefficients plus one is not kept.
+    which a line owns fewer rows than its coefficients plus three is not kept.
 
     Parameters
     ----------

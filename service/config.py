@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     # An upload's rows as float64 (rows x (features + 1) x 8 bytes): what it costs to stage and
     # store, whatever its format compresses it to.
     max_decoded_bytes: int = Field(default=4 * 1024 * 1024 * 1024, ge=1)
+    # The longest text (in characters) a kept column's value may be, in any format: what a
+    # row's label or key needs, far below what would let a small file expand to gigabytes.
+    max_text_cell_chars: int = Field(default=1024, ge=1)
     # The values (rows x k) one predict answer may hold, in any format.
     max_predict_values: int = Field(default=5_000_000, ge=1)
     max_k: int = Field(default=100, ge=1)

@@ -591,11 +591,13 @@ def iter_dataset_columns(
         execution_options={"yield_per": 1},
     )
     n_seen = 0
-    for n_rows, extra_data in rows:
-        if extra_data is None:
-            raise ValueError(f"dataset {dataset.id} has a chunk without its extra columns")
-        yield decode_columns(bytes(extra_data), n_rows, names, types)
-        n_seen += n_rows
+    # Closed when the reader stops early too: on PostgreSQL the rows come from a server cursor.
+    with rows:
+        for n_rows, extra_data in rows:
+            if extra_data is None:
+                raise ValueError(f"dataset {dataset.id} has a chunk without its extra columns")
+            yield decode_columns(bytes(extra_data), n_rows, names, types)
+            n_seen += n_rows
     if n_seen != dataset.n_rows:
         raise ValueError(
             f"dataset {dataset.id} has {dataset.n_rows} rows but its chunks hold {n_seen}"

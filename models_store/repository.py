@@ -1471,8 +1471,14 @@ def load_keyed_arrays(session: Session, *, model_id: str) -> dict[str, npt.NDArr
     )
     for (data,) in rows:
         for name, array in decode_arrays(bytes(data)).items():
-            parts.setdefault(name, []).append(array)
+            parts.setdefault(name, []).append(_compact_text(array))
     return {name: np.concatenate(arrays) for name, arrays in parts.items()}
+
+
+def _compact_text(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """Fixed-width text (keys stored before texts were stored as UTF-8) as Python strings:
+    joined with other chunks, or kept in a cache, it is not padded to its longest key."""
+    return array.astype(object) if array.dtype.kind == "U" else array
 
 
 @dataclass(frozen=True)
@@ -1702,7 +1708,7 @@ def load_job_shards(session: Session, *, job_id: str) -> dict[str, npt.NDArray[A
     )
     for (data,) in rows:
         for name, array in decode_arrays(bytes(data)).items():
-            parts.setdefault(name, []).append(array)
+            parts.setdefault(name, []).append(_compact_text(array))
     return {name: np.concatenate(arrays) for name, arrays in parts.items()}
 
 

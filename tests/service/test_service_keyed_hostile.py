@@ -220,3 +220,37 @@ def test_the_model_cache_is_bounded_by_bytes():
     assert "huge" not in cache and cache.model_ids() == ["small2", "big", "small3"]
     cache.evict("big")
     assert cache.bytes == 2 * small.memory_bytes()
+
+
+def test_a_keyed_model_stored_with_fixed_width_keys_is_still_served(
+    client: TestClient, app_sessionmaker, settings
+):
+    keys = ["alpha", "b", "gamma-" + "g" * 40, "d"]
+    dataset_id = upload(client, keyed_csv(keys))
+    job = fit(client, app_sessionmaker, settings, dataset_id)
+    assert job["status"] == "succeeded", job
+    model_id = job["model_id"]
+    with session_scope(app_sessionmaker) as session:
+        chunks = session.scalars(
+            select(KeyedModelChunk).where(KeyedModelChunk.model_id == model_id)
+        ).all()
+        assert chunks
+        for chunk in chunks:
+            arrays = decode_arrays(bytes(chunk.data))
+            assert arrays["keys"].dtype == object
+            # As chunks were stored before: the keys as fixed-width text.
+            old_form = io.BytesIO()
+            np.savez(old_form, **{**arrays, "keys": arrays["keys"].astype(str)})
+            chunk.data = old_form.getvalue()
+    with session_scope(app_sessionmaker) as session:
+        loaded = repository.load_keyed_arrays(session, model_id=model_id)
+    assert loaded["keys"].tolist() == sorted(keys)
+    assert loaded["keys"].dtype == object  # never padded to the longest key in memory
+    at = sorted(keys).index(keys[2])
+    response = client.post(
+        f"/models/{model_id}/predict",
+        json={"X": [[2.0]], "keys": [keys[2]], "unknown_keys": "error"},
+    )
+    assert response.status_code == 200, response.text
+    expected = 2.0 * loaded["coef"][at][:, 0] + loaded["intercept"][at]
+    np.testing.assert_allclose(response.json()["predictions"][0], expected)

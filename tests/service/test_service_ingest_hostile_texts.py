@@ -208,3 +208,46 @@ def test_a_dictionary_parquet_is_refused_before_its_texts_are_expanded():
     assert "MIXREG_MAX_DECODED_BYTES" in measured["outcome"]
     added = measured["added"]
     assert added < 64 * 2**20, f"reading added {added / 2**20:.0f} MiB to the peak"
+
+
+PEAK_OF_A_PLAIN_PARQUET = """
+import json, resource, sys
+from service.data import ingest
+limits = ingest.DatasetLimits(max_decoded_bytes=64 * 2**20)  # no cap on a text's length
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    with open(sys.argv[1], "rb") as source:
+        ingest.read_parquet(
+            source, target="y", limits=limits, choice=ingest.ColumnChoice(keep=("g",))
+        ).close()
+    outcome = "read"
+except ingest.DatasetTooLargeError as exc:
+    outcome = str(exc)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"added": (after - before) * 1024, "outcome": outcome}))
+"""
+
+
+def test_a_plain_parquet_text_column_is_refused_by_its_stored_size_before_it_is_read(tmp_path):
+    # 40,000 texts of 5,000 characters stored plain (no dictionary), compressed to almost
+    # nothing: 200 MB once read; the footer's uncompressed sizes tell before any page is read.
+    n_rows = 40_000
+    texts = pa.DictionaryArray.from_arrays(
+        pa.array(np.zeros(n_rows, dtype=np.int32)), pa.array(["t" * 5000])
+    ).dictionary_decode()
+    table = pa.table({"x": np.zeros(n_rows), "y": np.ones(n_rows), "g": texts})
+    path = tmp_path / "plain.parquet"
+    pq.write_table(table, path, compression="zstd", use_dictionary=False)
+    del table, texts
+    assert path.stat().st_size < 1_000_000
+    result = subprocess.run(
+        [sys.executable, "-c", PEAK_OF_A_PLAIN_PARQUET, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    measured = json.loads(result.stdout)
+    assert "bytes of kept columns; at most 67,108,864 are accepted" in measured["outcome"]
+    added = measured["added"]
+    assert added < 16 * 2**20, f"reading added {added / 2**20:.0f} MiB to the peak"

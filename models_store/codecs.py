@@ -188,19 +188,97 @@ def decode_group_table(b: bytes) -> GroupTable:
     return GroupTable(labels, lines, posteriors)
 
 
+TEXT_BYTES_SUFFIX = ".utf8"
+TEXT_OFFSETS_SUFFIX = ".offsets"
+"""A text array ``name`` is stored as two arrays: ``name.utf8``, every value's UTF-8 bytes one
+after the other, and ``name.offsets``, where each value starts and the last ends (int64)."""
+
+
 def encode_arrays(arrays: Mapping[str, npt.ArrayLike]) -> bytes:
-    """Encode named arrays of numbers or fixed-width text as one ``.npz`` archive (no pickle:
-    an object array is refused)."""
+    """Encode named arrays of numbers or text as one ``.npz`` archive (no pickle).
+
+    A text array (fixed-width, or an object array of ``str``) is stored compactly as its UTF-8
+    bytes and their offsets (:data:`TEXT_BYTES_SUFFIX`), never at the width of its longest
+    value: one long key among thousands must not multiply their size. Any other object array
+    is refused.
+    """
     buffer = io.BytesIO()
-    plain = {name: np.asarray(values) for name, values in arrays.items()}
-    for name, array in plain.items():
-        if array.dtype.hasobject:
-            raise ValueError(f"array '{name}' holds Python objects; store numbers or fixed text")
+    plain: dict[str, npt.NDArray[Any]] = {}
+    for name, values in arrays.items():
+        array = np.asarray(values)
+        if array.dtype.kind in "OU":
+            plain.update(_text_arrays(name, array))
+        else:
+            plain[name] = array
     np.savez(buffer, allow_pickle=False, **plain)
     return buffer.getvalue()
 
 
+def _text_arrays(name: str, array: npt.NDArray[Any]) -> dict[str, npt.NDArray[Any]]:
+    """The 1-D text array ``array`` as its UTF-8 bytes and their offsets."""
+    import pyarrow as pa
+
+    if array.ndim != 1:
+        raise ValueError(f"array '{name}' of text must be 1-D, got shape {array.shape}")
+    try:
+        texts = pa.array(array, type=pa.large_string(), from_pandas=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        raise ValueError(f"array '{name}' holds Python objects; store numbers or text") from None
+    if texts.null_count:
+        raise ValueError(
+            f"array '{name}' holds Python objects that are not text (None); store numbers or text"
+        )
+    _, offsets_buffer, data_buffer = texts.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype="<i8")[: len(texts) + 1]
+    data = (
+        np.frombuffer(data_buffer, dtype=np.uint8)[: int(offsets[-1])]
+        if data_buffer is not None
+        else np.zeros(0, dtype=np.uint8)
+    )
+    return {name + TEXT_BYTES_SUFFIX: data, name + TEXT_OFFSETS_SUFFIX: offsets}
+
+
 def decode_arrays(b: bytes) -> dict[str, npt.NDArray[Any]]:
-    """Decode the arrays :func:`encode_arrays` wrote (never unpickling anything)."""
+    """Decode the arrays :func:`encode_arrays` wrote (never unpickling anything): a text array
+    as an object array of ``str``; a fixed-width one, as stored before texts were stored
+    compactly, as it was stored."""
     with np.load(io.BytesIO(b), allow_pickle=False) as archive:
-        return {name: archive[name] for name in archive.files}
+        stored = {name: archive[name] for name in archive.files}
+    decoded: dict[str, npt.NDArray[Any]] = {}
+    for name, array in stored.items():
+        if name.endswith(TEXT_OFFSETS_SUFFIX):
+            continue
+        if name.endswith(TEXT_BYTES_SUFFIX):
+            base = name.removesuffix(TEXT_BYTES_SUFFIX)
+            offsets = stored.get(base + TEXT_OFFSETS_SUFFIX)
+            if offsets is None:
+                raise ValueError(f"stored text '{base}' has bytes but no offsets")
+            decoded[base] = _decode_text(base, array, offsets)
+        else:
+            decoded[name] = array
+    return decoded
+
+
+def _decode_text(
+    name: str, data: npt.NDArray[Any], offsets: npt.NDArray[Any]
+) -> npt.NDArray[np.object_]:
+    import pyarrow as pa
+
+    if data.dtype != np.uint8 or offsets.dtype.kind not in "iu" or offsets.ndim != 1:
+        raise ValueError(
+            f"stored text '{name}' has bytes of {data.dtype}, offsets of {offsets.dtype}"
+        )
+    n_values = offsets.size - 1
+    if n_values < 0:
+        raise ValueError(f"stored text '{name}' has no offsets")
+    texts = pa.LargeStringArray.from_buffers(
+        n_values,
+        pa.py_buffer(np.ascontiguousarray(offsets, dtype="<i8")),
+        pa.py_buffer(np.ascontiguousarray(data)),
+    )
+    try:
+        # Offsets within the bytes, increasing, and every value valid UTF-8.
+        texts.validate(full=True)
+    except pa.ArrowInvalid as exc:
+        raise ValueError(f"stored text '{name}' is damaged: {exc}") from None
+    return np.asarray(texts.to_numpy(zero_copy_only=False), dtype=object)

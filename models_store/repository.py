@@ -591,11 +591,13 @@ def iter_dataset_columns(
         execution_options={"yield_per": 1},
     )
     n_seen = 0
-    for n_rows, extra_data in rows:
-        if extra_data is None:
-            raise ValueError(f"dataset {dataset.id} has a chunk without its extra columns")
-        yield decode_columns(bytes(extra_data), n_rows, names, types)
-        n_seen += n_rows
+    # Closed when the reader stops early too: on PostgreSQL the rows come from a server cursor.
+    with rows:
+        for n_rows, extra_data in rows:
+            if extra_data is None:
+                raise ValueError(f"dataset {dataset.id} has a chunk without its extra columns")
+            yield decode_columns(bytes(extra_data), n_rows, names, types)
+            n_seen += n_rows
     if n_seen != dataset.n_rows:
         raise ValueError(
             f"dataset {dataset.id} has {dataset.n_rows} rows but its chunks hold {n_seen}"
@@ -1469,8 +1471,14 @@ def load_keyed_arrays(session: Session, *, model_id: str) -> dict[str, npt.NDArr
     )
     for (data,) in rows:
         for name, array in decode_arrays(bytes(data)).items():
-            parts.setdefault(name, []).append(array)
+            parts.setdefault(name, []).append(_compact_text(array))
     return {name: np.concatenate(arrays) for name, arrays in parts.items()}
+
+
+def _compact_text(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """Fixed-width text (keys stored before texts were stored as UTF-8) as Python strings:
+    joined with other chunks, or kept in a cache, it is not padded to its longest key."""
+    return array.astype(object) if array.dtype.kind == "U" else array
 
 
 @dataclass(frozen=True)
@@ -1737,7 +1745,7 @@ def load_job_shards(session: Session, *, job_id: str) -> dict[str, npt.NDArray[A
     )
     for (data,) in rows:
         for name, array in decode_arrays(bytes(data)).items():
-            parts.setdefault(name, []).append(array)
+            parts.setdefault(name, []).append(_compact_text(array))
     return {name: np.concatenate(arrays) for name, arrays in parts.items()}
 
 

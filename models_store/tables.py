@@ -226,9 +226,10 @@ class Model(Base):
 class KeyedModelChunk(Base):
     """Consecutive keys of a keyed model (in key order) and their lines (revision 0012).
 
-    ``data`` is an ``.npz`` archive (read without pickle) of the arrays ``keys`` (int64 or
-    fixed-width unicode), ``coef`` (n_keys, k, d), ``intercept`` and ``shares`` (n_keys, k),
-    ``min_loss``, ``n_rows`` and ``status`` (n_keys,).
+    ``data`` is an ``.npz`` archive (read without pickle) of the arrays ``keys`` (int64; text
+    keys as ``keys.utf8`` and ``keys.offsets``, ``codecs.encode_arrays``, or fixed-width
+    unicode in chunks stored before), ``coef`` (n_keys, k, d), ``intercept`` and ``shares``
+    (n_keys, k), ``min_loss``, ``n_rows`` and ``status`` (n_keys,).
     """
 
     __tablename__ = "keyed_model_chunks"

@@ -17,6 +17,14 @@ DEFAULT_KEYED_GLOBAL_ROWS = 1_000_000
 the job's process holds them besides one shard, whatever the dataset's size."""
 
 
+DEFAULT_MAX_KEY_CHARS = 256
+"""The longest key (characters) of a keyed fit, by default."""
+
+DEFAULT_MAX_KEYED_COEFFICIENTS = 50_000_000
+"""The most coefficients (n_keys x k x features) of a keyed fit's lines, by default: 400 MB
+of float64 in each process that serves the model."""
+
+
 class Settings(BaseSettings):
     """Settings read from ``MIXREG_*`` environment variables (see the README's table)."""
 
@@ -41,6 +49,11 @@ class Settings(BaseSettings):
     # Rows a keyed job's global model (for unknown keys) is fitted on at most, drawn at random:
     # what the job's process holds besides one shard, whatever the dataset's size.
     keyed_global_rows: int = Field(default=DEFAULT_KEYED_GLOBAL_ROWS, ge=1000)
+    # A keyed job's keys may hold at most this many characters, and its keys' lines at most
+    # this many coefficients (n_keys x k x features): every process serving the model holds
+    # them all.
+    max_key_chars: int = Field(default=DEFAULT_MAX_KEY_CHARS, ge=1)
+    max_keyed_coefficients: int = Field(default=DEFAULT_MAX_KEYED_COEFFICIENTS, ge=1)
     max_attempts: int = Field(default=3, ge=1)
     poll_interval_s: float = Field(default=0.2, gt=0)
     progress_interval_s: float = Field(default=0.5, ge=0)
@@ -48,6 +61,9 @@ class Settings(BaseSettings):
     # File uploads (POST /datasets with a CSV, Parquet, NPZ or .npy body) are read in blocks.
     max_upload_bytes: int = Field(default=1024 * 1024 * 1024, ge=1)
     model_cache_size: int = Field(default=128, ge=1)
+    # What the decoded models of the cache may take in memory, per process: a keyed model of
+    # many keys weighs as much as thousands of plain ones.
+    model_cache_bytes: int = Field(default=1024 * 1024 * 1024, ge=1)
     max_k_sweep: int = Field(default=20, ge=1, le=MAX_K_SWEEP_LIMIT)
     # "json": one JSON object per log line (for log collectors); "text" reads well in a terminal.
     log_format: Literal["text", "json"] = "text"
@@ -68,6 +84,9 @@ class Settings(BaseSettings):
     # An upload's rows as float64 (rows x (features + 1) x 8 bytes): what it costs to stage and
     # store, whatever its format compresses it to.
     max_decoded_bytes: int = Field(default=4 * 1024 * 1024 * 1024, ge=1)
+    # The longest text (in characters) a kept column's value may be, in any format: what a
+    # row's label or key needs, far below what would let a small file expand to gigabytes.
+    max_text_cell_chars: int = Field(default=1024, ge=1)
     # The values (rows x k) one predict answer may hold, in any format.
     max_predict_values: int = Field(default=5_000_000, ge=1)
     max_k: int = Field(default=100, ge=1)

@@ -142,7 +142,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.keys_required = keyring.enabled
-    app.state.model_cache = ModelCache(settings.model_cache_size)
+    app.state.model_cache = ModelCache(
+        settings.model_cache_size, max_bytes=settings.model_cache_bytes
+    )
     app.state.reference_resolver = ReferenceResolver(settings.alias_refresh_s)
     metrics.count_jobs_with(lambda: _job_counter(app.state.session_factory))
     app.state.keyring = keyring

@@ -119,6 +119,7 @@ def limits_of(settings: Settings) -> ingest.DatasetLimits:
         max_rows=settings.max_rows,
         max_features=settings.max_features,
         max_decoded_bytes=settings.max_decoded_bytes,
+        max_text_cell_chars=settings.max_text_cell_chars,
     )
 
 

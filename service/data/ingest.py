@@ -19,7 +19,7 @@ import tempfile
 import zipfile
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
@@ -68,9 +68,11 @@ class DatasetLimits:
     max_rows: int | None = None
     max_features: int | None = None
     max_decoded_bytes: int | None = None
+    max_text_cell_chars: int | None = None
     rows_setting: str = "MIXREG_MAX_ROWS"
     features_setting: str = "MIXREG_MAX_FEATURES"
     decoded_setting: str = "MIXREG_MAX_DECODED_BYTES"
+    text_cell_setting: str = "MIXREG_MAX_TEXT_CELL_CHARS"
 
     def check_features(self, n_features: int) -> None:
         """Raise ``DatasetTooLargeError`` if ``n_features`` is above the limit."""
@@ -97,6 +99,18 @@ class DatasetLimits:
                 f"{decoded - extra_bytes:,} bytes as float64{kept}; at most "
                 f"{self.max_decoded_bytes:,} are accepted ({self.decoded_setting})"
             )
+
+    def check_text_width(self, n_chars: int, *, column: str, row: int | None = None) -> None:
+        """Raise ``IngestError`` if a kept text value of ``n_chars`` characters (in data row
+        ``row``, counted from 1, when known) is longer than the limit."""
+        if self.max_text_cell_chars is None or n_chars <= self.max_text_cell_chars:
+            return
+        where = f" in data row {row:,}" if row is not None else ""
+        raise IngestError(
+            f"kept column '{column[:100]}' holds a text of {n_chars:,} characters{where}; "
+            f"a kept text may hold at most {self.max_text_cell_chars:,} "
+            f"({self.text_cell_setting})"
+        )
 
 
 def decoded_bytes(n_rows: int, n_features: int) -> int:
@@ -380,7 +394,12 @@ class StagedDataset:
 
     def _extra_batch(self, extra: Mapping[str, Any], n_rows: int) -> Any:
         """The block's kept values as a record batch (TEXT as strings, trimmed, empty as
-        missing), updating the inferred types and the text bytes."""
+        missing), updating the inferred types and the text bytes.
+
+        Every text's length is checked, and the bytes of the kept values counted against the
+        limits, before a dictionary-encoded column is expanded: a few bytes of dictionary
+        indices may stand for gigabytes of text.
+        """
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -399,17 +418,41 @@ class StagedDataset:
                     if isinstance(values, pa.Array)
                     else pa.array(np.asarray(values, dtype=object), pa.string())
                 )
-                array = array.cast(pa.string())
                 if arrival == TEXT:
-                    array = pc.utf8_trim_whitespace(array)
+                    array = pc.utf8_trim_whitespace(array.cast(pa.string()))
                     array = pc.if_else(pc.equal(array, ""), pa.scalar(None, pa.string()), array)
                     if self._numeric[name] and not _reads_as_numbers(array):
                         self._numeric[name] = False
-                self._text_bytes[name] += int(pc.sum(pc.binary_length(array)).as_py() or 0)
+                self._check_text_widths(name, array)
+                self._text_bytes[name] += _text_bytes(array)
             if len(array) != n_rows:
                 raise ValueError(f"kept column '{name}' has {len(array)} values for {n_rows} rows")
             arrays.append(array)
+        self.limits.check_rows(
+            self.n_rows + n_rows, self.n_features, self._extra_bytes_with(n_rows)
+        )
+        arrays = [
+            array if self.kept[name] == NUMBER else array.cast(pa.string())
+            for name, array in zip(self.kept, arrays, strict=True)
+        ]
         return pa.RecordBatch.from_arrays(arrays, names=list(self.kept))
+
+    def _check_text_widths(self, name: str, array: Any) -> None:
+        """Raise naming the column and the first data row of a text longer than the limit."""
+        import pyarrow.compute as pc
+
+        limit = self.limits.max_text_cell_chars
+        if limit is None or len(array) == 0:
+            return
+        lengths = _text_lengths(array, pc.utf8_length)
+        longest = pc.max(lengths).as_py()
+        if longest is None or longest <= limit:
+            return
+        too_long = lengths.fill_null(0).to_numpy(zero_copy_only=False) > limit
+        at = int(np.flatnonzero(too_long)[0])
+        self.limits.check_text_width(
+            int(lengths[at].as_py()), column=name, row=self.n_rows + at + 1
+        )
 
     def _write_extra(self, batch: Any) -> None:
         import pyarrow as pa
@@ -508,6 +551,23 @@ class StagedDataset:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _text_lengths(array: Any, measure: Any) -> Any:
+    """``measure`` (``utf8_length`` or ``binary_length``) of each value of a text array; of a
+    dictionary-encoded one without expanding it (its dictionary measured, then taken)."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(array.type):
+        return measure(array.dictionary).take(array.indices)
+    return measure(array)
+
+
+def _text_bytes(array: Any) -> int:
+    """The UTF-8 bytes of a text array's values, as they take once expanded."""
+    import pyarrow.compute as pc
+
+    return int(pc.sum(_text_lengths(array, pc.binary_length)).as_py() or 0)
 
 
 def _reads_as_numbers(texts: Any) -> bool:
@@ -1103,16 +1163,25 @@ def read_parquet(
                 f"and the target must hold integers or floats (leave a column out with ignore)"
             )
     kept = {name: _parquet_kept_type(schema.field(name)) for name in choice.keep}
-    # The row count of the file's footer: too many rows (or decoded bytes) are refused before
-    # any row group is decompressed.
-    limits.check_rows(parquet_file.metadata.num_rows, len(feature_names))
+    texts = [name for name, kept_type in kept.items() if kept_type == STRING]
+    if texts:
+        # Kept texts are read as dictionaries (as they are usually stored), so that their
+        # lengths and bytes are checked before they are expanded.
+        source.seek(0)
+        parquet_file = pa_parquet.ParquetFile(source, read_dictionary=texts)
+    text_bytes, text_row_bytes = _parquet_text_sizes(parquet_file.metadata, texts)
+    # The row count of the file's footer, and the bytes the kept texts take uncompressed (at
+    # least, as stored): too many rows or bytes are refused before any row group is
+    # decompressed.
+    limits.check_rows(parquet_file.metadata.num_rows, len(feature_names), text_bytes)
     staged = _staged(feature_names, target, limits, kept)
     try:
         # Each batch holds the used columns in that order: the features, the target, then the
         # kept columns.
-        batches = parquet_file.iter_batches(
-            batch_size=rows_per_block(len(feature_names) + len(kept)), columns=[*used, *kept]
+        batch_rows = max(
+            1, BLOCK_BYTES // (8 * (len(feature_names) + 1 + len(kept)) + text_row_bytes)
         )
+        batches = parquet_file.iter_batches(batch_size=batch_rows, columns=[*used, *kept])
         while True:
             try:
                 batch = next(batches, None)
@@ -1128,7 +1197,12 @@ def read_parquet(
                 X[:, position] = batch.column(position).to_numpy(zero_copy_only=False)
             y = np.asarray(batch.column(len(used) - 1).to_numpy(zero_copy_only=False), np.float64)
             extra = {name: _parquet_kept_values(batch.column(name), kept[name]) for name in kept}
-            staged.append(X, y, extra)
+            for start, stop in _text_slices(extra, batch.num_rows):
+                staged.append(
+                    X[start:stop],
+                    y[start:stop],
+                    {name: values[start:stop] for name, values in extra.items()},
+                )
         if staged.n_rows == 0:
             raise IngestError("Parquet file has no rows")
     except BaseException:
@@ -1156,14 +1230,56 @@ def _parquet_kept_type(column: Any) -> str:
 
 
 def _parquet_kept_values(array: Any, kept_type: str) -> Any:
-    """A kept Parquet column's values: float64 with NaN where missing, or plain strings."""
+    """A kept Parquet column's values: float64 with NaN where missing, or strings (left
+    dictionary-encoded: the staged dataset checks them before it expands them)."""
     import pyarrow as pa
 
+    if kept_type == STRING:
+        return array
     if pa.types.is_dictionary(array.type):
         array = array.dictionary_decode()
-    if kept_type == NUMBER:
-        return _float_values(array)
-    return array.cast(pa.string())
+    return _float_values(array)
+
+
+def _parquet_text_sizes(metadata: Any, texts: Sequence[str]) -> tuple[int, int]:
+    """The uncompressed bytes of the columns ``texts`` in every row group, and the most of
+    them per row in a row group (to size the blocks read)."""
+    total, per_row = 0, 0
+    for group in range(metadata.num_row_groups):
+        row_group = metadata.row_group(group)
+        stored = sum(
+            row_group.column(index).total_uncompressed_size
+            for index in range(row_group.num_columns)
+            if row_group.column(index).path_in_schema in texts
+        )
+        total += stored
+        per_row = max(per_row, -(-stored // max(row_group.num_rows, 1)))
+    return total, per_row
+
+
+def _text_slices(extra: Mapping[str, Any], n_rows: int) -> list[tuple[int, int]]:
+    """Consecutive row ranges of a block whose kept texts each expand to about ``BLOCK_BYTES``
+    at most (a range of one row may take more), so that a block of dictionary indices is
+    never expanded whole."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    row_bytes = np.zeros(n_rows, dtype=np.int64)
+    for values in extra.values():
+        if isinstance(values, pa.Array) and pa.types.is_dictionary(values.type):
+            lengths = _text_lengths(values, pc.binary_length).fill_null(0)
+            row_bytes += np.asarray(lengths.to_numpy(zero_copy_only=False), dtype=np.int64)
+    if n_rows == 0 or int(row_bytes.sum()) <= BLOCK_BYTES:
+        return [(0, n_rows)]
+    ends = np.cumsum(row_bytes)
+    slices, start = [], 0
+    while start < n_rows:
+        before = int(ends[start - 1]) if start else 0
+        stop = int(np.searchsorted(ends, before + BLOCK_BYTES, side="right"))
+        stop = max(stop, start + 1)
+        slices.append((start, min(stop, n_rows)))
+        start = stop
+    return slices
 
 
 def _check_parquet_values(batch: Any, columns: list[str], *, first_row: int) -> None:
@@ -1242,12 +1358,31 @@ def read_npz(
         if "feature_names" in members:
             raw_names = _npz_feature_names(archive, members["feature_names"], n_features)
         names = resolve_feature_names(raw_names, n_features)
-        kept = _npz_kept_columns(archive, members, keep, n_rows=X_header.shape[0], limits=limits)
-        with (
-            _extracted(archive, members["X"], X_header, name="NPZ array 'X'") as X_file,
-            _extracted(archive, members["y"], y_header, name="NPZ array 'y'") as y_file,
-        ):
-            return _stage_npy_pair(X_file, y_file, X_header, y_header, names, limits, kept)
+        kept = _npz_kept_headers(
+            archive,
+            members,
+            keep,
+            n_rows=X_header.shape[0],
+            n_features=n_features,
+            limits=limits,
+        )
+        with ExitStack() as files:
+            X_file = files.enter_context(
+                _extracted(archive, members["X"], X_header, name="NPZ array 'X'")
+            )
+            y_file = files.enter_context(
+                _extracted(archive, members["y"], y_header, name="NPZ array 'y'")
+            )
+            kept_files = {
+                name: (
+                    files.enter_context(
+                        _extracted(archive, members[name], header, name=f"NPZ array '{name}'")
+                    ),
+                    header,
+                )
+                for name, header in kept.items()
+            }
+            return _stage_npy_pair(X_file, y_file, X_header, y_header, names, limits, kept_files)
 
 
 def parse_npz(data: bytes) -> ParsedDataset:
@@ -1274,16 +1409,20 @@ def _npz_member_header(archive: zipfile.ZipFile, member: str, *, name: str, ndim
     return header
 
 
-def _npz_kept_columns(
+def _npz_kept_headers(
     archive: zipfile.ZipFile,
     members: Mapping[str, str],
     keep: Sequence[str],
     *,
     n_rows: int,
+    n_features: int,
     limits: DatasetLimits,
-) -> dict[str, NDArray[Any]]:
-    """The arrays named in ``keep``: each 1-D, ``n_rows`` long, of numbers or strings."""
-    kept: dict[str, NDArray[Any]] = {}
+) -> dict[str, NpyHeader]:
+    """The headers of the arrays named in ``keep``: each 1-D, ``n_rows`` long, of numbers or
+    strings no wider than the text limit, all of them with the rows within the byte limit
+    (a string array counts its declared width: numpy pads every value to it); no data is
+    read."""
+    kept: dict[str, NpyHeader] = {}
     for name in keep:
         if name in ("X", "y", "feature_names") or name not in members:
             raise IngestError(
@@ -1294,34 +1433,36 @@ def _npz_kept_columns(
             raise IngestError(f"keep names the array '{name}' twice")
         label = f"NPZ array '{name}'"
         try:
+            size = archive.getinfo(members[name]).file_size
             with archive.open(members[name]) as stream:
-                shape, _, dtype = _parse_npy_header(stream, name=label)
-                if len(shape) != 1 or shape[0] != n_rows or dtype.kind not in "biufU":
-                    raise IngestError(
-                        f"{label} (kept) must be 1-D numbers or strings with one value per row "
-                        f"({n_rows:,}), got shape {shape} of {dtype}"
-                    )
-                declared = shape[0] * dtype.itemsize
-                if limits.max_decoded_bytes is not None and declared > limits.max_decoded_bytes:
-                    raise DatasetTooLargeError(
-                        f"{label} takes {declared:,} bytes; at most "
-                        f"{limits.max_decoded_bytes:,} are accepted ({limits.decoded_setting})"
-                    )
-                data = stream.read(declared)
+                shape, fortran_order, dtype = _parse_npy_header(stream, name=label)
+                header = NpyHeader(tuple(shape), bool(fortran_order), dtype, stream.tell())
         except IngestError:
             raise
         except _ZIP_ERRORS as exc:
             raise IngestError(f"{label} cannot be read: {exc}") from None
-        if len(data) < declared:
-            raise IngestError(f"{label} declares {declared:,} bytes but holds only {len(data):,}")
-        values = np.frombuffer(data, dtype=dtype)
+        if len(shape) != 1 or shape[0] != n_rows or dtype.kind not in "biufU":
+            raise IngestError(
+                f"{label} (kept) must be 1-D numbers or strings with one value per row "
+                f"({n_rows:,}), got shape {shape} of {dtype}"
+            )
         if dtype.kind == "U":
-            texts = values.astype(object)
-            texts[values == ""] = None  # an empty string is a missing value, as in a CSV
-            kept[name] = texts
-        else:
-            kept[name] = values.astype(np.float64)
+            # numpy pads every value to the array's width (that of its longest text).
+            limits.check_text_width(dtype.itemsize // 4, column=name)
+        _check_available(header, size - header.data_offset, name=label)
+        kept[name] = header
+    limits.check_rows(n_rows, n_features, sum(header.data_bytes for header in kept.values()))
     return kept
+
+
+def _npz_kept_values(values: NDArray[Any]) -> NDArray[Any]:
+    """A block of a kept NPZ array: float64 numbers, or ``str`` (``None`` for an empty
+    string, a missing value as in a CSV)."""
+    if values.dtype.kind != "U":
+        return values.astype(np.float64)
+    texts = values.astype(object)
+    texts[values == ""] = None
+    return texts
 
 
 def _npz_feature_names(archive: zipfile.ZipFile, member: str, n_features: int) -> list[str]:
@@ -1521,25 +1662,37 @@ def _stage_npy_pair(
     y_header: NpyHeader,
     feature_names: list[str],
     limits: DatasetLimits,
-    kept: Mapping[str, NDArray[Any]] | None = None,
+    kept: Mapping[str, tuple[BinaryFile, NpyHeader]] | None = None,
 ) -> StagedDataset:
+    """Stage ``X`` and ``y`` block by block, with the kept 1-D arrays (each a file and its
+    header) read block by block beside them."""
     kept = kept or {}
     types = {
-        name: NUMBER if values.dtype == np.float64 else STRING for name, values in kept.items()
+        name: STRING if header.dtype.kind == "U" else NUMBER for name, (_, header) in kept.items()
     }
     staged = _staged(feature_names, None, limits, types)
     try:
         y_source.seek(y_header.data_offset)
-        start = 0
-        for X_block in _npy_rows(X_source, X_header, rows_per_block(len(feature_names))):
+        for kept_source, kept_header in kept.values():
+            kept_source.seek(kept_header.data_offset)
+        row_bytes = 8 * (len(feature_names) + 1) + sum(
+            header.dtype.itemsize for _, header in kept.values()
+        )
+        for X_block in _npy_rows(X_source, X_header, max(1, BLOCK_BYTES // row_bytes)):
             count = X_block.shape[0]
             y_block = np.frombuffer(y_source.read(count * y_header.dtype.itemsize), y_header.dtype)
             staged.append(
                 np.asarray(X_block, np.float64),
                 np.asarray(y_block, np.float64),
-                {name: values[start : start + count] for name, values in kept.items()},
+                {
+                    name: _npz_kept_values(
+                        np.frombuffer(
+                            kept_source.read(count * kept_header.dtype.itemsize), kept_header.dtype
+                        )
+                    )
+                    for name, (kept_source, kept_header) in kept.items()
+                },
             )
-            start += count
     except BaseException:
         staged.close()
         raise

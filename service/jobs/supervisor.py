@@ -165,6 +165,8 @@ class FitSupervisor:
                 "log_format": self._settings.log_format,
                 "stale_after_s": self._settings.stale_after_s,
                 "keyed_global_rows": self._settings.keyed_global_rows,
+                "max_key_chars": self._settings.max_key_chars,
+                "max_keyed_coefficients": self._settings.max_keyed_coefficients,
             },
             name=f"mixreg-fit-{job_id}",
             daemon=True,

@@ -23,6 +23,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from multiprocessing.connection import Connection
@@ -53,7 +54,11 @@ from mixreg import (
 from models_store import registry, repository
 from models_store.session import make_engine, make_sessionmaker, read_scope, session_scope
 from models_store.tables import TERMINAL_JOB_STATUSES, Dataset, Job
-from service.config import DEFAULT_KEYED_GLOBAL_ROWS
+from service.config import (
+    DEFAULT_KEYED_GLOBAL_ROWS,
+    DEFAULT_MAX_KEY_CHARS,
+    DEFAULT_MAX_KEYED_COEFFICIENTS,
+)
 from service.data.columns import load_columns
 from service.jobs.fit_columns import GROUPS, WEIGHTS, wanted_columns
 from service.logs import LogFormat, configure_logging, job_context
@@ -1064,6 +1069,8 @@ def run_job(
     log_format: LogFormat | None = None,
     stale_after_s: float = 15.0,
     keyed_global_rows: int = DEFAULT_KEYED_GLOBAL_ROWS,
+    max_key_chars: int = DEFAULT_MAX_KEY_CHARS,
+    max_keyed_coefficients: int = DEFAULT_MAX_KEYED_COEFFICIENTS,
 ) -> str:
     """Fit the running job ``job_id`` and store its model (a k sweep: one per k), finishing the
     job in the same unit of work.
@@ -1079,7 +1086,9 @@ def run_job(
     database's clock) is claimed again. ``log_format``, when given, configures the logging of
     this process (a fit process does not inherit its worker's); every line logged during the
     fit names ``job_id``. A keyed job's global model is fitted on at most ``keyed_global_rows``
-    rows drawn at random (``MIXREG_KEYED_GLOBAL_ROWS``). Returns the status the
+    rows drawn at random (``MIXREG_KEYED_GLOBAL_ROWS``), and refused (failed) if a key is longer
+    than ``max_key_chars`` or its keys' lines would hold more than ``max_keyed_coefficients``
+    coefficients (:class:`KeyedLimits`). Returns the status the
     job was left in by this call (``"lost"`` if the job was not, or stopped being, owned by the
     worker that claimed it).
     """
@@ -1099,6 +1108,7 @@ def run_job(
                 data_loaded=data_loaded,
                 stale_after_s=stale_after_s,
                 keyed_global_rows=keyed_global_rows,
+                keyed_limits=KeyedLimits(max_key_chars, max_keyed_coefficients),
             )
     finally:
         engine.dispose()
@@ -1135,6 +1145,27 @@ class KeyedData:
             small_keys=job.small_keys or "k1",
             keys_per_shard=job.keys_per_shard or DEFAULT_KEYS_PER_SHARD,
         )
+
+
+@dataclass(frozen=True)
+class KeyedLimits:
+    """What a keyed job may hold: keys of at most ``max_key_chars`` characters
+    (``MIXREG_MAX_KEY_CHARS``), and at most ``max_coefficients`` lines' coefficients over
+    every key, n_keys x k x features (``MIXREG_MAX_KEYED_COEFFICIENTS``)."""
+
+    max_key_chars: int = DEFAULT_MAX_KEY_CHARS
+    max_coefficients: int = DEFAULT_MAX_KEYED_COEFFICIENTS
+
+    def check_coefficients(self, n_keys: int, n_components: int, n_features: int) -> None:
+        """Raise ``ValueError`` naming the product past the limit."""
+        product = n_keys * n_components * n_features
+        if product > self.max_coefficients:
+            raise ValueError(
+                f"split_by: {n_keys:,} keys x k = {n_components} x {n_features} features make "
+                f"{product:,} coefficients; a keyed fit may hold at most "
+                f"{self.max_coefficients:,} (MIXREG_MAX_KEYED_COEFFICIENTS): split by a column "
+                f"with fewer keys, or fit fewer lines or features"
+            )
 
 
 def key_values(values: NDArray[Any]) -> NDArray[Any]:
@@ -1281,6 +1312,7 @@ def _run_job(
     data_loaded: EventType | None,
     stale_after_s: float,
     keyed_global_rows: int,
+    keyed_limits: KeyedLimits,
 ) -> str:
     owner = _current_attempt(session_factory, job_id, worker_id, attempt)
     if owner is None:
@@ -1336,6 +1368,7 @@ def _run_job(
                         read_rows=lambda rows: _read_keyed_rows(session_factory, keyed_data, rows),
                         wait_s=progress_interval_s or heartbeat_interval_s,
                         progress=progress,
+                        limits=keyed_limits,
                     )
         except JobLostError:
             return "lost"
@@ -1597,21 +1630,34 @@ class ShardPlan:
     rows_without_key: int
 
 
-def plan_shards(read_keys: Callable[[], Iterable[NDArray[Any]]], keys_per_shard: int) -> ShardPlan:
+def plan_shards(
+    read_keys: Callable[[], Iterable[NDArray[Any]]],
+    keys_per_shard: int,
+    *,
+    max_key_chars: int | None = None,
+    column: str = "keys",
+) -> ShardPlan:
     """Plan a keyed job's shards from its key column, read twice block by block (consecutive
     blocks of rows in row order, as :func:`key_values` gives them) by ``read_keys``: the
     distinct keys first, then each block's rows to their shard.
 
     Memory holds the distinct keys, one block and the plan's row indices, never the whole
     column: a row's shard is the position of its key among the sorted distinct keys, divided
-    by ``keys_per_shard``.
+    by ``keys_per_shard``. A text key longer than ``max_key_chars`` raises ``ValueError``
+    naming the key ``column`` and its row.
     """
     distinct_parts: list[NDArray[Any]] = []
     rows_without_key = 0
-    for block in read_keys():
-        missing = mixreg.missing_keys(block)
-        rows_without_key += int(missing.sum())
-        distinct_parts.append(np.unique(mixreg.key_array(block[~missing])))
+    start = 0
+    # Closed at once when a key is refused: the reader holds a database cursor.
+    with _closing_blocks(read_keys()) as blocks:
+        for block in blocks:
+            missing = mixreg.missing_keys(block)
+            rows_without_key += int(missing.sum())
+            distinct_parts.append(np.unique(mixreg.key_array(block[~missing])))
+            if max_key_chars is not None:
+                _check_key_lengths(distinct_parts[-1], block, start, max_key_chars, column)
+            start += block.shape[0]
     distinct = (
         np.unique(np.concatenate(distinct_parts)) if distinct_parts else np.zeros(0, np.float64)
     )
@@ -1642,6 +1688,38 @@ def plan_shards(read_keys: Callable[[], Iterable[NDArray[Any]]], keys_per_shard:
     return ShardPlan(distinct=distinct, shards=shards, rows_without_key=rows_without_key)
 
 
+@contextmanager
+def _closing_blocks(items: Iterable[NDArray[Any]]) -> Iterator[Iterator[NDArray[Any]]]:
+    """An iterator over ``items`` that is closed on leaving (a generator's ``finally`` and
+    ``with`` blocks run then, not when it is garbage-collected)."""
+    iterator = iter(items)
+    try:
+        yield iterator
+    finally:
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            close()
+
+
+def _check_key_lengths(
+    distinct: NDArray[Any], block: NDArray[Any], start: int, max_key_chars: int, column: str
+) -> None:
+    """Raise naming the first row of ``block`` (whose first row is ``start``) holding a text
+    key of ``distinct`` (the block's keys) longer than ``max_key_chars``: every key is
+    stored, cached and looked up by each process that serves the model."""
+    if distinct.dtype != object or distinct.size == 0:
+        return
+    lengths = np.fromiter(map(len, distinct), dtype=np.int64, count=distinct.size)
+    if int(lengths.max()) <= max_key_chars:
+        return
+    longest = distinct[int(np.flatnonzero(lengths > max_key_chars)[0])]
+    row = start + int(np.flatnonzero(block == longest)[0])
+    raise ValueError(
+        f"split_by: column '{column}' holds a key of {len(longest):,} characters in row {row} "
+        f"(counted from 0); a key may hold at most {max_key_chars:,} (MIXREG_MAX_KEY_CHARS)"
+    )
+
+
 def fit_shard(
     X: FloatArray,
     y: FloatArray,
@@ -1652,9 +1730,10 @@ def fit_shard(
     progress: Callable[[int], None],
 ) -> dict[str, NDArray[Any]]:
     """Fit a mixture per key on the rows of shard ``position`` (in row order) and return the
-    arrays stored for it (text keys as fixed-width text: never pickled). The shard draws from
-    its own seed (the job's seed and its position), so it fits the same whichever worker and
-    attempt fit it. ``progress`` gets the keys fitted so far, between batches of keys."""
+    arrays stored for it (text keys as Python strings, stored as UTF-8: never pickled). The
+    shard draws from its own seed (the job's seed and its position), so it fits the same
+    whichever worker and attempt fit it. ``progress`` gets the keys fitted so far, between
+    batches of keys."""
     fitted = mixreg.fit_per_key(
         X,
         y,
@@ -1667,7 +1746,9 @@ def fit_shard(
         progress=lambda keys_done, _: progress(keys_done),
     )
     return {
-        "keys": fitted.keys if fitted.keys.dtype.kind in "iu" else fitted.keys.astype(str),
+        # Text keys stay Python strings: the store keeps them as UTF-8 bytes and offsets,
+        # never at the width of the longest.
+        "keys": fitted.keys if fitted.keys.dtype.kind in "iu" else fitted.keys.astype(object),
         "coef": fitted.coef,
         "intercept": fitted.intercept,
         "shares": fitted.shares,
@@ -1691,6 +1772,7 @@ def fit_keyed(
     read_rows: ReadRows,
     wait_s: float,
     progress: ProgressCallback | None = None,
+    limits: KeyedLimits = KeyedLimits(),
 ) -> tuple[FittedSweep, dict[str, Any]]:
     """A keyed fit: the shards planned from the key column (``read_keys``,
     :func:`plan_shards`), the global model of the job's spec on ``split`` (its sample of rows,
@@ -1703,10 +1785,16 @@ def fit_keyed(
     Memory holds ``split``, the plan until it is stored, then one shard's rows at a time (and
     one chunk while they are read), never every row. When no shard is free it waits
     ``wait_s`` and looks again: a claim that went stale is free again. Progress counts the
-    keys done over every claimant. Returns the global fit and the keys' summary (counts by
+    keys done over every claimant. ``limits`` bounds the keys' length and the coefficients of
+    every key's lines, checked before any shard is planned. Returns the global fit and the
+    keys' summary (counts by
     status, failures, min-loss quantiles) once every shard is stored.
     """
-    plan = plan_shards(read_keys, keyed.keys_per_shard)
+    plan = plan_shards(
+        read_keys, keyed.keys_per_shard, max_key_chars=limits.max_key_chars, column=keyed.split_by
+    )
+    # Refused before any shard is planned or stored: nothing is left to clean.
+    limits.check_coefficients(plan.distinct.size, max(spec.all_n_components), split.n_features)
     shards.plan(plan.shards)
     distinct, rows_without_key = plan.distinct, plan.rows_without_key
     del plan

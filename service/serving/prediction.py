@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -143,38 +144,104 @@ class StoredLines:
         """The model's k lines: the predictions per row."""
         return int(self.coef.shape[0])
 
+    def memory_bytes(self) -> int:
+        """About the bytes these lines hold in memory (arrays, text keys and labels, the key
+        lookup table): what the model cache counts against ``MIXREG_MODEL_CACHE_BYTES``."""
+        arrays: list[NDArray[Any] | None] = [
+            self.coef,
+            self.intercept,
+            self.group_labels,
+            self.group_lines,
+            self.group_posteriors,
+        ]
+        if self.gate is not None:
+            arrays += [self.gate.coef, self.gate.intercept]
+        if self.keyed is not None:
+            keyed = self.keyed
+            arrays += [
+                keyed.keys,
+                keyed.coef,
+                keyed.intercept,
+                keyed.shares,
+                keyed.min_loss,
+                keyed.n_rows,
+                keyed.status,
+            ]
+        total = sum(_array_bytes(array) for array in arrays if array is not None)
+        if self.key_positions is not None:
+            total += sys.getsizeof(self.key_positions) + _POSITION_BYTES * len(self.key_positions)
+            if self.keyed is not None and self.keyed.keys.dtype != object:
+                # Keys read as fixed-width text become new Python strings in the table.
+                total += sum(map(sys.getsizeof, self.key_positions))
+        return total
+
+
+_POSITION_BYTES = 32
+"""About what a position (a Python int) takes in a key lookup table."""
+
+
+def _array_bytes(array: NDArray[Any]) -> int:
+    """An array's bytes, with the Python objects of an object array (texts)."""
+    if array.dtype != object:
+        return int(array.nbytes)
+    return int(array.nbytes) + sum(map(sys.getsizeof, array.tolist()))
+
 
 class ModelCache:
     """A thread-safe LRU cache of decoded models, so a cache hit needs no database access.
 
-    Models never change after they are stored; deleting one evicts it.
+    It holds at most ``capacity`` models and ``max_bytes`` bytes of them
+    (:meth:`StoredLines.memory_bytes`): a few keyed models of many keys weigh more than
+    thousands of plain ones. A model larger than ``max_bytes`` on its own is served but not
+    kept. Models never change after they are stored; deleting one evicts it.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, max_bytes: int | None = None) -> None:
         self._capacity = capacity
-        self._entries: OrderedDict[str, StoredLines] = OrderedDict()
+        self._max_bytes = max_bytes
+        self._entries: OrderedDict[str, tuple[StoredLines, int]] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def get(self, model_id: str) -> StoredLines | None:
         """The cached lines of ``model_id``, if present (marking them recently used)."""
         with self._lock:
-            lines = self._entries.get(model_id)
-            if lines is not None:
-                self._entries.move_to_end(model_id)
-            return lines
+            entry = self._entries.get(model_id)
+            if entry is None:
+                return None
+            self._entries.move_to_end(model_id)
+            return entry[0]
 
     def put(self, lines: StoredLines) -> None:
-        """Cache ``lines``, evicting the least recently used entry when full."""
+        """Cache ``lines``, evicting the least recently used entries while the cache holds
+        too many models or bytes."""
+        size = lines.memory_bytes() if self._max_bytes is not None else 0
         with self._lock:
-            self._entries[lines.model_id] = lines
-            self._entries.move_to_end(lines.model_id)
-            while len(self._entries) > self._capacity:
-                self._entries.popitem(last=False)
+            self._pop(lines.model_id)
+            if self._max_bytes is not None and size > self._max_bytes:
+                return
+            self._entries[lines.model_id] = (lines, size)
+            self._bytes += size
+            while len(self._entries) > self._capacity or (
+                self._max_bytes is not None and self._bytes > self._max_bytes
+            ):
+                self._pop(next(iter(self._entries)))
+
+    def _pop(self, model_id: str) -> None:
+        entry = self._entries.pop(model_id, None)
+        if entry is not None:
+            self._bytes -= entry[1]
+
+    @property
+    def bytes(self) -> int:
+        """About the bytes of the cached models."""
+        with self._lock:
+            return self._bytes
 
     def evict(self, model_id: str) -> None:
         """Forget ``model_id``."""
         with self._lock:
-            self._entries.pop(model_id, None)
+            self._pop(model_id)
 
     def model_ids(self) -> list[str]:
         """The ids of the cached models."""

@@ -1688,10 +1688,7 @@ def store_job_shard(
 
 def _encode_keyed_chunk(arrays: Mapping[str, npt.ArrayLike]) -> bytes:
     """The stored bytes of consecutive keys and their lines (``KeyedModelChunk.data``); text
-    keys may come as an object array of ``str``."""
-    keys = np.asarray(arrays["keys"])
-    if keys.dtype.hasobject:
-        arrays = {**arrays, "keys": keys.astype(str)}
+    keys (fixed-width or an object array of ``str``) are stored as UTF-8 bytes and offsets."""
     return encode_arrays(arrays)
 
 

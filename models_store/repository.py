@@ -1692,14 +1692,10 @@ def store_job_shard(
 def _delete_shards_if_finished(session: Session, job_id: str) -> None:
     """Delete the stored shards and shard claims of ``job_id`` if the job is finished."""
     finished = (
-        select(Job.id)
-        .where(Job.id == job_id, Job.status.in_(TERMINAL_JOB_STATUSES))
-        .exists()
+        select(Job.id).where(Job.id == job_id, Job.status.in_(TERMINAL_JOB_STATUSES)).exists()
     )
     session.execute(delete(KeyedJobShard).where(KeyedJobShard.job_id == job_id, finished))
-    session.execute(
-        delete(KeyedJobShardClaim).where(KeyedJobShardClaim.job_id == job_id, finished)
-    )
+    session.execute(delete(KeyedJobShardClaim).where(KeyedJobShardClaim.job_id == job_id, finished))
 
 
 def delete_finished_job_shards(session: Session) -> int:

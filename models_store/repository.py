@@ -588,18 +588,20 @@ def iter_dataset_columns(
     name the dataset does not keep, ``ValueError`` if the chunks do not add up to its rows.
     """
     types = _check_column_names(dataset, names)
-    rows = session.execute(
+    n_seen = 0
+    # Closed when the generator is (a reader that stops early), not left to the collector:
+    # on PostgreSQL the rows come from a server-side cursor.
+    with session.execute(
         select(DatasetChunk.n_rows, DatasetChunk.extra_data)
         .where(DatasetChunk.dataset_id == dataset.id)
         .order_by(DatasetChunk.position),
         execution_options={"yield_per": 1},
-    )
-    n_seen = 0
-    for n_rows, extra_data in rows:
-        if extra_data is None:
-            raise ValueError(f"dataset {dataset.id} has a chunk without its extra columns")
-        yield decode_columns(bytes(extra_data), n_rows, names, types)
-        n_seen += n_rows
+    ) as rows:
+        for n_rows, extra_data in rows:
+            if extra_data is None:
+                raise ValueError(f"dataset {dataset.id} has a chunk without its extra columns")
+            yield decode_columns(bytes(extra_data), n_rows, names, types)
+            n_seen += n_rows
     if n_seen != dataset.n_rows:
         raise ValueError(
             f"dataset {dataset.id} has {dataset.n_rows} rows but its chunks hold {n_seen}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -579,7 +579,7 @@ def _check_column_names(dataset: Dataset, names: Sequence[str]) -> dict[str, str
 
 def iter_dataset_columns(
     session: Session, *, dataset: Dataset, names: Sequence[str]
-) -> Iterator[dict[str, npt.NDArray[Any]]]:
+) -> Generator[dict[str, npt.NDArray[Any]], None, None]:
     """The values of the extra columns ``names`` of ``dataset``, chunk by chunk in row order:
     per chunk a dict name -> 1-D array (float64 for a ``number`` column, NaN where missing; an
     object array of ``str``, ``None`` where missing, for a ``string`` one).

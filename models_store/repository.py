@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -106,6 +106,10 @@ def _update_job(
     cached = session.identity_map.get(Session.identity_key(Job, job_id))
     if cached is not None:
         session.expire(cached)
+    if changed and "status" in values:
+        # However a job ends (failed, cancelled, reaped, released), in the transaction that
+        # ends it: nothing else would ever read a finished job's shards again.
+        _delete_shards_if_finished(session, job_id)
     return changed
 
 
@@ -575,7 +579,7 @@ def _check_column_names(dataset: Dataset, names: Sequence[str]) -> dict[str, str
 
 def iter_dataset_columns(
     session: Session, *, dataset: Dataset, names: Sequence[str]
-) -> Iterator[dict[str, npt.NDArray[Any]]]:
+) -> Generator[dict[str, npt.NDArray[Any]], None, None]:
     """The values of the extra columns ``names`` of ``dataset``, chunk by chunk in row order:
     per chunk a dict name -> 1-D array (float64 for a ``number`` column, NaN where missing; an
     object array of ``str``, ``None`` where missing, for a ``string`` one).
@@ -584,15 +588,15 @@ def iter_dataset_columns(
     name the dataset does not keep, ``ValueError`` if the chunks do not add up to its rows.
     """
     types = _check_column_names(dataset, names)
-    rows = session.execute(
+    n_seen = 0
+    # Closed when the generator is (a reader that stops early), not left to the collector:
+    # on PostgreSQL the rows come from a server-side cursor.
+    with session.execute(
         select(DatasetChunk.n_rows, DatasetChunk.extra_data)
         .where(DatasetChunk.dataset_id == dataset.id)
         .order_by(DatasetChunk.position),
         execution_options={"yield_per": 1},
-    )
-    n_seen = 0
-    # Closed when the reader stops early too: on PostgreSQL the rows come from a server cursor.
-    with rows:
+    ) as rows:
         for n_rows, extra_data in rows:
             if extra_data is None:
                 raise ValueError(f"dataset {dataset.id} has a chunk without its extra columns")
@@ -1523,8 +1527,11 @@ def plan_job_shards(
     """Record the shards of the keyed job ``job_id`` (per shard its key count and the rows of
     its keys, increasing) as claims nobody holds, unless its plan exists already (an earlier
     attempt made it: the plan of a job never changes); a shard already stored is done. True if
-    the plan was recorded by this call."""
-    session.execute(select(Job.id).where(Job.id == job_id).with_for_update())
+    the plan was recorded by this call (False too for a job that is finished)."""
+    status = session.scalar(select(Job.status).where(Job.id == job_id).with_for_update())
+    if status not in _UNFINISHED:
+        # Ended (cancelled, say) while its process read the keys: a plan would outlive it.
+        return False
     if session.scalar(select(func.count()).where(KeyedJobShardClaim.job_id == job_id)):
         return False
     stored = set(stored_job_shards(session, job_id=job_id))
@@ -1658,6 +1665,10 @@ def store_job_shard(
     (its claim went stale and another claimant took it, or the job ended): a shard is stored
     once. ``worker_id`` is recorded as the worker that fitted it, with the job's attempt."""
     encoded = _encode_keyed_chunk(arrays)
+    # Shares the job's row lock with the statement that ends the job (it deletes the job's
+    # shards): on PostgreSQL that statement waits for this shard, or this call sees the job
+    # ended, so no shard is left behind by a job that ended meanwhile.
+    session.execute(select(Job.id).where(Job.id == job_id).with_for_update(read=True))
     marked = _execute_counting(
         session,
         update(KeyedJobShardClaim)
@@ -1718,6 +1729,27 @@ def add_keyed_model_chunks(
         )
     session.flush()
     return len(positions)
+
+
+def _delete_shards_if_finished(session: Session, job_id: str) -> None:
+    """Delete the stored shards and shard claims of ``job_id`` if the job is finished."""
+    finished = (
+        select(Job.id).where(Job.id == job_id, Job.status.in_(TERMINAL_JOB_STATUSES)).exists()
+    )
+    session.execute(delete(KeyedJobShard).where(KeyedJobShard.job_id == job_id, finished))
+    session.execute(delete(KeyedJobShardClaim).where(KeyedJobShardClaim.job_id == job_id, finished))
+
+
+def delete_finished_job_shards(session: Session) -> int:
+    """Delete the stored shards and shard claims of every finished job (left by a version
+    that kept them); return how many shards and claims were deleted."""
+    finished = select(Job.id).where(Job.status.in_(TERMINAL_JOB_STATUSES))
+    deleted = _execute_counting(
+        session, delete(KeyedJobShard).where(KeyedJobShard.job_id.in_(finished))
+    )
+    return deleted + _execute_counting(
+        session, delete(KeyedJobShardClaim).where(KeyedJobShardClaim.job_id.in_(finished))
+    )
 
 
 def stored_job_shards(session: Session, *, job_id: str) -> list[int]:

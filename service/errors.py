@@ -76,3 +76,14 @@ class TooManyJobsError(ServiceError):
     def __init__(self, detail: str, *, retry_after_s: int) -> None:
         super().__init__(detail)
         self.retry_after_s = retry_after_s
+
+
+class ServiceUnavailableError(ServiceError):
+    """The server could not carry out the request for a passing reason of its own (not the
+    request's); retry after ``retry_after_s``."""
+
+    slug = "unavailable"
+
+    def __init__(self, detail: str, *, retry_after_s: int) -> None:
+        super().__init__(detail)
+        self.retry_after_s = retry_after_s

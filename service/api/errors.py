@@ -24,6 +24,7 @@ from service.errors import (
     NotAcceptableError,
     NotFoundError,
     ServiceError,
+    ServiceUnavailableError,
     TooManyJobsError,
     UnsupportedMediaTypeError,
 )
@@ -43,6 +44,7 @@ STATUS_OF_ERROR: dict[type[ServiceError], int] = {
     LimitExceededError: 422,
     DataTooLargeError: 413,
     TooManyJobsError: 429,
+    ServiceUnavailableError: 503,
 }
 
 
@@ -54,7 +56,9 @@ def status_of(error: ServiceError) -> int:
 def error_problem(error: ServiceError, *, instance: str) -> JSONResponse:
     """The problem+json response to a domain error (with ``Retry-After`` when it has one)."""
     headers = (
-        {"Retry-After": str(error.retry_after_s)} if isinstance(error, TooManyJobsError) else None
+        {"Retry-After": str(error.retry_after_s)}
+        if isinstance(error, TooManyJobsError | ServiceUnavailableError)
+        else None
     )
     return problem_response(
         status=status_of(error),

@@ -11,14 +11,19 @@ import asyncio
 import multiprocessing
 import os
 import threading
-from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
 from service.data import ingest
+from service.errors import ServiceUnavailableError
 from service.jobs.submit import PreparedFit, prepare_fit
 from service.schemas import DatasetIn, FitRequest, FitVariant
+
+_Parsed = TypeVar("_Parsed")
 
 PARSE_IN_A_CHILD_BYTES = 64 * 1024
 """JSON dataset and fit bodies larger than this are parsed in a child process."""
@@ -26,8 +31,14 @@ PARSE_IN_A_CHILD_BYTES = 64 * 1024
 # Two bodies parsed at once; more wait. Started on first use, never at import.
 _PARSERS = 2
 _executor: ProcessPoolExecutor | None = None
+# The first task of a pool started again after it lost a child: done once a new child answers.
+_warm_up: Future[int] | None = None
 _executor_lock = threading.Lock()
 _niceness = 0
+
+PARSER_RETRY_AFTER_S = 1
+"""The ``Retry-After`` of the 503 sent when the process parsing a body ended before it
+answered: the pool is started again at once, so a retry a second later finds new children."""
 
 
 def set_parser_niceness(niceness: int) -> None:
@@ -52,12 +63,80 @@ def _parsers() -> ProcessPoolExecutor:
         return _executor
 
 
+def _is_broken(executor: ProcessPoolExecutor) -> bool:
+    # The executor's own flag, set by its manager thread as soon as any child dies (even an
+    # idle one): a broken pool never takes work again, and says so only through this flag or
+    # by failing every later submit.
+    return bool(executor._broken)
+
+
+def _start_again(broken: ProcessPoolExecutor) -> None:
+    """Replace the pool ``broken`` (if it is still the current one) by a new one, which starts
+    a child at once; other requests may have done so already."""
+    global _executor, _warm_up
+    with _executor_lock:
+        if _executor is not broken:
+            return
+        _executor = None
+    broken.shutdown(wait=False, cancel_futures=True)
+    warm_up = _parsers().submit(os.getpid)
+    with _executor_lock:
+        _warm_up = warm_up
+
+
+def parser_trouble() -> str | None:
+    """Why big JSON bodies cannot be parsed right now, or None when they can.
+
+    A pool that lost a child is started again here (the readiness probe calls this, so a server
+    taken out of rotation by its probe does not wait for a body to recover); until a child of the
+    new pool has answered, the parsers are reported as starting."""
+    with _executor_lock:
+        executor, warm_up = _executor, _warm_up
+    if executor is not None and _is_broken(executor):
+        _start_again(executor)
+        return (
+            "a process parsing big JSON bodies ended abruptly (killed, or out of memory); "
+            "the parsers are being started again"
+        )
+    if warm_up is not None and not warm_up.done():
+        return "the processes that parse big JSON bodies are being started again"
+    if warm_up is not None and warm_up.exception() is not None:
+        return f"the processes that parse big JSON bodies failed to start: {warm_up.exception()}"
+    return None
+
+
+async def _in_a_child(parse: Callable[[bytes], _Parsed], body: bytes) -> _Parsed:
+    """``parse(body)`` in a child process, awaited without blocking the loop.
+
+    A pool that lost a child before ``body`` was given to it is started again and given the
+    body. If the child parsing ``body`` itself ends before answering (killed, or out of memory:
+    a body can be what exhausted it), the pool is started again and the request answered with
+    ``ServiceUnavailableError`` rather than parsed once more."""
+    executor = _parsers()
+    try:
+        future = executor.submit(parse, body)
+    except BrokenProcessPool:
+        _start_again(executor)
+        executor = _parsers()
+        future = executor.submit(parse, body)
+    try:
+        return await asyncio.wrap_future(future)
+    except BrokenProcessPool:
+        _start_again(executor)
+        raise ServiceUnavailableError(
+            f"the process parsing this {len(body)}-byte JSON body ended before it answered "
+            f"(killed, or out of memory); the parsers were started again: retry, or send the "
+            f"data as Parquet or NPZ, which take far less memory to read",
+            retry_after_s=PARSER_RETRY_AFTER_S,
+        ) from None
+
+
 def stop_parsers() -> None:
     """End the child processes that parse bodies (at the app's shutdown); the next body
     starts them again."""
-    global _executor
+    global _executor, _warm_up
     with _executor_lock:
-        executor, _executor = _executor, None
+        executor, _executor, _warm_up = _executor, None, None
     if executor is not None:
         executor.shutdown(wait=True, cancel_futures=True)
 
@@ -90,7 +169,7 @@ def parse_dataset_body(body: bytes) -> ParsedBody:
 
 async def parse_dataset_body_in_a_child(body: bytes) -> ParsedBody:
     """:func:`parse_dataset_body` in a child process, awaited without blocking the loop."""
-    return await asyncio.wrap_future(_parsers().submit(parse_dataset_body, body))
+    return await _in_a_child(parse_dataset_body, body)
 
 
 _FIT_REQUEST: TypeAdapter[FitVariant] = TypeAdapter(FitRequest)
@@ -109,4 +188,4 @@ def parse_fit_body(body: bytes) -> PreparedFit | ValidationErrors:
 
 async def parse_fit_body_in_a_child(body: bytes) -> PreparedFit | ValidationErrors:
     """:func:`parse_fit_body` in a child process, awaited without blocking the loop."""
-    return await asyncio.wrap_future(_parsers().submit(parse_fit_body, body))
+    return await _in_a_child(parse_fit_body, body)

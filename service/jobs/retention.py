@@ -4,6 +4,8 @@ Every ``MIXREG_RETENTION_INTERVAL_S`` a worker (each embedded worker; of the ``m
 processes, the one that holds the recovery lock) deletes
 
 - the datasets of finished fits that asked not to keep their data (``keep_data: false``);
+- the shards and shard claims of finished keyed jobs that an older version left behind (a job
+  deletes its own when it ends);
 - with ``MIXREG_JOB_RETENTION_DAYS``, jobs finished longer ago than that (their models stay);
 - with ``MIXREG_MODEL_RETENTION_DAYS``, models stored longer ago that no alias points at;
 - with ``MIXREG_DATASET_RETENTION_DAYS``, datasets uploaded longer ago that no unfinished job
@@ -35,6 +37,7 @@ class RetentionReport:
     expired_jobs: int = 0
     expired_models: list[str] = field(default_factory=list)
     expired_datasets: list[str] = field(default_factory=list)
+    finished_job_shards: int = 0
 
 
 def _days_ago(now: datetime, days: float | None) -> datetime | None:
@@ -49,6 +52,8 @@ def apply_retention(
     report = RetentionReport()
     with session_scope(session_factory) as session:
         report.discarded_datasets = repository.discard_finished_job_data(session)
+    with session_scope(session_factory) as session:
+        report.finished_job_shards = repository.delete_finished_job_shards(session)
     jobs_before = _days_ago(now, settings.job_retention_days)
     if jobs_before is not None:
         with session_scope(session_factory) as session:
@@ -81,6 +86,8 @@ def apply_retention(
 
 
 def _log(report: RetentionReport) -> None:
+    if report.finished_job_shards:
+        logger.info("deleted %d shards of finished keyed jobs", report.finished_job_shards)
     if report.discarded_datasets:
         logger.info("deleted %d datasets of finished fits", len(report.discarded_datasets))
     if report.expired_jobs:

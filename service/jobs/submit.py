@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -324,16 +323,10 @@ def warm_start(
 
 def check_concomitant_columns(dataset: Dataset, names: Sequence[str]) -> None:
     """Raise ``InvalidInputError`` (422) naming the first of the gate's columns that the dataset
-    does not keep, that holds text, or that misses a value in some row."""
+    does not keep or that holds text; a missing number fails the job
+    (``service.jobs.fit_columns.check_concomitant_values``)."""
     fields = {f"gating[{position}]": name for position, name in enumerate(names)}
     columns.check_columns(dataset, fields, {field: {columns.NUMBER} for field in fields})
-    for field, values in columns.load_columns(dataset, fields).items():
-        missing = np.flatnonzero(~np.isfinite(values))
-        if missing.size:
-            raise InvalidInputError(
-                f"{field} names '{fields[field]}' which has no number in row {int(missing[0])}; "
-                f"a gate's column needs a number in every row"
-            )
 
 
 def _listed(names: Sequence[str]) -> str:
@@ -343,18 +336,9 @@ def _listed(names: Sequence[str]) -> str:
 
 def check_key_column(dataset: Dataset, name: str) -> None:
     """Raise ``InvalidInputError`` naming ``split_by`` unless ``name`` is a kept column of
-    ``dataset`` whose values are keys: text, or numbers that are all integers."""
-    kinds = columns.check_columns(dataset, {"split_by": name})
-    if kinds["split_by"] != columns.NUMBER:
-        return
-    values = columns.load_columns(dataset, {"split_by": name})["split_by"]
-    given = values[np.isfinite(values)]
-    fractional = given[given != np.round(given)]
-    if fractional.size:
-        raise InvalidInputError(
-            f"split_by names '{name}' whose numbers are not all integers (e.g. "
-            f"{fractional[0]:g}); keys are text or integers"
-        )
+    ``dataset``; keys that are numbers but not integers fail the job
+    (``service.jobs.fit_columns.check_integer_keys``)."""
+    columns.check_columns(dataset, {"split_by": name})
 
 
 def _existing_dataset(session: Session, dataset_id: str) -> Dataset:

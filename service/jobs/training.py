@@ -15,6 +15,7 @@ above the baseline's are recorded on the model and the job, which still succeeds
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -60,7 +61,15 @@ from service.config import (
     DEFAULT_MAX_KEYED_COEFFICIENTS,
 )
 from service.data.columns import load_columns
-from service.jobs.fit_columns import GROUPS, WEIGHTS, wanted_columns
+from service.errors import InvalidInputError
+from service.jobs.fit_columns import (
+    GROUPS,
+    WEIGHTS,
+    check_concomitant_values,
+    check_integer_keys,
+    check_values,
+    wanted_columns,
+)
 from service.logs import LogFormat, configure_logging, job_context
 from service.schemas import AUTO_STANDARD_ERRORS_MAX_ROWS
 
@@ -1283,7 +1292,9 @@ def _load_claimed_job(
 
 def _load_split(session: Session, dataset: Dataset, spec: FitSpec) -> TrainHoldout:
     """Every row of ``dataset`` split by ``spec``, with the columns the fit uses."""
-    columns = load_columns(dataset, wanted_columns(spec.weights_column, spec.groups_column))
+    wanted = wanted_columns(spec.weights_column, spec.groups_column)
+    columns = load_columns(dataset, wanted)
+    check_values(columns, wanted)
     data = TrainHoldout.of_blocks(
         repository.iter_dataset_blocks(session, dataset=dataset),
         n_rows=dataset.n_rows,
@@ -1295,9 +1306,9 @@ def _load_split(session: Session, dataset: Dataset, spec: FitSpec) -> TrainHoldo
     if spec.concomitant_names is None:
         return data
     gate_columns = repository.load_dataset_columns(dataset, spec.concomitant_names)
-    return data.with_concomitant(
-        np.column_stack([gate_columns[name] for name in spec.concomitant_names]), spec
-    )
+    Z = np.column_stack([gate_columns[name] for name in spec.concomitant_names])
+    check_concomitant_values(Z, spec.concomitant_names)
+    return data.with_concomitant(Z, spec)
 
 
 def _run_job(
@@ -1326,7 +1337,11 @@ def _run_job(
         worker_alive=worker_alive,
     )
     with heartbeat:
-        claimed = _load_claimed_job(session_factory, job_id, owner, keyed_global_rows)
+        try:
+            claimed = _load_claimed_job(session_factory, job_id, owner, keyed_global_rows)
+        except InvalidInputError as exc:
+            heartbeat.stop()
+            return _finish_unfitted(session_factory, job_id, owner, "failed", exc.detail)
         if claimed is None:
             return "lost"
         if data_loaded is not None:
@@ -1374,6 +1389,8 @@ def _run_job(
             return "lost"
         except FitCancelledError:
             status = "cancelled"
+        except InvalidInputError as exc:
+            status, error = "failed", exc.detail
         except ValueError as exc:
             status, error = "failed", str(exc)
         except Exception as exc:
@@ -1387,19 +1404,31 @@ def _run_job(
                 return "lost"
             return "succeeded"
         heartbeat.stop()
-        with session_scope(session_factory) as session:
-            finished = repository.finish_job(
-                session,
-                job_id=job_id,
-                worker_id=owner.worker_id,
-                attempt=owner.attempt,
-                status=status,
-                error=error,
-                now=repository.database_now(session),
-            )
-            if finished:
-                repository.discard_job_data(session, job_id=job_id)
-        return status if finished else "lost"
+        return _finish_unfitted(session_factory, job_id, owner, status, error)
+
+
+def _finish_unfitted(
+    session_factory: sessionmaker[Session],
+    job_id: str,
+    owner: _Attempt,
+    status: str,
+    error: str | None,
+) -> str:
+    """End the job of attempt ``owner`` without a model (``failed`` with ``error``, or
+    ``cancelled``); return its status, or ``lost`` if the attempt is no longer current."""
+    with session_scope(session_factory) as session:
+        finished = repository.finish_job(
+            session,
+            job_id=job_id,
+            worker_id=owner.worker_id,
+            attempt=owner.attempt,
+            status=status,
+            error=error,
+            now=repository.database_now(session),
+        )
+        if finished:
+            repository.discard_job_data(session, job_id=job_id)
+    return status if finished else "lost"
 
 
 def _store_models(
@@ -1902,10 +1931,10 @@ def _key_blocks(session_factory: sessionmaker[Session], keyed: KeyedData) -> Ite
         dataset = repository.get_dataset(session, dataset_id=keyed.dataset_id)
         if dataset is None:
             raise JobLostError(f"dataset {keyed.dataset_id} is gone")
-        for block in repository.iter_dataset_columns(
-            session, dataset=dataset, names=[keyed.split_by]
-        ):
-            yield key_values(block[keyed.split_by])
+        blocks = repository.iter_dataset_columns(session, dataset=dataset, names=[keyed.split_by])
+        with contextlib.closing(blocks):
+            for block in blocks:
+                yield check_integer_keys(key_values(block[keyed.split_by]), keyed.split_by)
 
 
 def _read_keyed_rows(

@@ -255,7 +255,6 @@ def test_bad_gating_is_a_422_naming_the_column(server: Server, data, dataset_id:
     cases = {
         "nope": "gating[0] names the column 'nope' which the dataset does not have",
         "label": "gating[0] names 'label' which holds text; a number column is needed",
-        "gap": "gating[0] names 'gap' which has no number in row 17;",
     }
     for column, detail in cases.items():
         response = server.request(
@@ -263,6 +262,10 @@ def test_bad_gating_is_a_422_naming_the_column(server: Server, data, dataset_id:
         )
         assert response.status_code == 422, response.text
         assert response.json()["detail"].startswith(detail), response.json()["detail"]
+    # A missing number is the fit process's to find (the request reads no row): the job fails.
+    job = server.wait_for_job(server.fit({"dataset_id": dataset_id, "k": 2, "gating": ["gap"]}))
+    assert job["status"] == "failed", job
+    assert job["error"].startswith("gating[0] names 'gap' which has no number in row 17;")
     inline = server.request(
         "POST",
         "/fit",

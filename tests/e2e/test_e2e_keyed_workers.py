@@ -263,13 +263,36 @@ def test_cancel_stops_every_workers_shards(stack: Stack):
         )
         return doing[0][0] == 0
 
-    # Every worker's shard process sees the cancel at its next heartbeat and stops.
+    # Every worker's shard process sees the cancel at its next heartbeat and stops, storing
+    # nothing more: the job's shards and claims went with the cancel and stay gone.
     wait_until(shard_tasks_ended, timeout=30, what="the shard tasks ended")
-    stored = stack.rows("SELECT count(*) FROM keyed_job_shards WHERE job_id = :job", job=job_id)
     time.sleep(1.0)
-    assert (
-        stack.rows("SELECT count(*) FROM keyed_job_shards WHERE job_id = :job", job=job_id)
-        == stored
+    assert stack.rows("SELECT count(*) FROM keyed_job_shards WHERE job_id = :job", job=job_id) == [
+        (0,)
+    ]
+    assert stack.claims(job_id) == []
+
+
+def test_a_keyed_job_reaped_with_a_cancel_pending_leaves_no_shards(stack: Stack):
+    n_accounts = 30 * SHARD
+    job_id = stack.keyed_job(n_accounts)
+    stack.api.wait_for_job(
+        job_id, until=lambda job: (job["progress"]["keys_done"] or 0) >= 2 * SHARD, timeout=120
     )
-    assert stored[0][0] < n_accounts // SHARD
-    assert not all(done for _, _, done in stack.claims(job_id))
+    # Every worker gone mid-job, then the job cancelled: the recovery of the next worker
+    # finds its heartbeat stale and ends it.
+    for worker in running_workers(stack):
+        worker.kill()
+    assert stack.rows("SELECT count(*) FROM keyed_job_shards WHERE job_id = :job", job=job_id) != [
+        (0,)
+    ]
+    assert stack.api.request("POST", f"/jobs/{job_id}/cancel").status_code in (200, 202)
+    assert stack.api.job(job_id)["status"] == "running"
+    stack.add_worker()
+    stack.add_worker()
+    job = stack.api.wait_for_job(job_id, timeout=120)
+    assert job["status"] == "cancelled", job
+    assert stack.rows("SELECT count(*) FROM keyed_job_shards WHERE job_id = :job", job=job_id) == [
+        (0,)
+    ]
+    assert stack.claims(job_id) == []

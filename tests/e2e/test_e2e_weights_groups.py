@@ -91,17 +91,38 @@ def test_a_weighted_fit_is_the_estimators_weighted_fit(server: Server):
     np.testing.assert_allclose(coef, repeated.coef_, rtol=0, atol=1e-9)
 
 
+def failed_job_error(server: Server, body: dict[str, Any]) -> str:
+    """The error of the job ``body`` queues, which must fail: the values of a column are the
+    fit process's to check (the request reads no row)."""
+    job = server.wait_for_job(server.fit(body))
+    assert job["status"] == "failed" and job["model_id"] is None, job
+    error: str = job["error"]
+    return error
+
+
 @pytest.mark.parametrize(
     ("values", "field", "message"),
     [
         ([-1.0] + [1.0] * 59, "w", "weights: column 'w' is -1 in row 0; weights must be >= 0"),
         ([1.0] * 59 + [None], "w", "weights: column 'w' has no finite number in row 59"),
         ([0.0] * 60, "w", "weights: column 'w' is zero in every row"),
+    ],
+)
+def test_bad_weights_fail_the_job_naming_weights(server: Server, values, field, message):
+    X, y = mixture_data(60)
+    dataset_id = upload(server, X, y, {"w": values})
+    body = {"dataset_id": dataset_id, "k": 2, "weights": field}
+    assert failed_job_error(server, body).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("values", "field", "message"),
+    [
         (["a"] * 60, "w", "weights names 'w' which holds text; a number column is needed"),
         ([1.0] * 60, "nope", "weights names the column 'nope' which the dataset does not have"),
     ],
 )
-def test_bad_weights_are_422s_naming_weights(server: Server, values, field, message):
+def test_bad_weights_columns_are_422s_naming_weights(server: Server, values, field, message):
     X, y = mixture_data(60)
     dataset_id = upload(server, X, y, {"w": values})
     response = server.request(
@@ -206,7 +227,7 @@ def test_a_grouped_k_sweep_scores_every_k_as_the_grouped_mixture(server: Server)
         assert entry["bic"] == pytest.approx(score.bic, rel=1e-7)
 
 
-def test_bad_groups_are_422s_naming_groups(server: Server):
+def test_bad_groups_are_422s_or_fail_the_job_naming_groups(server: Server):
     X, y = mixture_data(60)
     labels = [f"g{i % 6}" for i in range(60)]
     dataset_id = upload(
@@ -221,8 +242,6 @@ def test_bad_groups_are_422s_naming_groups(server: Server):
     )
     cases = [
         ({"groups": "user", "algorithm": "am"}, "groups: algorithm 'am' does not fit groups"),
-        ({"groups": "row"}, "groups: every row is its own group"),
-        ({"groups": "holey"}, "groups: column 'holey' has no label in row 0"),
         ({"groups": "nope"}, "groups names the column 'nope' which the dataset does not have"),
     ]
     for extra, message in cases:
@@ -230,6 +249,13 @@ def test_bad_groups_are_422s_naming_groups(server: Server):
         response = server.request("POST", "/fit", json=body)
         assert response.status_code == 422, response.text
         assert message in response.text
+    failing = [
+        ({"groups": "row"}, "groups: every row is its own group"),
+        ({"groups": "holey"}, "groups: column 'holey' has no label in row 0"),
+    ]
+    for extra, message in failing:
+        body = {"dataset_id": dataset_id, "k": 2, **extra}
+        assert failed_job_error(server, body).startswith(message)
     inline = {"data": {"X": X.tolist(), "y": y.tolist()}, "k": 2, "groups": "user"}
     response = server.request("POST", "/fit", json=inline)
     assert response.status_code == 422

@@ -13,6 +13,7 @@ from models_store.migrate import head_revision
 from service.api.deps import SessionFactoryDep, SettingsDep, TaskQueueDep
 from service.auth.keys import ApiKey
 from service.auth.middleware import ApiKeyDep, is_local_client
+from service.data import json_bodies
 from service.metrics import ServiceMetrics
 from service.problems import problem_response
 from service.schemas import QueueStatus, Readiness
@@ -29,7 +30,12 @@ def healthz() -> dict[str, str]:
 @router.get(
     "/readyz",
     response_model=Readiness,
-    responses={503: {"description": "the database (or the task queue) is not usable"}},
+    responses={
+        503: {
+            "description": "the database (or the task queue) is not usable, or the processes "
+            "that parse big JSON bodies are being started again"
+        }
+    },
 )
 def readyz(
     request: Request,
@@ -39,8 +45,10 @@ def readyz(
     api_key: ApiKeyDep,
 ) -> Readiness | JSONResponse:
     """The database answers and its schema is at the newest migration; with
-    MIXREG_WORKER=procrastinate, also the task queue (and how many workers are alive). The
-    revision, worker mode and queue counts are shown with a key, or without keys on loopback."""
+    MIXREG_WORKER=procrastinate, also the task queue (and how many workers are alive); and the
+    processes that parse big JSON bodies have not lost a child (a pool that did is started
+    again here, and is ready once a new child answers). The revision, worker mode and queue
+    counts are shown with a key, or without keys on loopback."""
     queue: QueueStatus | None = None
     try:
         with session_factory() as session:
@@ -66,6 +74,9 @@ def readyz(
                 request, "the Procrastinate queue is not installed; run `mixreg db upgrade`"
             )
         queue = QueueStatus(workers=summary.workers, waiting=summary.waiting)
+    parser_trouble = json_bodies.parser_trouble()
+    if parser_trouble is not None:
+        return _not_ready(request, parser_trouble)
     if not _shows_details(request, api_key):
         return Readiness(status="ready")
     return Readiness(

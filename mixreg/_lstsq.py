@@ -65,7 +65,10 @@ def _problems_budget(n_params: int) -> int:
 
 
 def _block_rows(n_columns: int) -> int:
-    return int(min(_GRAM_BLOCK_ROWS, max(1, _BLOCK_ELEMENTS // max(n_columns, 1))))
+    # Wide data: blocks of an eighth (4 MiB), as a block is copied a few times (gathered,
+    # centred) while the whole sample may be a single block of the default size.
+    elements = _BLOCK_ELEMENTS if n_columns <= WIDE_MIN_PARAMS + 1 else _BLOCK_ELEMENTS >> 3
+    return int(min(_GRAM_BLOCK_ROWS, max(1, elements // max(n_columns, 1))))
 
 
 def solve_normal_equations(gram: FloatArray, rhs: FloatArray) -> FloatArray:

@@ -212,7 +212,8 @@ def _ransac_block(
     first = 0
     while active.size and first < max_trials:
         last = min(first + _TRIALS_PER_ROUND, max_trials)
-        Za, ya = Zp[active], yp[active]
+        # No copy of the gathered rows while every part is still active (the first round).
+        Za, ya = (Zp, yp) if active.size == n_parts else (Zp[active], yp[active])
         rows = np.arange(active.size)[:, None, None]
         round_picks = picks[active, first:last]
         theta = _fit_minimal_subsets(Za[rows, round_picks], ya[rows, round_picks], fit_intercept)
@@ -246,6 +247,9 @@ def _ransac_block(
         best_inliers[active[improved]] = inliers[improved, :, trial]
         active = active[~stopped]
         first = last
+    # The gathered rows (and the last round's views and residuals of them) go before the
+    # final fits gather the inliers again.
+    Zp = Za = residuals = np.empty((0, 0, 0))
     if row_weights is None:
         return lstsq_of_parts(Z, y, parts, best_inliers)
     return lstsq_of_parts(Z, y, parts, best_inliers * row_weights)

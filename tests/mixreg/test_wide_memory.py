@@ -12,6 +12,8 @@ from threadpoolctl import threadpool_limits
 
 from mixreg._am import classic_am_batch
 from mixreg._lstsq import lstsq_by_labels
+from mixreg._ransac import ransac_lines
+from mixreg._subsample import parts_from_labels
 
 
 def _peak(work: Callable[[], Any]) -> tuple[Any, int]:
@@ -64,3 +66,16 @@ def test_lines_of_many_partitions_hold_no_partitions_times_p_squared(wide: Any) 
         alone, _ = lstsq_by_labels(Z, y, labels[partition : partition + 1], 3)
         np.testing.assert_allclose(theta[partition], alone[0], rtol=1e-9, atol=1e-12)
     assert counts.sum() == 16 * Z.shape[0]
+
+
+def test_ransac_refit_of_all_rows_holds_no_trials_times_p_squared(wide: Any) -> None:
+    Z, y, owner = wide
+    parts, counts = parts_from_labels(owner[None, :], 3)
+    theta, peak = _peak(
+        lambda: ransac_lines(
+            Z, y, parts, counts, np.random.default_rng(3), min_samples=Z.shape[1], max_trials=16
+        )
+    )
+    # A round's 16 minimal subsets of 201 rows for 3 parts alone would be 4.8 x Z.
+    assert peak < 3 * Z.nbytes, peak / Z.nbytes
+    assert np.all(np.isfinite(theta))

@@ -11,12 +11,15 @@ from numpy.typing import NDArray
 
 from ._loss import Grouping, assign, grouped_assignment, smallest_by_line, weighted_mean
 from ._lstsq import (
+    WIDE_MIN_PARAMS,
     PartitionSums,
     WeightedLeastSquares,
+    WidePartitionMoments,
     gram_matrix,
     lstsq_by_labels,
     pseudo_inverse,
     refit_exactly,
+    shared_origin,
 )
 
 FloatArray = NDArray[np.float64]
@@ -430,7 +433,8 @@ def classic_am_batch(
 
     Every iteration of a group of starts is one matrix product to assign the rows and an
     update of all the parts' normal equations by the rows that changed parts (one product over
-    all rows when many did, :class:`~mixreg._lstsq.PartitionSums`). A start stops when its
+    all rows when many did, :class:`~mixreg._lstsq.PartitionSums`; on wide data, one start at
+    a time, :class:`~mixreg._lstsq.WidePartitionMoments`). A start stops when its
     partition no longer changes (a fixed point: refitting would give the same lines) or its
     min-loss improved by a relative ``tol`` or less; its min-loss never increases. A line that
     wins no rows keeps its previous value.
@@ -476,6 +480,12 @@ def classic_am_batch(
     if solver is None and n_starts > 1:
         solver = WeightedLeastSquares(Z, y)
     row_products = None if solver is None else solver.products
+    # Wide data: one start at a time (memory k p^2, never starts x p^2), its parts' moments
+    # kept up to date as rows move, about an origin shared by every start.
+    wide = row_products is None and Z.shape[1] > WIDE_MIN_PARAMS
+    origin = shared_origin(Z, y, sample_weight) if wide else None
+    if wide:
+        group_size = 1
     for first in range(0, n_starts, group_size):
         group = np.arange(first, min(first + group_size, n_starts))
         active = group
@@ -483,6 +493,7 @@ def classic_am_batch(
         fitted_on: NDArray[np.intp] | None = None
         moved: NDArray[np.bool_] | None = None
         sums: PartitionSums | None = None
+        moments: WidePartitionMoments | None = None
         for iteration in range(max_iter + 1):
             squared, labels = assign_many(
                 Z, y, thetas[active], sample_weight=sample_weight, grouping=grouping
@@ -509,7 +520,14 @@ def classic_am_batch(
             out_of_time = deadline is not None and time.monotonic() > deadline
             if active.size == 0 or iteration == max_iter or out_of_time:
                 break
-            if row_products is None:
+            if origin is not None:
+                moments = (
+                    WidePartitionMoments.of(Z, y, labels[0], n_components, origin, sample_weight)
+                    if moments is None or moved is None
+                    else moments.moved_to(labels[0], moved[keep][0])
+                )
+                fitted, counts = moments.solve()[None], moments.counts[None]
+            elif row_products is None:
                 fitted, counts = lstsq_by_labels(
                     Z, y, labels, n_components, sample_weight=sample_weight
                 )

@@ -46,7 +46,7 @@ from scipy.optimize import linear_sum_assignment
 
 from ._am import BatchResult, SolverResult, assign_many, classic_am_batch
 from ._em import EMResult, em, em_batch
-from ._lstsq import lstsq_row_sets
+from ._lstsq import WIDE_MIN_PARAMS, lstsq_row_sets
 from ._moves import reseed_by_residual, split_and_free
 from ._solvers import (
     FitContext,
@@ -87,6 +87,13 @@ RESTARTS = 20
 """Random starts of each batch of restarts at most (``n_init`` of them, when fewer)."""
 """Batches of fresh random starts (each searched around) in a row that did not improve the
 best, after which the search stops."""
+AGREEMENT = 1e-3
+"""Relative difference of two batches' best min-losses within which they found the same
+minimum (the search polishes to :data:`EXPLORE_TOL`, so equal minima differ by less)."""
+DISAGREEMENT_BATCHES = 8
+"""Batches of restarts at most beyond the patience rule while the batches disagree."""
+DISAGREEMENT_CAP_FACTOR = 3.0
+"""The work cap is this many times larger while the batches disagree."""
 MIN_CAP_SECONDS, MAX_CAP_SECONDS = 5.0, 40.0
 CAP_SECONDS_PER_WORK = 2e-5
 WORK_PER_SECOND = 1e9
@@ -100,6 +107,8 @@ EM_MAX_ITER, EM_TOL = 200, 1e-6
 # point the polish reaches anyway, at the cost of an E-step (k exponentials per row) each. A
 # quarter of algorithm="em"'s 200 iterations.
 EM_RESTART_MAX_ITER = 50
+EM_RESTART_MIN_ITER = 5
+_EM_RESTART_WIDE_WORK = 4e9
 AGREEING_SHARE = 0.5
 """With groups, the search stops after its EM starts when at least this share of them (and at
 least two), polished, reach the best min-loss (within :data:`SAME_MIN_LOSS`): on data with
@@ -131,6 +140,21 @@ def default_n_init(n_samples: int, n_params: int, n_components: int) -> int:
     rows = min(n_samples, SEARCH_ROWS)
     per_start = n_components * rows * n_params * n_params * _TYPICAL_POLISH_ITERATIONS
     return int(np.clip(_RANDOM_START_WORK // max(per_start, 1), MIN_N_INIT, MAX_N_INIT))
+
+
+def em_restart_iterations(n_rows: int, n_params: int, n_components: int) -> int:
+    """Iterations of the search's EM restarts: :data:`EM_RESTART_MAX_ITER`, fewer on wide data.
+
+    Each EM iteration sums every line's weighted moments over all rows (``n k p^2``); on wide
+    data (more than :data:`~mixreg._lstsq.WIDE_MIN_PARAMS` parameters) the restarts get the
+    work of :data:`_EM_RESTART_WIDE_WORK` multiply-adds (:data:`EM_RESTART_MIN_ITER` iterations
+    at least): their lines only start classical AM, which then costs the moved rows only.
+    """
+    if n_params <= WIDE_MIN_PARAMS:
+        return EM_RESTART_MAX_ITER
+    per_iteration = n_rows * n_components * n_params * n_params
+    affordable = int(_EM_RESTART_WIDE_WORK // max(per_iteration, 1))
+    return int(np.clip(affordable, EM_RESTART_MIN_ITER, EM_RESTART_MAX_ITER))
 
 
 def em_restarts(n_init: int) -> int:
@@ -240,14 +264,15 @@ def _sources(ctx: FitContext) -> list[tuple[str, StartingLines]]:
 
     def em_starts(c: FitContext) -> FloatArray:
         starts = starting_lines(c, random_partition_lines, em_restarts(n_random))
+        max_iter = em_restart_iterations(c.Z.shape[0], c.Z.shape[1], c.n_components)
         return em_batch(
             c.Z,
             c.y,
             starts,
-            max_iter=EM_RESTART_MAX_ITER,
+            max_iter=max_iter,
             tol=EM_TOL,
             deadline=c.deadline,
-            callback=lambda iteration, loss: c.report(iteration / EM_RESTART_MAX_ITER, loss=loss),
+            callback=lambda iteration, loss: c.report(iteration / max_iter, loss=loss),
             sample_weight=c.sample_weight,
             grouping=c.grouping,
             solver=c.least_squares,
@@ -613,6 +638,8 @@ class _Rounds:
     def __init__(self, search: _Search, sample: FitContext, work_cap: float, phase: int) -> None:
         self.search, self.sample, self.work_cap, self.phase = search, sample, work_cap, phase
         self.started_work = search.work
+        self.cap_factor = 1.0
+        """:data:`DISAGREEMENT_CAP_FACTOR` once the batches disagree (:func:`_batches_agree`)."""
 
     def _progress_phase(self) -> float:
         """Progress through the rounds: the share of the work cap, or of the time budget."""
@@ -620,8 +647,9 @@ class _Rounds:
         return self.phase + min(1.0, done)
 
     def over(self) -> bool:
-        """Whether the time budget has passed or the work cap is spent."""
-        return _past(self.sample.deadline) or self.search.work >= self.work_cap
+        """Whether the time budget has passed or the work cap (times :attr:`cap_factor`) is
+        spent."""
+        return _past(self.sample.deadline) or self.search.work >= self.work_cap * self.cap_factor
 
     def _random_starts(self, count: int) -> list[tuple[str, FloatArray]]:
         partitions = count - count // 2
@@ -709,17 +737,43 @@ class _Rounds:
     def restart_while_improving(self) -> None:
         """Fresh random starts, each batch searched around by :meth:`improve`, while they
         improve the best; stops after :data:`RESTART_PATIENCE` batches in a row that did not,
-        or at the cap."""
-        stale = 0
-        while stale < RESTART_PATIENCE and not self.over():
+        or at the cap.
+
+        Unless the batches agree (:func:`_batches_agree`: the best was reached by two of
+        them, the sources' phase counting as one): then up to :data:`DISAGREEMENT_BATCHES`
+        more batches run, under the cap times :data:`DISAGREEMENT_CAP_FACTOR`, until they
+        do. On data with many nearly equal minima a best found once is seldom the best there
+        is; on data with one clear minimum the first batch finds it again and nothing changes.
+        """
+        stale = extra = 0
+        bests = [self.search.best_loss]
+        while not self.over():
+            if stale >= RESTART_PATIENCE:
+                if _batches_agree(bests) or extra >= DISAGREEMENT_BATCHES:
+                    break
+                extra += 1
+            if not _batches_agree(bests):
+                self.cap_factor = DISAGREEMENT_CAP_FACTOR
             before = self.search.best_loss
             first = len(self.search.candidates)
             started = time.monotonic()
             groups = self._random_starts(int(np.clip(self.sample.params["n_init"], 2, RESTARTS)))
             self._polish(groups, time.monotonic() - started)
             self.improve(first)
+            bests.append(min(c.min_loss_after for c in self.search.candidates[first:]))
             improvement = (before - self.search.best_loss) / max(before, np.finfo(np.float64).tiny)
             stale = 0 if improvement > IMPROVEMENT else stale + 1
+
+
+def _batches_agree(bests: list[float]) -> bool:
+    """Whether at least two of the batches' best min-losses are within a relative
+    :data:`AGREEMENT` of the lowest (a single batch agrees with itself only when there is
+    nothing else to go on: one batch is not a disagreement)."""
+    if len(bests) < 2:
+        return True
+    values = np.array(bests)
+    lowest = values.min()
+    return int(np.sum(values <= lowest + AGREEMENT * abs(lowest))) >= 2
 
 
 def _finalists(search: _Search, sample: FitContext) -> list[int]:

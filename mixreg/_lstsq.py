@@ -45,6 +45,12 @@ _SHARED_PRODUCTS_MAX_PARAMS = 16
 # Up to this many parameters, a stack of normal equations is solved by one batched eigh;
 # above it, each by a Cholesky factorization (ten times cheaper), eigh where it fails.
 _BATCHED_EIGH_MAX_PARAMS = 64
+# Above this many parameters, classical AM keeps one partition's moments up to date as rows
+# move (:class:`WidePartitionMoments`) instead of summing every part again each iteration:
+# a refit then costs the moved rows' products (``moved x p^2``) and ``k`` solves of size p,
+# where summing again costs ``n x p^2``; and the partitions of a batch are summed and solved
+# one at a time. At or below it the batched paths are unchanged.
+WIDE_MIN_PARAMS = 32
 
 
 def has_intercept_column(Z: FloatArray) -> bool:
@@ -52,8 +58,17 @@ def has_intercept_column(Z: FloatArray) -> bool:
     return bool(Z.shape[1] > 1 and np.all(Z[:, -1] == 1.0))
 
 
+def _problems_budget(n_params: int) -> int:
+    """Elements of a batch of small problems' gathered rows: on wide data an eighth of a
+    block (4 MiB), as each is copied a few times while it is solved."""
+    return _BLOCK_ELEMENTS if n_params <= WIDE_MIN_PARAMS else _BLOCK_ELEMENTS >> 3
+
+
 def _block_rows(n_columns: int) -> int:
-    return int(min(_GRAM_BLOCK_ROWS, max(1, _BLOCK_ELEMENTS // max(n_columns, 1))))
+    # Wide data: blocks of an eighth (4 MiB), as a block is copied a few times (gathered,
+    # centred) while the whole sample may be a single block of the default size.
+    elements = _BLOCK_ELEMENTS if n_columns <= WIDE_MIN_PARAMS + 1 else _BLOCK_ELEMENTS >> 3
+    return int(min(_GRAM_BLOCK_ROWS, max(1, elements // max(n_columns, 1))))
 
 
 def solve_normal_equations(gram: FloatArray, rhs: FloatArray) -> FloatArray:
@@ -349,7 +364,7 @@ def lstsq_of_parts(
     n_x = Z.shape[1] - centre
     # A batch's gathered rows and its Gram (or kernel) matrices stay within one block.
     per_problem = width * (n_x + 1) + min(width, n_x) ** 2
-    per_batch = max(1, _BLOCK_ELEMENTS // max(1, per_problem))
+    per_batch = max(1, _problems_budget(Z.shape[1]) // max(1, per_problem))
     theta = np.zeros((n_parts, Z.shape[1]))
     for start in range(0, n_parts, per_batch):
         chosen = parts[start : start + per_batch]
@@ -751,7 +766,7 @@ def lstsq_by_labels(
     counts : ndarray of shape (n_partitions, n_components)
         Rows of each part.
     """
-    n_partitions, n_samples = labels.shape
+    n_partitions = labels.shape[0]
     n_params = Z.shape[1]
     n_parts = n_partitions * n_components
     flat = labels + n_components * np.arange(n_partitions)[:, None]
@@ -764,21 +779,69 @@ def lstsq_by_labels(
         theta = solve_normal_equations(gram, rhs)
         return theta.reshape(n_partitions, n_components, n_params), counts
     centre = has_intercept_column(Z)
-    rows_per_block = _block_rows(n_params)
-    moments = _Moments.zeros(n_parts, n_params - centre + 1)
+    theta = np.zeros((n_parts, n_params))
+    # Wide data: the partitions are summed and solved one at a time (memory of one
+    # partition's k (p + 1)^2 moments, never partitions x p^2); narrow data: all at once.
+    per_group = 1 if n_params > WIDE_MIN_PARAMS else n_partitions
     small: list[tuple[int, FloatArray, FloatArray | None]] = []
+    small_elements = 0
+    for first in range(0, n_partitions, per_group):
+        group = range(first, min(first + per_group, n_partitions))
+        moments = _Moments.zeros(len(group) * n_components, n_params - centre + 1)
+        offset = first * n_components
+        small_elements = _sum_parts(
+            Z,
+            y,
+            labels,
+            n_components,
+            group,
+            moments,
+            offset,
+            small,
+            small_elements,
+            sample_weight,
+        )
+        if len(small) and small_elements > _problems_budget(n_params):
+            _solve_small(theta, small, n_params, centre)
+            small, small_elements = [], 0
+        accumulated = moments.weight > 0
+        if accumulated.any():
+            solved_parts = np.flatnonzero(accumulated) + offset
+            theta[solved_parts] = moments.subset(accumulated).solve(centre)
+    if small:
+        _solve_small(theta, small, n_params, centre)
+    return theta.reshape(n_partitions, n_components, n_params), counts
+
+
+def _sum_parts(
+    Z: FloatArray,
+    y: FloatArray,
+    labels: NDArray[np.intp],
+    n_components: int,
+    group: range,
+    moments: _Moments,
+    offset: int,
+    small: list[tuple[int, FloatArray, FloatArray | None]],
+    small_elements: int,
+    sample_weight: FloatArray | None,
+) -> int:
+    """Accumulate the parts of the partitions ``group`` into ``moments`` (part ``i`` at index
+    ``i - offset``), block by block; when all rows are one block, parts with no more rows than
+    parameters go to ``small`` instead (copied). Returns the elements held in ``small``."""
+    n_samples, n_params = Z.shape
+    centre = has_intercept_column(Z)
+    rows_per_block = _block_rows(n_params)
     for start in range(0, n_samples, rows_per_block):
         augmented = _augmented(
             Z[start : start + rows_per_block], y[start : start + rows_per_block], centre
         )
         one_block = start == 0 and augmented.shape[0] == n_samples
-        for partition in range(n_partitions):
+        for partition in group:
             block_labels = labels[partition, start : start + rows_per_block]
             order = np.argsort(block_labels, kind="stable")
             bounds = np.concatenate(
                 [[0], np.cumsum(np.bincount(block_labels, minlength=n_components))]
             )
-            gathered = augmented[order]
             gathered_weights = (
                 None
                 if sample_weight is None
@@ -786,35 +849,41 @@ def lstsq_by_labels(
             )
             for component in range(n_components):
                 part_rows = slice(bounds[component], bounds[component + 1])
-                rows = gathered[part_rows]
+                # Gathered part by part: a copy of one part's rows, not of the whole block.
+                rows = augmented[order[part_rows]]
                 weights_of_part = None if gathered_weights is None else gathered_weights[part_rows]
                 part = partition * n_components + component
                 if one_block and 0 < rows.shape[0] <= n_params:
                     small.append((part, rows, weights_of_part))
+                    small_elements += rows.size
                 else:
-                    moments.add(part, rows, centre, weights_of_part)
-    theta = np.zeros((n_parts, n_params))
-    accumulated = moments.weight > 0
-    if accumulated.any():
-        theta[accumulated] = moments.subset(accumulated).solve(centre)
+                    moments.add(part - offset, rows, centre, weights_of_part)
+    return small_elements
+
+
+def _solve_small(
+    theta: FloatArray,
+    small: list[tuple[int, FloatArray, FloatArray | None]],
+    n_params: int,
+    centre: bool,
+) -> None:
+    """Solve the parts of ``small`` into their rows of ``theta``."""
     if small:
         # Parts with no more rows than parameters (a sub-sample of wide data), padded to one
-        # width and solved together.
+        # width and solved together, a batch at a time.
         width = max(rows.shape[0] for _, rows, _ in small)
-        padded = np.zeros((len(small), width, n_params - centre + 1))
-        weights = np.zeros((len(small), width))
-        for position, (_, rows, row_weights) in enumerate(small):
-            padded[position, : rows.shape[0]] = rows
-            weights[position, : rows.shape[0]] = 1.0 if row_weights is None else row_weights
-        per_batch = max(1, _BLOCK_ELEMENTS // (width * (n_params + 1) + width * width))
-        solved = np.concatenate(
-            [
-                lstsq_of_rows(padded[i : i + per_batch], weights[i : i + per_batch], centre)
-                for i in range(0, len(small), per_batch)
-            ]
-        )
+        per_batch = max(1, _problems_budget(n_params) // (width * (n_params + 1) + width * width))
+        solved_batches = []
+        for first in range(0, len(small), per_batch):
+            batch = small[first : first + per_batch]
+            padded = np.zeros((len(batch), width, n_params - centre + 1))
+            weights = np.zeros((len(batch), width))
+            for position, (_, rows, row_weights) in enumerate(batch):
+                padded[position, : rows.shape[0]] = rows
+                weights[position, : rows.shape[0]] = 1.0 if row_weights is None else row_weights
+            solved_batches.append(lstsq_of_rows(padded, weights, centre))
+        solved = np.concatenate(solved_batches)
         theta[[part for part, _, _ in small]] = solved
-    return theta.reshape(n_partitions, n_components, n_params), counts
 
 
 def lstsq_by_label(
@@ -994,3 +1063,165 @@ def _rows_by_label(
         for component in range(n_components)
         if bounds[component + 1] > bounds[component]
     ]
+
+
+# Above this share of moved rows, summing every part again is cheaper than adding the moved
+# rows to their new parts and subtracting them from their old ones (twice the rows).
+_WIDE_MOVED_SHARE_MAX = 0.4
+
+
+def shared_origin(Z: FloatArray, y: FloatArray, sample_weight: FloatArray | None) -> FloatArray:
+    """The (weighted) mean of all rows' ``[features, y]`` (zeros without an intercept column).
+
+    Sums of products about it stay exact to rounding whatever the data's offset: the origin
+    every partition's moments of :class:`WidePartitionMoments` share.
+
+    Returns
+    -------
+    ndarray of shape (n_x + 1,)
+        ``n_x`` is the number of features without the intercept column.
+    """
+    centre = has_intercept_column(Z)
+    n_x = Z.shape[1] - centre
+    origin = np.zeros(n_x + 1)
+    if centre:
+        if sample_weight is None:
+            origin[:n_x] = Z[:, :n_x].mean(axis=0)
+            origin[n_x] = y.mean()
+        else:
+            total = sample_weight.sum()
+            origin[:n_x] = (sample_weight @ Z[:, :n_x]) / total
+            origin[n_x] = (sample_weight @ y) / total
+    return origin
+
+
+@dataclass
+class WidePartitionMoments:
+    """Weight, sum and sum of products of ``[features, y]`` about a shared origin, per part of
+    one partition of the rows, kept up to date as rows change parts.
+
+    The sums are about the mean of all rows (:func:`shared_origin`), so they are additive:
+    rows that move are added to their new part and subtracted from their old one, and each
+    part's centred scatter follows as ``sum of products - weight * mean mean^T``. Memory is
+    ``k (p + 1)^2`` whatever the rows; time per update is the moved rows' products.
+    """
+
+    Z: FloatArray
+    y: FloatArray
+    sample_weight: FloatArray | None
+    origin: FloatArray
+    """Shape (n_x + 1,): see :func:`shared_origin`."""
+    labels: NDArray[np.intp]
+    """Shape (n_samples,): the partition the sums are of."""
+    weight: FloatArray
+    """Shape (n_components,)."""
+    total: FloatArray
+    """Shape (n_components, n_x + 1): (weighted) sums of the rows about the origin."""
+    products: FloatArray
+    """Shape (n_components, n_x + 1, n_x + 1): (weighted) sums of their outer products."""
+    counts: NDArray[np.intp]
+    """Shape (n_components,): rows of each part."""
+
+    @classmethod
+    def of(
+        cls,
+        Z: FloatArray,
+        y: FloatArray,
+        labels: NDArray[np.intp],
+        n_components: int,
+        origin: FloatArray,
+        sample_weight: FloatArray | None = None,
+    ) -> WidePartitionMoments:
+        """The moments of the partition ``labels`` of the rows, summed from scratch."""
+        n_columns = origin.size
+        moments = cls(
+            Z=Z,
+            y=y,
+            sample_weight=sample_weight,
+            origin=origin,
+            labels=labels,
+            weight=np.zeros(n_components),
+            total=np.zeros((n_components, n_columns)),
+            products=np.zeros((n_components, n_columns, n_columns)),
+            counts=np.bincount(labels, minlength=n_components).astype(np.intp),
+        )
+        for component in range(n_components):
+            moments._accumulate(component, np.flatnonzero(labels == component), None)
+        return moments
+
+    def _shifted(self, rows: NDArray[np.intp]) -> FloatArray:
+        """``[features, y]`` of the given rows, about the origin."""
+        n_x = self.origin.size - 1
+        shifted = np.empty((rows.size, n_x + 1))
+        np.subtract(self.Z[rows, :n_x], self.origin[:n_x], out=shifted[:, :n_x])
+        shifted[:, n_x] = self.y[rows] - self.origin[n_x]
+        return shifted
+
+    def _accumulate(self, component: int, rows: NDArray[np.intp], signs: FloatArray | None) -> None:
+        """Add the rows (each times its sign, when given) to part ``component``, in blocks."""
+        per_block = _block_rows(self.origin.size)
+        for start in range(0, rows.size, per_block):
+            chosen = rows[start : start + per_block]
+            shifted = self._shifted(chosen)
+            weights = None if self.sample_weight is None else self.sample_weight[chosen]
+            if signs is not None:
+                block_signs = signs[start : start + per_block]
+                weights = block_signs if weights is None else weights * block_signs
+            if weights is None:
+                self.weight[component] += chosen.size
+                self.total[component] += shifted.sum(axis=0)
+                self.products[component] += cross_products(shifted)
+            elif signs is None:
+                self.weight[component] += weights.sum()
+                self.total[component] += weights @ shifted
+                self.products[component] += cross_products(shifted * np.sqrt(weights)[:, None])
+            else:
+                self.weight[component] += weights.sum()
+                self.total[component] += weights @ shifted
+                self.products[component] += shifted.T @ (shifted * weights[:, None])
+
+    def moved_to(self, labels: NDArray[np.intp], moved: NDArray[np.bool_]) -> WidePartitionMoments:
+        """The moments of the new partition ``labels``, which differs where ``moved`` is True
+        (updated in place, or summed again when many rows moved)."""
+        n_components = self.weight.size
+        moved_at = np.flatnonzero(moved)
+        if moved_at.size > _WIDE_MOVED_SHARE_MAX * labels.size:
+            return WidePartitionMoments.of(
+                self.Z, self.y, labels, n_components, self.origin, self.sample_weight
+            )
+        into, out_of = labels[moved_at], self.labels[moved_at]
+        for component in range(n_components):
+            entering = moved_at[into == component]
+            leaving = moved_at[out_of == component]
+            if entering.size or leaving.size:
+                signs = np.concatenate([np.ones(entering.size), -np.ones(leaving.size)])
+                self._accumulate(component, np.concatenate([entering, leaving]), signs)
+        self.counts = np.bincount(labels, minlength=n_components).astype(np.intp)
+        # An emptied part holds rounding residue only: it restarts from zero.
+        empty = self.counts == 0
+        self.weight[empty], self.total[empty], self.products[empty] = 0.0, 0.0, 0.0
+        self.labels = labels
+        return self
+
+    def solve(self) -> FloatArray:
+        """Least-squares line of every non-empty part (zeros for an empty one), centred as
+        :class:`_Moments` solves: shape (n_components, n_params)."""
+        n_components, n_columns = self.total.shape
+        n_x = n_columns - 1
+        centre = has_intercept_column(self.Z)
+        theta = np.zeros((n_components, self.Z.shape[1]))
+        filled = (self.counts > 0) & (self.weight > 0)
+        if not filled.any():
+            return theta
+        weight = self.weight[filled]
+        mean = self.total[filled] / weight[:, None]
+        scatter = self.products[filled]
+        if centre:
+            scatter = scatter - weight[:, None, None] * mean[:, :, None] * mean[:, None, :]
+        slopes = solve_normal_equations(scatter[:, :n_x, :n_x], scatter[:, :n_x, n_x])
+        if centre:
+            means = mean + self.origin
+            intercept = means[:, n_x] - np.einsum("pi,pi->p", means[:, :n_x], slopes)
+            slopes = np.concatenate([slopes, intercept[:, None]], axis=1)
+        theta[filled] = slopes
+        return theta

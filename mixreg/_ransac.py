@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from ._lstsq import lstsq_of_parts
+from ._lstsq import WIDE_MIN_PARAMS, lstsq_of_parts
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.intp]
@@ -212,10 +212,25 @@ def _ransac_block(
     first = 0
     while active.size and first < max_trials:
         last = min(first + _TRIALS_PER_ROUND, max_trials)
-        Za, ya = Zp[active], yp[active]
+        # No copy of the gathered rows while every part is still active (the first round).
+        Za, ya = (Zp, yp) if active.size == n_parts else (Zp[active], yp[active])
         rows = np.arange(active.size)[:, None, None]
         round_picks = picks[active, first:last]
-        theta = _fit_minimal_subsets(Za[rows, round_picks], ya[rows, round_picks], fit_intercept)
+        # The minimal subsets' rows, (a, R, min_samples, p), gathered a few trials at a time:
+        # on wide data min_samples is p + 1 and a whole round would be R p^2 per part.
+        budget = _BLOCK_ELEMENTS if Za.shape[2] <= WIDE_MIN_PARAMS + 1 else _BLOCK_ELEMENTS >> 3
+        per_chunk = max(1, budget // max(1, active.size * min_samples * Za.shape[2]))
+        theta = np.concatenate(
+            [
+                _fit_minimal_subsets(
+                    Za[rows, round_picks[:, chunk : chunk + per_chunk]],
+                    ya[rows, round_picks[:, chunk : chunk + per_chunk]],
+                    fit_intercept,
+                )
+                for chunk in range(0, last - first, per_chunk)
+            ],
+            axis=1,
+        )
         residuals = Za @ theta.transpose(0, 2, 1)  # (a, s, R): one batched product
         np.subtract(ya[:, :, None], residuals, out=residuals)
         inliers = np.abs(residuals) <= threshold[active, None, None]
@@ -246,6 +261,9 @@ def _ransac_block(
         best_inliers[active[improved]] = inliers[improved, :, trial]
         active = active[~stopped]
         first = last
+    # The gathered rows (and the last round's views and residuals of them) go before the
+    # final fits gather the inliers again.
+    Zp = Za = residuals = np.empty((0, 0, 0))
     if row_weights is None:
         return lstsq_of_parts(Z, y, parts, best_inliers)
     return lstsq_of_parts(Z, y, parts, best_inliers * row_weights)

@@ -512,3 +512,55 @@ def test_the_default_time_cap_grows_with_the_data_and_bounds_the_search(hard, mo
     # Past the cap, the sources still run whole (no time budget) but no round of moves does.
     assert not {c["source"] for c in capped.candidates_} & set(MOVES)
     assert capped.converged_
+
+
+def test_batches_agree_when_two_of_them_reach_the_lowest_min_loss():
+    assert _auto._batches_agree([1.0])
+    assert not _auto._batches_agree([1.0, 1.02])
+    assert not _auto._batches_agree([1.03, 1.0, 1.02])
+    assert _auto._batches_agree([1.0, 1.02, 1.0005])
+
+
+def _fit_counting_batches(monkeypatch, X, y, k, **kwargs):
+    """The default fit, and how many batches of restarts its rounds ran."""
+    batches = []
+    polish = _auto._Rounds._random_starts
+
+    def counted(self, count):
+        batches.append(count)
+        return polish(self, count)
+
+    monkeypatch.setattr(_auto._Rounds, "_random_starts", counted)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fitted = MixtureOfLinearRegressions(k, random_state=0, **kwargs).fit(X, y)
+    return fitted, len(batches)
+
+
+def test_the_search_goes_on_while_its_batches_disagree_and_not_when_they_agree(monkeypatch):
+    # Friedman 1 with five lines has many nearly equal minima: batches of restarts disagree,
+    # and the search runs more of them than its patience alone would (never ending worse).
+    X, y, _, _ = make_friedman(1, n_train=500, n_test=1, random_state=1)
+    fitted, batches = _fit_counting_batches(monkeypatch, X, y, 5)
+    monkeypatch.setattr(_auto, "DISAGREEMENT_BATCHES", 0)
+    monkeypatch.setattr(_auto, "DISAGREEMENT_CAP_FACTOR", 1.0)
+    patient, patient_batches = _fit_counting_batches(monkeypatch, X, y, 5)
+    assert batches > patient_batches
+    assert fitted.train_loss_ <= patient.train_loss_ * (1 + 1e-9)
+    # A realizable mixture: every batch finds the same minimum, the search stops as before.
+    X, y, *_ = make_realizable(2000, 3, 3, noise=0.1, random_state=0)
+    monkeypatch.undo()
+    easy, easy_batches = _fit_counting_batches(monkeypatch, X, y, 3)
+    monkeypatch.setattr(_auto, "DISAGREEMENT_BATCHES", 0)
+    monkeypatch.setattr(_auto, "DISAGREEMENT_CAP_FACTOR", 1.0)
+    same, same_batches = _fit_counting_batches(monkeypatch, X, y, 3)
+    assert easy_batches == same_batches
+    assert len(easy.candidates_) == len(same.candidates_)
+    np.testing.assert_array_equal(easy.coef_, same.coef_)
+
+
+def test_em_restarts_of_the_search_iterate_less_on_wide_data_only():
+    assert _auto.em_restart_iterations(20_000, 21, 8) == _auto.EM_RESTART_MAX_ITER
+    assert _auto.em_restart_iterations(20_000, 33, 3) == _auto.EM_RESTART_MAX_ITER
+    assert _auto.em_restart_iterations(20_000, 1_001, 3) == _auto.EM_RESTART_MIN_ITER
+    assert 5 < _auto.em_restart_iterations(20_000, 101, 3) < _auto.EM_RESTART_MAX_ITER

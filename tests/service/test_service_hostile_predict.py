@@ -203,6 +203,15 @@ def test_a_gated_answer_counts_its_probabilities_and_values_per_row(
         headers={"content-type": NPY, "accept": NPY},
     )
     assert "the .npy body has 51 rows: the answer would hold 102 values" in problem(too_many, 413)
+    # The Open Inference Protocol answers every output unless asked for some.
+    tensor = {"name": "X", "shape": [40, 2], "datatype": "FP64", "data": X[:40].ravel().tolist()}
+    every_output = client.post(f"/v2/models/{model_id}/infer", json={"inputs": [tensor]})
+    assert "the answer would hold 280 values" in problem(every_output, 413)
+    predictions_only = client.post(
+        f"/v2/models/{model_id}/infer",
+        json={"inputs": [tensor], "outputs": [{"name": "predictions"}]},
+    )
+    assert predictions_only.status_code == 200, predictions_only.text
 
 
 def test_a_grouped_answer_counts_the_posteriors_of_its_groups(

@@ -8,6 +8,11 @@ answers of more than ``INLINE_ANSWER_VALUES`` numbers (rows times k) are compute
 there, so neither a 100,000-row batch nor a small body asking a k = 100 model about many rows
 holds up the other requests; a model that is not cached yet is loaded there too. The response
 is serialized once, straight to bytes.
+
+A JSON body takes at most ``MIXREG_MAX_PREDICT_JSON_BYTES``: its parse holds the GIL, thread
+or not. A binary body names its model outside the body, so its header is checked against the
+limits, the size of the answer among them, before its data are converted, and an ``.npz`` is
+decompressed only up to what its headers declare.
 """
 
 from __future__ import annotations
@@ -410,6 +415,11 @@ async def serve_predict(
     """
     settings: Settings = request.app.state.settings
     content_type = request.headers.get("content-type", "")
+    # JSON is parsed holding the GIL (orjson, then the lists to arrays: one call each that no
+    # other thread interrupts), so a big JSON body stops every request, /healthz included: a
+    # 31 MB one held it for about a second. Bounded rather than sent to a parser process as
+    # big dataset bodies are: at 8 MiB /healthz waits about 0.15 s at most, while .npy, .npz
+    # and binary OIP bodies carry any batch faster than JSON would (bench/hostile_predict.py).
     # Refused from its declared length, before it is received (the received bytes are
     # counted too, in read_body).
     declared = request.headers.get("content-length", "")

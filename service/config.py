@@ -89,6 +89,10 @@ class Settings(BaseSettings):
     max_text_cell_chars: int = Field(default=1024, ge=1)
     # The values (rows x k) one predict answer may hold, in any format.
     max_predict_values: int = Field(default=5_000_000, ge=1)
+    # A JSON predict body is parsed holding the GIL, in calls no other thread interrupts (an
+    # 8 MiB body held /healthz for about 0.1 s, a 31 MB one for about a second): bigger
+    # batches come as .npy, .npz or binary OIP tensors.
+    max_predict_json_bytes: int = Field(default=8 * 1024 * 1024, ge=1)
     max_k: int = Field(default=100, ge=1)
     max_n_partitions: int = Field(default=100_000, ge=1000)
     max_subsample_size: int = Field(default=100_000, ge=150)

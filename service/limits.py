@@ -133,17 +133,40 @@ def check_imported_shape(n_components: int, n_features: int, *, settings: Settin
         )
 
 
-def check_answer_size(n_rows: int, n_components: int, *, settings: Settings) -> None:
-    """Raise ``DataTooLargeError`` (413) if predicting ``n_rows`` rows with a model of
-    ``n_components`` lines would answer with more values than allowed."""
-    n_values = n_rows * n_components
+def check_answer_size(
+    n_rows: int,
+    n_components: int,
+    *,
+    settings: Settings,
+    matrices: Sequence[str] = ("predictions",),
+    vectors: Sequence[str] = (),
+) -> None:
+    """Raise ``DataTooLargeError`` (413) if the answer to ``n_rows`` rows of a model of
+    ``n_components`` lines would hold more values than allowed.
+
+    Every output of the answer counts: ``matrices`` are its (rows, k) outputs (the
+    predictions, a gated model's probabilities, the group posteriors), ``vectors`` its
+    outputs of one value per row (the expected and most likely values, a group's line, ...).
+    """
+    per_row = len(matrices) * n_components + len(vectors)
+    n_values = n_rows * per_row
     maximum = settings.max_predict_values
-    if n_values > maximum:
-        raise DataTooLargeError(
-            f"the answer would hold {n_values:,} predictions ({n_rows:,} rows x k = "
-            f"{n_components}); at most {maximum:,} are answered ({_PREDICT_VALUES.variable}); "
-            f"send at most {max(1, maximum // n_components):,} rows per request"
-        )
+    if n_values <= maximum:
+        return
+    if list(matrices) == ["predictions"] and not vectors:
+        held = f"{n_values:,} predictions ({n_rows:,} rows x k = {n_components})"
+    else:
+        parts = []
+        if matrices:
+            parts.append(f"k = {n_components} for each of {', '.join(matrices)}")
+        if vectors:
+            parts.append(f"1 for each of {', '.join(vectors)}")
+        held = f"{n_values:,} values ({n_rows:,} rows x ({' + '.join(parts)}))"
+    raise DataTooLargeError(
+        f"the answer would hold {held}; at most {maximum:,} are answered "
+        f"({_PREDICT_VALUES.variable}); send at most {max(1, maximum // max(1, per_row)):,} "
+        f"rows per request"
+    )
 
 
 def check_names(names: list[str], *, field: str) -> None:

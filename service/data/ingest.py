@@ -1596,6 +1596,27 @@ def read_npy_header(source: BinaryFile, *, name: str, ndim: int) -> NpyHeader:
     return header
 
 
+def read_npz_member_header(archive: zipfile.ZipFile, member: str, *, name: str) -> NpyHeader:
+    """What the ``.npy`` header of the archive's ``member`` declares, of any dtype (the caller
+    checks it), its data bytes checked against the size the archive declares for the member.
+
+    Only the header is decompressed: a member's data may be asked for once its shape is known
+    to be within the limits. Raises ``IngestError`` naming the member (``name``).
+    """
+    try:
+        size = archive.getinfo(member).file_size
+        with archive.open(member) as stream:
+            shape, fortran_order, dtype = _parse_npy_header(stream, name=name)
+            data_offset = stream.tell()
+    except IngestError:
+        raise
+    except _ZIP_ERRORS as exc:
+        raise IngestError(f"{name} cannot be read: {exc}") from None
+    header = NpyHeader(tuple(shape), bool(fortran_order), dtype, data_offset)
+    _check_available(header, size - data_offset, name=name)
+    return header
+
+
 def _checked_npy_header(source: BinaryFile, *, name: str, ndim: int) -> NpyHeader:
     """The header at the stream's position, of numbers with ``ndim`` dimensions."""
     start = source.tell()

@@ -8,6 +8,11 @@ answers of more than ``INLINE_ANSWER_VALUES`` numbers (rows times k) are compute
 there, so neither a 100,000-row batch nor a small body asking a k = 100 model about many rows
 holds up the other requests; a model that is not cached yet is loaded there too. The response
 is serialized once, straight to bytes.
+
+A JSON body takes at most ``MIXREG_MAX_PREDICT_JSON_BYTES``: its parse holds the GIL, thread
+or not. A binary body names its model outside the body, so its header is checked against the
+limits, the size of the answer among them, before its data are converted, and an ``.npz`` is
+decompressed only up to what its headers declare.
 """
 
 from __future__ import annotations
@@ -174,15 +179,20 @@ def read_body(
     named_in_body: bool,
     unknown_keys: str | None = None,
     max_decoded_bytes: int = 4 * 1024**3,
+    decoded_setting: str = "MIXREG_MAX_DECODED_BYTES",
+    max_json_bytes: int | None = None,
+    check_shape: formats.ShapeCheck | None = None,
 ) -> PredictInput:
     """Parse a predict body by its media type; 415 for another type, 422 naming what is wrong.
 
     ``named_in_body``: the JSON body carries ``model_id`` (``POST /predict``), else the model
     is named in the path. ``unknown_keys`` is the ``?unknown_keys=`` of an ``.npz`` body (a
-    JSON body says it in its own field); an ``.npz`` array over ``max_decoded_bytes`` is a
-    413.
+    JSON body says it in its own field). 413 for an ``.npz`` body whose arrays take more than
+    ``max_decoded_bytes`` decompressed (the setting ``decoded_setting``), for a JSON body of
+    more than ``max_json_bytes``, and for what ``check_shape`` refuses: it sees the shape of
+    an ``.npy`` or ``.npz`` body's ``X`` before its data are converted or decompressed.
     """
-    media_type = content_type.split(";")[0].strip().lower()
+    media_type = media_type_of(content_type)
     if unknown_keys is not None and media_type != formats.NPZ_MEDIA_TYPE:
         raise InvalidInputError(
             "unknown_keys: the query parameter is for .npz bodies; a JSON body gives "
@@ -190,7 +200,8 @@ def read_body(
         )
     if media_type == formats.NPY_MEDIA_TYPE:
         try:
-            return PredictInput(model_id=None, X=formats.read_npy_matrix(body), y=None)
+            X = formats.read_npy_matrix(body, check_shape=check_shape)
+            return PredictInput(model_id=None, X=X, y=None)
         except IngestError as exc:
             raise InvalidInputError(str(exc)) from None
     if media_type == formats.NPZ_MEDIA_TYPE:
@@ -199,7 +210,12 @@ def read_body(
                 f"unknown_keys '{unknown_keys[:100]}' is unknown; choose global or error"
             )
         try:
-            X, keys = formats.read_npz_keyed(body, max_decoded_bytes=max_decoded_bytes)
+            X, keys = formats.read_npz_keyed(
+                body,
+                max_decoded_bytes=max_decoded_bytes,
+                decoded_setting=decoded_setting,
+                check_shape=check_shape,
+            )
         except DatasetTooLargeError as exc:
             raise DataTooLargeError(str(exc)) from None
         except IngestError as exc:
@@ -207,7 +223,7 @@ def read_body(
         return PredictInput(
             model_id=None, X=X, y=None, keys=keys, unknown_keys=unknown_keys or "global"
         )
-    if media_type not in ("", formats.JSON_MEDIA_TYPE) and not media_type.endswith("+json"):
+    if not _is_json(media_type):
         raise UnsupportedMediaTypeError(
             f"Content-Type '{media_type}' is not accepted; send {formats.JSON_MEDIA_TYPE}, "
             f"{formats.NPY_MEDIA_TYPE} (an .npy array of rows) or {formats.NPZ_MEDIA_TYPE} (the "
@@ -218,6 +234,8 @@ def read_body(
         raise RequestValidationError(
             [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
         )
+    if max_json_bytes is not None and len(body) > max_json_bytes:
+        raise json_too_large(len(body), max_json_bytes)
     plain = _read_plain_json(body, named_in_body=named_in_body)
     if plain is not None:
         return plain
@@ -246,8 +264,50 @@ def read_body(
     )
 
 
+def json_too_large(n_bytes: int, max_json_bytes: int) -> DataTooLargeError:
+    """The 413 of a JSON predict body of ``n_bytes``, pointing to the binary formats."""
+    return DataTooLargeError(
+        f"the JSON body takes {n_bytes:,} bytes; a JSON predict body may take at most "
+        f"{max_json_bytes:,} (MIXREG_MAX_PREDICT_JSON_BYTES); send big batches as "
+        f"{formats.NPY_MEDIA_TYPE} (an .npy array of rows; {formats.NPZ_MEDIA_TYPE} with keys) "
+        f"or as binary tensors of the Open Inference Protocol (/v2/models/{{model_id}}/infer)"
+    )
+
+
+def _is_json(media_type: str) -> bool:
+    return media_type in ("", formats.JSON_MEDIA_TYPE) or media_type.endswith("+json")
+
+
+def media_type_of(content_type: str) -> str:
+    """The media type of a ``Content-Type`` header, without its parameters, in lower case."""
+    return content_type.split(";")[0].strip().lower()
+
+
 NPY_OUTPUTS = ("predictions", "probabilities", "expected", "most_likely", "most_likely_component")
 """What an ``.npy`` answer may hold (``?output=``); all but the first need a gated model."""
+
+_MATRIX_OUTPUTS = ("predictions", "probabilities")
+_GATED_VECTORS = ("expected", "most_likely", "most_likely_component")
+
+
+def answer_outputs(
+    lines: StoredLines, *, npy: bool, output: str, scored: bool, grouped: bool
+) -> tuple[list[str], list[str]]:
+    """The outputs an answer holds, as ``check_answer_size`` counts them: those of k values
+    per row, and those of one value per row (``scored``: the request sent ``y``; ``grouped``:
+    it sent ``groups``)."""
+    if npy:
+        return ([output], []) if output in _MATRIX_OUTPUTS else ([], [output])
+    matrices, vectors = ["predictions"], []
+    if scored:
+        vectors.append("best_component")
+    if grouped:
+        matrices.append("group_posterior")
+        vectors.append("group_line")
+    if lines.gate is not None:
+        matrices.append("probabilities")
+        vectors.extend(_GATED_VECTORS)
+    return matrices, vectors
 
 
 def posterior_rows(group_line: NDArray[np.intp], posteriors: FloatArray) -> list[Any]:
@@ -359,17 +419,52 @@ async def serve_predict(
     resolving them as dependencies costs more than a single-row prediction.
     """
     settings: Settings = request.app.state.settings
-    body = await request.body()
     content_type = request.headers.get("content-type", "")
+    # JSON is parsed holding the GIL (orjson, then the lists to arrays: one call each that no
+    # other thread interrupts), so a big JSON body stops every request, /healthz included: a
+    # 31 MB one held it for about a second. Bounded rather than sent to a parser process as
+    # big dataset bodies are: at 8 MiB /healthz waits about 0.15 s at most, while .npy, .npz
+    # and binary OIP bodies carry any batch faster than JSON would (bench/hostile_predict.py).
+    # Refused from its declared length, before it is received (the received bytes are
+    # counted too, in read_body).
+    declared = request.headers.get("content-length", "")
+    json_limit = settings.max_predict_json_bytes
+    if _is_json(media_type_of(content_type)) and declared.isdigit() and int(declared) > json_limit:
+        raise json_too_large(int(declared), json_limit)
+    body = await request.body()
     inline = len(body) <= INLINE_BODY_BYTES
     named_in_body = path_model_id is None
+    npy = formats.prefers_npy(request.headers.get("accept"))
+    output = request.query_params.get("output", "predictions")
+    if output not in NPY_OUTPUTS:
+        # Checked for JSON answers too (which hold every output): the parameter is documented
+        # with these values only.
+        raise InvalidInputError(
+            f"output '{output[:100]}' is unknown; choose one of {', '.join(NPY_OUTPUTS)}"
+        )
+    # A binary body names its model outside the body: the model is found first, so that the
+    # rows its answer may hold are known from the body's header, before its data are
+    # converted or decompressed (a small .npz of zeros can hold hundreds of megabytes).
+    binary = media_type_of(content_type) in (formats.NPY_MEDIA_TYPE, formats.NPZ_MEDIA_TYPE)
+    named_outside = path_model_id or query_model_id
+    lines = await lines_of(request, named_outside) if binary and named_outside else None
+    # A compressed body may not decode to more than an uncompressed one may take.
+    max_decoded_bytes, decoded_setting = min(
+        (settings.max_body_bytes, "MIXREG_MAX_BODY_BYTES"),
+        (settings.max_decoded_bytes, "MIXREG_MAX_DECODED_BYTES"),
+    )
     parse = functools.partial(
         read_body,
         body,
         content_type=content_type,
         named_in_body=named_in_body,
         unknown_keys=request.query_params.get("unknown_keys"),
-        max_decoded_bytes=settings.max_decoded_bytes,
+        max_decoded_bytes=max_decoded_bytes,
+        decoded_setting=decoded_setting,
+        max_json_bytes=settings.max_predict_json_bytes,
+        check_shape=functools.partial(
+            _check_binary_shape, settings=settings, lines=lines, npy=npy, output=output
+        ),
     )
     data = parse() if inline else await run_in_threadpool(parse)
     limits.check_data_shape(*data.X.shape, settings=settings, what="X")
@@ -379,16 +474,38 @@ async def serve_predict(
             "name the model: an .npy body is sent to POST /models/{model_id}/predict or to "
             "POST /predict?model_id=... (an .npz body too)"
         )
-    lines = await lines_of(request, reference)
-    limits.check_answer_size(data.X.shape[0], lines.n_components, settings=settings)
-    npy = formats.prefers_npy(request.headers.get("accept"))
-    output = request.query_params.get("output", "predictions")
-    if output not in NPY_OUTPUTS:
-        # Checked for JSON answers too (which hold every output): the parameter is documented
-        # with these values only.
-        raise InvalidInputError(
-            f"output '{output[:100]}' is unknown; choose one of {', '.join(NPY_OUTPUTS)}"
-        )
+    if lines is None:
+        lines = await lines_of(request, reference)
+    matrices, vectors = answer_outputs(
+        lines, npy=npy, output=output, scored=data.y is not None, grouped=data.groups is not None
+    )
+    limits.check_answer_size(
+        data.X.shape[0], lines.n_components, settings=settings, matrices=matrices, vectors=vectors
+    )
     if inline and data.X.shape[0] * lines.coef.shape[0] <= INLINE_ANSWER_VALUES:
         return answer(lines, data, npy=npy, output=output)
     return await run_in_threadpool(answer, lines, data, npy=npy, output=output)
+
+
+def _check_binary_shape(
+    n_rows: int,
+    n_features: int,
+    what: str,
+    *,
+    settings: Settings,
+    lines: StoredLines | None,
+    npy: bool,
+    output: str,
+) -> None:
+    """The limits a binary body's ``X`` of ``n_rows`` by ``n_features`` must be within, checked
+    from its header: rows and features, and the size of the answer when the model is known."""
+    limits.check_data_shape(n_rows, n_features, settings=settings, what=what)
+    if lines is None:
+        return
+    matrices, vectors = answer_outputs(lines, npy=npy, output=output, scored=False, grouped=False)
+    try:
+        limits.check_answer_size(
+            n_rows, lines.n_components, settings=settings, matrices=matrices, vectors=vectors
+        )
+    except DataTooLargeError as exc:
+        raise DataTooLargeError(f"{what} has {n_rows:,} rows: {exc}") from None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import zipfile
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -34,37 +35,75 @@ MAX_KEY_LENGTH = 256
 _ARCHIVE_ERRORS = (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError)
 
 
-def read_npy_matrix(body: bytes, *, name: str = "the .npy body") -> FloatArray:
+ShapeCheck = Callable[[int, int, str], None]
+"""Called with a body's rows, features and name (``the .npz array X``) once its header is
+read, before its data are converted or decompressed: raises when they are beyond a limit."""
+
+
+def read_npy_matrix(
+    body: bytes, *, name: str = "the .npy body", check_shape: ShapeCheck | None = None
+) -> FloatArray:
     """The finite float64 matrix held by the ``.npy`` bytes ``body``.
 
     Raises ``IngestError`` naming what is wrong: not a ``.npy`` array, not numbers, not 2-D,
     truncated, no rows or columns, or an entry that is NaN or infinite (``X[i][j]``).
+    ``check_shape`` sees the declared shape before the data are converted.
     """
     source = io.BytesIO(body)
     header = ingest.read_npy_header(source, name=name, ndim=2)
+    _check_matrix_shape(header, name=name, check_shape=check_shape)
+    return _finite_matrix(body, header)
+
+
+def _check_matrix_shape(
+    header: ingest.NpyHeader, *, name: str, check_shape: ShapeCheck | None
+) -> None:
     n_rows, n_features = header.shape
     if n_rows == 0:
         raise ingest.IngestError("X is empty; at least one row is required")
     if n_features == 0:
         raise ingest.IngestError("X row 0 has no values; at least one feature is required")
-    data = np.frombuffer(
-        body, dtype=header.dtype, count=n_rows * n_features, offset=header.data_offset
+    if check_shape is not None:
+        check_shape(n_rows, n_features, name)
+
+
+def _finite_matrix(data: bytes | bytearray, header: ingest.NpyHeader) -> FloatArray:
+    """The (n, d) matrix the ``.npy`` ``data`` (header included) holds, as finite float64."""
+    n_rows, n_features = header.shape
+    values = np.frombuffer(
+        data, dtype=header.dtype, count=n_rows * n_features, offset=header.data_offset
     )
     shape = (n_rows, n_features)
-    matrix = data.reshape(shape, order="F") if header.fortran_order else data.reshape(shape)
+    matrix = values.reshape(shape, order="F") if header.fortran_order else values.reshape(shape)
     X = np.ascontiguousarray(matrix, dtype=np.float64)
     ingest.check_finite_matrix(X)
     return X
 
 
-def read_npz_keyed(body: bytes, *, max_decoded_bytes: int) -> tuple[FloatArray, list[str | int]]:
+DECOMPRESS_BLOCK_BYTES = 1 << 20
+"""An ``.npz`` member is decompressed this many bytes at a time, into an array of the size its
+header declares (checked first): a member cannot decompress to more."""
+
+
+def read_npz_keyed(
+    body: bytes,
+    *,
+    max_decoded_bytes: int,
+    decoded_setting: str,
+    check_shape: ShapeCheck | None = None,
+) -> tuple[FloatArray, list[str | int]]:
     """The rows ``X`` and their ``keys`` held by the ``.npz`` bytes ``body``: exactly the
     arrays ``X`` (n, d) of finite numbers and ``keys`` (n,) of integers or text.
 
+    The members' ``.npy`` headers are read first: their shapes and dtypes are checked, the
+    shape of ``X`` by ``check_shape``, and what the arrays take once decompressed (``X`` as
+    float64, and the keys) against ``max_decoded_bytes`` (the setting ``decoded_setting``),
+    all before any data is decompressed. A small archive of zeros can declare gigabytes.
+
     Raises ``IngestError`` naming what is wrong (not a zip archive, a missing or extra array,
-    a bad dtype or shape, an empty, too long or NUL-holding text key, a key out of 64 bits),
-    and ``DatasetTooLargeError`` for an array that decompresses to more than
-    ``max_decoded_bytes`` (checked on the declared size, before it is decompressed).
+    a bad dtype or shape, data shorter or longer than declared, an empty, too long or
+    NUL-holding text key, a key out of 64 bits), and ``DatasetTooLargeError`` naming the
+    arrays, their sizes and the setting when they would take more than ``max_decoded_bytes``.
     """
     try:
         archive = zipfile.ZipFile(io.BytesIO(body))
@@ -77,40 +116,98 @@ def read_npz_keyed(body: bytes, *, max_decoded_bytes: int) -> tuple[FloatArray, 
                 "the .npz body must hold exactly the arrays X and keys; it holds "
                 f"{', '.join(sorted(members)) or 'none'}"
             )
-        raw = {}
-        for name, member in members.items():
-            size = archive.getinfo(member).file_size
-            if size > max_decoded_bytes:
-                raise ingest.DatasetTooLargeError(
-                    f"the .npz array {name} takes {size:,} bytes; at most "
-                    f"{max_decoded_bytes:,} are accepted (MIXREG_MAX_DECODED_BYTES)"
-                )
-            try:
-                raw[name] = archive.read(member)
-            except _ARCHIVE_ERRORS as exc:
-                raise ingest.IngestError(f"the .npz array {name} cannot be read: {exc}") from None
-    X = read_npy_matrix(raw["X"], name="the .npz array X")
-    return X, _keys_of_npy(raw["keys"], n_rows=X.shape[0])
+        X_name, keys_name = "the .npz array X", "the .npz array keys"
+        X_header = ingest.read_npz_member_header(archive, members["X"], name=X_name)
+        if X_header.dtype.kind not in "biuf" or len(X_header.shape) != 2:
+            raise ingest.IngestError(
+                f"{X_name} must be a 2-D array of numbers, got shape {X_header.shape} of "
+                f"{X_header.dtype}"
+            )
+        keys_header = ingest.read_npz_member_header(archive, members["keys"], name=keys_name)
+        _check_matrix_shape(X_header, name=X_name, check_shape=check_shape)
+        _check_decoded(X_header, keys_header, max_decoded_bytes, decoded_setting)
+        n_rows = X_header.shape[0]
+        if keys_header.shape != (n_rows,) or keys_header.dtype.kind not in "iuU":
+            raise ingest.IngestError(
+                f"the .npz array keys must be 1-D integers or text with one key per row of X "
+                f"({n_rows:,}), got shape {keys_header.shape} of {keys_header.dtype}"
+            )
+        X_data = _decompressed(archive, members["X"], X_header, name=X_name)
+        keys_data = _decompressed(archive, members["keys"], keys_header, name=keys_name)
+    X = _finite_matrix(X_data, X_header)
+    del X_data
+    keys = np.frombuffer(keys_data, dtype=keys_header.dtype, offset=keys_header.data_offset)
+    return X, _checked_keys(keys)
 
 
-def _keys_of_npy(data: bytes, *, n_rows: int) -> list[str | int]:
-    try:
-        keys = np.load(io.BytesIO(data), allow_pickle=False)
-    except _ARCHIVE_ERRORS as exc:
-        raise ingest.IngestError(
-            f"the .npz array keys is not a .npy array of integers or text: {exc}"
-        ) from None
-    if keys.shape != (n_rows,) or keys.dtype.kind not in "iuU":
-        raise ingest.IngestError(
-            f"the .npz array keys must be 1-D integers or text with one key per row of X "
-            f"({n_rows:,}), got shape {keys.shape} of {keys.dtype}"
+def _check_decoded(
+    X_header: ingest.NpyHeader,
+    keys_header: ingest.NpyHeader,
+    max_decoded_bytes: int,
+    decoded_setting: str,
+) -> None:
+    """Raise ``DatasetTooLargeError`` if ``X`` as float64 and the keys take more bytes than
+    allowed, naming each array's shape and bytes."""
+    n_rows, n_features = X_header.shape
+    X_bytes = n_rows * n_features * np.dtype(np.float64).itemsize
+    keys_bytes = keys_header.data_bytes
+    keys_shape = " x ".join(f"{size:,}" for size in keys_header.shape)
+    if X_bytes + keys_bytes > max_decoded_bytes:
+        raise ingest.DatasetTooLargeError(
+            f"the .npz arrays take {X_bytes + keys_bytes:,} bytes decompressed (X "
+            f"{n_rows:,} x {n_features:,} as float64: {X_bytes:,}; keys {keys_shape} of "
+            f"{keys_header.dtype}: {keys_bytes:,}); at most {max_decoded_bytes:,} are "
+            f"accepted ({decoded_setting}); send fewer rows per request"
         )
+
+
+def _decompressed(
+    archive: zipfile.ZipFile, member: str, header: ingest.NpyHeader, *, name: str
+) -> bytearray:
+    """The member's bytes, header and data, decompressed in blocks into a buffer of the size
+    its header declares; ``IngestError`` if the member holds fewer or more bytes."""
+    size = header.data_offset + header.data_bytes
+    data = bytearray(size)
+    view = memoryview(data)
+    try:
+        with archive.open(member) as stream:
+            filled = 0
+            while filled < size:
+                block = stream.read(min(DECOMPRESS_BLOCK_BYTES, size - filled))
+                if not block:
+                    raise ingest.IngestError(
+                        f"{name} declares {header.data_bytes:,} bytes of data but holds only "
+                        f"{filled - header.data_offset:,}"
+                    )
+                view[filled : filled + len(block)] = block
+                filled += len(block)
+            # Reading on to the member's end checks its CRC-32.
+            if stream.read(1):
+                declared = header.data_bytes
+                raise ingest.IngestError(
+                    f"{name} holds more than the {declared:,} bytes of data its header declares"
+                )
+    except ingest.IngestError:
+        raise
+    except _ARCHIVE_ERRORS as exc:
+        raise ingest.IngestError(f"{name} cannot be read: {exc}") from None
+    finally:
+        view.release()
+    return data
+
+
+def _checked_keys(keys: NDArray[Any]) -> list[str | int]:
+    """The keys of the rows as Python values, each checked."""
     if keys.dtype.kind == "u" and keys.size and int(keys.max()) >= 2**63:
         at = int(np.argmax(keys >= 2**63))
         raise ingest.IngestError(f"keys[{at}] is beyond a 64-bit signed integer")
     if keys.dtype.kind in "iu":
         integers: list[str | int] = keys.astype(np.int64).tolist()
         return integers
+    if keys.dtype.itemsize == 0:  # every key is empty text
+        raise ingest.IngestError(
+            f"keys[0] must be a text of 1 to {MAX_KEY_LENGTH} characters without NUL"
+        )
     lengths = np.char.str_len(keys)
     # A text shorter than the dtype's width is padded with NUL code points; one within the
     # text's length is a NUL of its own.

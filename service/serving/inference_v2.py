@@ -52,6 +52,8 @@ INPUT_NAME = "X"
 KEY_INPUT_NAME = "key"
 """A keyed model's second input: each row's key, BYTES (text) or INT64, as JSON data."""
 OUTPUT_NAME = "predictions"
+MATRIX_OUTPUTS = (OUTPUT_NAME, "probabilities")
+"""The outputs of k values per row; the others have one value per row."""
 CONCOMITANT_NAME = "concomitant"
 GATED_OUTPUTS = {
     "probabilities": "FP64",

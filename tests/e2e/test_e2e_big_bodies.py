@@ -1,12 +1,16 @@
 """Big request bodies do not hold up small requests: a big JSON dataset, or a fit with big
-inline data, is parsed off the event loop while single-row predictions keep being answered."""
+inline data, is parsed off the event loop while single-row predictions keep being answered.
+Big predict bodies are refused before they cost: a small ``.npz`` that decompresses to
+hundreds of megabytes by the headers of its arrays, a big JSON body by its size."""
 
 from __future__ import annotations
 
+import io
 import json
 import statistics
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -140,3 +144,105 @@ def test_a_big_fit_body_that_does_not_validate_is_a_422_naming_the_field(
     answer = server.request("POST", "/fit", json=body)
     assert answer.status_code == 422, answer.text
     assert [error["loc"] for error in answer.json()["errors"]] == [["body", "k"]]
+
+
+def _status_mb(pid: int, field: str) -> float:
+    """A ``/proc/<pid>/status`` figure (``VmRSS``, ``VmHWM``) in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no {field} for process {pid}")
+
+
+def post_measured(server: Server, path: str, body: bytes, content_type: str):
+    """Post ``body``, polling ``/healthz`` meanwhile: the answer, the server's peak resident
+    memory growth (MB) and the slowest ``/healthz`` (s)."""
+    assert server.process is not None
+    pid = server.process.pid
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # the peak restarts from the present
+    before = _status_mb(pid, "VmRSS")
+    done = threading.Event()
+    probes: list[float] = []
+
+    def probe() -> None:
+        with httpx.Client(base_url=server.base_url, timeout=60) as prober:
+            while not done.is_set():
+                sent = time.monotonic()
+                assert prober.get("/healthz").status_code == 200
+                probes.append(time.monotonic() - sent)
+                time.sleep(0.01)
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    try:
+        with httpx.Client(base_url=server.base_url, timeout=120) as client:
+            answer = client.post(path, content=body, headers={"content-type": content_type})
+    finally:
+        done.set()
+        prober.join()
+    return answer, _status_mb(pid, "VmHWM") - before, max(probes, default=0.0)
+
+
+def npz(**arrays: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)  # type: ignore[arg-type]
+    return buffer.getvalue()
+
+
+def test_a_small_npz_of_many_rows_is_refused_by_its_headers_without_decompressing(
+    make_sqlite_server: ServerFactory,
+):
+    server = make_sqlite_server()
+    model_id = small_model(server, np.random.default_rng(2))
+    # About 400 kB that decompress to 440 MB: more rows than the answer may hold (k = 2).
+    many_rows = npz(X=np.zeros((5_000_000, 10)), keys=np.zeros(5_000_000, dtype=np.int64))
+    assert len(many_rows) < 500_000
+    answer, growth_mb, _ = post_measured(
+        server, f"/predict?model_id={model_id}", many_rows, "application/x-npz"
+    )
+    assert answer.status_code == 413, answer.text
+    assert growth_mb < 50, f"the server's peak grew by {growth_mb:.0f} MB"
+    detail = answer.json()["detail"]
+    assert detail.startswith("the .npz array X has 5,000,000 rows: the answer would hold")
+    assert "MIXREG_MAX_PREDICT_VALUES" in detail
+    # Rows the answer may hold, but 176 MB decompressed: beyond what a body may take.
+    wide = npz(X=np.zeros((2_000_000, 10)), keys=np.zeros(2_000_000, dtype=np.int64))
+    answer, growth_mb, _ = post_measured(
+        server, f"/models/{model_id}/predict", wide, "application/x-npz"
+    )
+    assert growth_mb < 50, f"the server's peak grew by {growth_mb:.0f} MB"
+    assert answer.status_code == 413, answer.text
+    assert answer.json()["detail"].startswith(
+        "the .npz arrays take 176,000,000 bytes decompressed (X 2,000,000 x 10 as float64: "
+        "160,000,000; keys 2,000,000 of int64: 16,000,000); at most 67,108,864 are accepted "
+        "(MIXREG_MAX_BODY_BYTES)"
+    )
+
+
+def test_a_big_json_predict_body_is_refused_by_its_size_and_healthz_stays_quick(
+    make_sqlite_server: ServerFactory,
+):
+    server = make_sqlite_server()
+    model_id = small_model(server, np.random.default_rng(3))
+    X = np.random.default_rng(4).standard_normal((750_000, 1))
+    body = json.dumps({"model_id": model_id, "X": X.tolist()}).encode()
+    assert len(body) > 15_000_000
+    answer, growth_mb, slowest_healthz = post_measured(server, "/predict", body, "application/json")
+    assert answer.status_code == 413, answer.text
+    detail = answer.json()["detail"]
+    assert "(MIXREG_MAX_PREDICT_JSON_BYTES)" in detail
+    assert "application/x-npy" in detail
+    # Refused from its Content-Length: nothing parsed, so nothing held up.
+    assert slowest_healthz < 0.5
+    assert growth_mb < 50, f"the server's peak grew by {growth_mb:.0f} MB"
+    # The same rows as .npy are answered.
+    buffer = io.BytesIO()
+    np.save(buffer, X)
+    as_npy = server.request(
+        "POST",
+        f"/models/{model_id}/predict",
+        content=buffer.getvalue(),
+        headers={"content-type": "application/x-npy", "accept": "application/x-npy"},
+    )
+    assert as_npy.status_code == 200, as_npy.text
+    assert np.load(io.BytesIO(as_npy.content)).shape == (750_000, 2)

@@ -239,7 +239,15 @@ async def _infer(request: Request, model_id: str, version: str | None) -> Respon
             parsed = await run_in_threadpool(inference_v2.read_inference, lines, header, binary)
         settings: Settings = request.app.state.settings
         limits.check_data_shape(*parsed.X.shape, settings=settings, what="input X")
-        limits.check_answer_size(parsed.X.shape[0], lines.n_components, settings=settings)
+        # Every output asked counts: a gated model's probabilities are k values per row too.
+        names = [name for name, _ in parsed.outputs]
+        limits.check_answer_size(
+            parsed.X.shape[0],
+            lines.n_components,
+            settings=settings,
+            matrices=[name for name in names if name in inference_v2.MATRIX_OUTPUTS],
+            vectors=[name for name in names if name not in inference_v2.MATRIX_OUTPUTS],
+        )
         answer_values = parsed.X.shape[0] * lines.coef.shape[0]
         if len(body) <= INLINE_BODY_BYTES and answer_values <= INLINE_ANSWER_VALUES:
             content, header_length = inference_v2.infer(lines, parsed, name=model_id)

@@ -68,7 +68,11 @@ PREDICT_RESPONSES: dict[int | str, dict[str, Any]] = {
     },
     404: {"description": "the model does not exist"},
     406: {"description": "an .npy answer was asked for a request with y"},
-    413: {"description": "an .npz array decompresses to more than MIXREG_MAX_DECODED_BYTES"},
+    413: {
+        "description": "a JSON body over MIXREG_MAX_PREDICT_JSON_BYTES, .npz arrays that "
+        "decompress to more than MIXREG_MAX_BODY_BYTES, or an answer of more than "
+        "MIXREG_MAX_PREDICT_VALUES values"
+    },
     415: {"description": "the body is neither JSON, application/x-npy nor application/x-npz"},
 }
 

@@ -83,6 +83,11 @@ bench: install ## run the benchmarks and write bench/RESULTS.md
 	$(MAKE) --no-print-directory bench-serving
 	$(MAKE) --no-print-directory bench-load
 	$(MAKE) --no-print-directory bench-registry
+	$(MAKE) --no-print-directory bench-hostile
+
+.PHONY: bench-hostile
+bench-hostile: install ## small hostile requests (npz and JSON predict bodies, kept texts, long keys, killed parsers) and alias hot swaps
+	$(BIN)/python -m bench.hostile
 
 .PHONY: bench-registry
 bench-registry: install wrk ## predict by name@alias beside by id; alias switch time seen by clients (installs wrk)

@@ -46,6 +46,13 @@ def _same_origin(request: Request) -> bool:
     return origin == f"{request.url.scheme}://{request.headers.get('host', '')}"
 
 
+def _tokens_match(presented: str, expected: str) -> bool:
+    """Constant-time equality of two form tokens. ``hmac.compare_digest`` refuses ``str``
+    with characters beyond ASCII (TypeError), and a forged form may carry any: compare the
+    UTF-8 bytes, so such a token is simply wrong."""
+    return hmac.compare_digest(presented.encode(), expected.encode())
+
+
 def _form_page(
     request: Request, templates: Jinja2Templates, *, error: str | None, status_code: int
 ) -> HTMLResponse:
@@ -92,7 +99,7 @@ def install(templates: Jinja2Templates) -> APIRouter:
         if (
             not isinstance(token, str)
             or not cookie
-            or not hmac.compare_digest(token, cookie)
+            or not _tokens_match(token, cookie)
             or not _same_origin(request)
         ):
             return _form_page(
@@ -132,7 +139,7 @@ def install(templates: Jinja2Templates) -> APIRouter:
         if (
             session is None
             or not isinstance(token, str)
-            or not hmac.compare_digest(token, sign_out_token(session))
+            or not _tokens_match(token, sign_out_token(session))
         ):
             return Response("sign-out refused: the form was not sent from this page", 403)
         response = RedirectResponse(policy.SIGN_IN_PATH, status_code=303)

@@ -57,6 +57,11 @@ class Settings(BaseSettings):
     allow_unauthenticated: bool = False
     # Names the server answers to in the Host header, comma-separated; "*" answers any.
     allowed_hosts: str = "localhost,127.0.0.1,::1"
+    # Addresses of the proxies whose X-Forwarded-Proto / X-Forwarded-For `mixreg serve` trusts
+    # (comma-separated addresses or networks; "*" trusts any): behind a proxy that ends TLS,
+    # the request's scheme is then https, which the sign-in's Origin check and its Secure
+    # cookie follow.
+    forwarded_allow_ips: str = "127.0.0.1"
     metrics_require_key: bool = True
     # How long a browser signed in to the web page (/ui/sign-in) stays signed in.
     ui_session_s: int = Field(default=8 * 3600, ge=60, le=30 * 24 * 3600)

@@ -174,9 +174,7 @@ class UiSecurityHeadersMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
-        if scope["type"] != "http" or not (
-            path == UI_PREFIX or path.startswith(UI_PREFIX + "/")
-        ):
+        if scope["type"] != "http" or not (path == UI_PREFIX or path.startswith(UI_PREFIX + "/")):
             await self.app(scope, receive, send)
             return
 

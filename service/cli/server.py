@@ -29,6 +29,10 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         host=host,
         port=args.port or settings.port,
         log_level=args.log_level,
+        # The scheme and client address a trusted proxy forwards become the request's own
+        # (uvicorn's proxy headers), so a page served over the proxy's TLS is an https page.
+        proxy_headers=True,
+        forwarded_allow_ips=args.forwarded_allow_ips or settings.forwarded_allow_ips,
         # Each API process is a full app (with its embedded worker in embedded mode); they
         # share the database, and a model deleted through one stops being served by the others
         # within MIXREG_MODEL_CACHE_CHECK_INTERVAL_S or so.
@@ -78,6 +82,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         type=positive_int,
         default=1,
         help="API processes serving the port (uvicorn workers; default 1)",
+    )
+    serve.add_argument(
+        "--forwarded-allow-ips",
+        help="proxies whose X-Forwarded-Proto/-For headers are trusted, comma-separated "
+        "(default: MIXREG_FORWARDED_ALLOW_IPS or 127.0.0.1; '*' trusts any)",
     )
     serve.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 from datetime import UTC, datetime
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -18,6 +19,7 @@ from fastapi.templating import Jinja2Templates
 
 from service.auth import policy
 from service.auth.keys import InvalidKeyError, KeyRing, RevokedKeyError
+from service.auth.origin import same_origin
 from service.auth.sessions import (
     CSRF_COOKIE,
     SESSION_COOKIE,
@@ -33,17 +35,27 @@ CSRF_LIFETIME_S = 3600
 router = APIRouter(include_in_schema=False)
 
 
+def _scheme(request: Request) -> str:
+    """The scheme the browser used: the connection's, or the one a trusted proxy forwarded
+    (uvicorn's proxy headers, ``--forwarded-allow-ips``, rewrite the scope's scheme)."""
+    scheme: str = request.scope.get("scheme", "http")
+    return scheme
+
+
 def _secure(request: Request) -> bool:
-    return request.url.scheme == "https"
+    return _scheme(request) == "https"
 
 
 def _same_origin(request: Request) -> bool:
     """Whether the form was sent from a page of this server (browsers send ``Origin`` with
-    every POST; a client that sends none is not a browser on another site)."""
+    every POST; a client that sends none is not a browser on another site): same scheme as
+    the request, same host and port (a default port written or not)."""
     origin = request.headers.get("origin")
     if origin is None:
         return True
-    return origin == f"{request.url.scheme}://{request.headers.get('host', '')}"
+    return urlsplit(origin).scheme == _scheme(request) and same_origin(
+        origin, request.headers.get("host", "")
+    )
 
 
 def _tokens_match(presented: str, expected: str) -> bool:

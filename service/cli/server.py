@@ -48,13 +48,17 @@ def _upgrade(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _downgrade(args: argparse.Namespace, settings: Settings) -> int:
-    # Downgrading to base drops every table and the data in them: it must be asked for twice.
-    if args.revision == "base" and not args.yes:
-        print(
-            "mixreg db downgrade: 'base' drops every table and all the data in them; "
-            "add --yes to confirm",
-            file=sys.stderr,
+    # A downgrade that deletes rows, or drops what made a model what it is, must be asked for
+    # twice, saying what goes; base (every table) always.
+    losses = migrate.downgrade_losses(settings.database_url, args.revision)
+    if (losses or args.revision == "base") and not args.yes:
+        what = (
+            "'base' drops every table and all the data in them"
+            if args.revision == "base"
+            else f"downgrading to {args.revision} loses data"
         )
+        lines = "".join(f"\n  - {loss}" for loss in losses)
+        print(f"mixreg db downgrade: {what}:{lines}\nadd --yes to confirm", file=sys.stderr)
         return 2
     migrate.downgrade(settings.database_url, args.revision)
     print(f"database at revision {migrate.current_revision(settings.database_url)}")
@@ -103,7 +107,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     downgrade.add_argument("revision", help="the revision to go down to ('base': no tables)")
     downgrade.add_argument(
-        "--yes", action="store_true", help="confirm a downgrade to base, which drops all data"
+        "--yes",
+        action="store_true",
+        help="confirm a downgrade that loses data (to base: all of it)",
     )
     downgrade.set_defaults(handler=with_settings(_downgrade))
     current = db_commands.add_parser("current", help="show the database's revision")

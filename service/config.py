@@ -73,6 +73,10 @@ class Settings(BaseSettings):
     # An upload's rows as float64 (rows x (features + 1) x 8 bytes): what it costs to stage and
     # store, whatever its format compresses it to.
     max_decoded_bytes: int = Field(default=4 * 1024 * 1024 * 1024, ge=1)
+    # What the arrays of a fit that grow with the square of its parameters (standard errors'
+    # information matrix, a gate's Hessians) may take in the fit process: a fit needing more
+    # is refused when submitted (service/jobs/fit_memory.py).
+    fit_memory_bytes: int = Field(default=4 * 1024 * 1024 * 1024, ge=1)
     # The values (rows x k) one predict answer may hold, in any format.
     max_predict_values: int = Field(default=5_000_000, ge=1)
     max_k: int = Field(default=100, ge=1)

@@ -151,29 +151,43 @@ def gate_hessian(W: FloatArray, beta: FloatArray) -> FloatArray:
     return _hessian(W, np.exp(log_gate(W, beta)))
 
 
+_HESSIAN_BLOCK_ELEMENTS = 1 << 20
+"""Elements of the per-row products one block of rows of :func:`_hessian` may hold (8 MiB):
+the Hessian is summed over row blocks, so a gate of k classes on q columns never holds the
+(rows, k, q) products of all rows at once."""
+
+
 def _hessian(
     W: FloatArray, probabilities: FloatArray, weighted_W: FloatArray | None = None
 ) -> FloatArray:
     """Hessians of a stack: (..., n, k) probabilities to shape (..., (k - 1) p, (k - 1) p).
 
     ``weighted_W`` is ``W`` with each row times its weight (mean 1), for a weighted objective.
+    Summed over blocks of rows (:data:`_HESSIAN_BLOCK_ELEMENTS`).
     """
     n_samples, p = W.shape
     lead = probabilities.shape[:-2]
     free = probabilities.shape[-1] - 1
-    weighted = (probabilities[..., 1:, None] * W[:, None, :]).reshape(*lead, n_samples, free * p)
-    if weighted_W is None:
-        transposed = np.swapaxes(weighted, -1, -2)
-    else:
-        transposed = np.swapaxes(
-            (probabilities[..., 1:, None] * weighted_W[:, None, :]).reshape(
-                *lead, n_samples, free * p
-            ),
-            -1,
-            -2,
-        )
-    hessian: FloatArray = -(transposed @ weighted)
-    diagonal = (transposed @ W).reshape(*lead, free, p, p)
+    width = free * p
+    hessian: FloatArray = np.zeros((*lead, width, width))
+    diagonal = np.zeros((*lead, free, p, p))
+    block = max(1, _HESSIAN_BLOCK_ELEMENTS // max(1, int(np.prod(lead, dtype=np.int64)) * width))
+    for start in range(0, n_samples, block):
+        rows = slice(start, min(start + block, n_samples))
+        W_rows = W[rows]
+        n_rows = W_rows.shape[0]
+        block_probabilities = probabilities[..., rows, 1:, None]
+        weighted = (block_probabilities * W_rows[:, None, :]).reshape(*lead, n_rows, width)
+        if weighted_W is None:
+            transposed = np.swapaxes(weighted, -1, -2)
+        else:
+            transposed = np.swapaxes(
+                (block_probabilities * weighted_W[rows][:, None, :]).reshape(*lead, n_rows, width),
+                -1,
+                -2,
+            )
+        hessian -= transposed @ weighted
+        diagonal += (transposed @ W_rows).reshape(*lead, free, p, p)
     for j in range(free):
         hessian[..., j * p : (j + 1) * p, j * p : (j + 1) * p] += diagonal[..., j, :, :]
     hessian /= n_samples

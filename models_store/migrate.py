@@ -10,6 +10,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from models_store import downgrade_losses as data_loss
 from models_store.session import make_engine
 
 # Tables created by migrations as foreign SQL (Procrastinate's queue, revision 0003) rather than
@@ -47,6 +48,13 @@ def upgrade(url: str, revision: str = "head") -> None:
 def downgrade(url: str, revision: str = "base") -> None:
     """Downgrade the database at ``url`` to ``revision`` (by default: drop every table)."""
     command.downgrade(_config(url), revision)
+
+
+def downgrade_losses(url: str, revision: str) -> list[str]:
+    """What downgrading the database at ``url`` to ``revision`` would delete or drop, one
+    line per kind with its count (empty: nothing is lost)."""
+    script = ScriptDirectory.from_config(_config())
+    return data_loss.downgrade_losses(url, script, current_revision(url), revision)
 
 
 def current_revision(url: str) -> str | None:

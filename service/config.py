@@ -73,6 +73,11 @@ class Settings(BaseSettings):
     allow_unauthenticated: bool = False
     # Names the server answers to in the Host header, comma-separated; "*" answers any.
     allowed_hosts: str = "localhost,127.0.0.1,::1"
+    # Addresses of the proxies whose X-Forwarded-Proto / X-Forwarded-For `mixreg serve` trusts
+    # (comma-separated addresses or networks; "*" trusts any): behind a proxy that ends TLS,
+    # the request's scheme is then https, which the sign-in's Origin check and its Secure
+    # cookie follow.
+    forwarded_allow_ips: str = "127.0.0.1"
     metrics_require_key: bool = True
     # How long a browser signed in to the web page (/ui/sign-in) stays signed in.
     ui_session_s: int = Field(default=8 * 3600, ge=60, le=30 * 24 * 3600)
@@ -87,6 +92,10 @@ class Settings(BaseSettings):
     # The longest text (in characters) a kept column's value may be, in any format: what a
     # row's label or key needs, far below what would let a small file expand to gigabytes.
     max_text_cell_chars: int = Field(default=1024, ge=1)
+    # What the arrays of a fit that grow with the square of its parameters (standard errors'
+    # information matrix, a gate's Hessians) may take in the fit process: a fit needing more
+    # is refused when submitted (service/jobs/fit_memory.py).
+    fit_memory_bytes: int = Field(default=4 * 1024 * 1024 * 1024, ge=1)
     # The values (rows x k) one predict answer may hold, in any format.
     max_predict_values: int = Field(default=5_000_000, ge=1)
     # A JSON predict body is parsed holding the GIL, in calls no other thread interrupts (an

@@ -17,7 +17,12 @@ from models_store.session import make_engine, make_sessionmaker, read_scope
 from models_store.tables import JOB_STATUSES
 from service.api.docs import install_docs
 from service.api.errors import install_problem_handlers
-from service.api.middleware import BodySizeLimitMiddleware, MetricsMiddleware, RequestIdMiddleware
+from service.api.middleware import (
+    BodySizeLimitMiddleware,
+    MetricsMiddleware,
+    RequestIdMiddleware,
+    UiSecurityHeadersMiddleware,
+)
 from service.api.routers import (
     datasets,
     fit,
@@ -167,6 +172,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BrowserGuardMiddleware, allowed_hosts=parse_allowed_hosts(settings.allowed_hosts)
     )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    # Outside the guards: the page's refusals and redirects carry its policy too.
+    app.add_middleware(UiSecurityHeadersMiddleware)
     # Outermost: every answer carries its request id, refusals of the middleware above too.
     app.add_middleware(RequestIdMiddleware)
     # Predictions first: requests are matched against the routes in order, and single-row

@@ -7,7 +7,7 @@ import base64
 import binascii
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Protocol
 
 from fastapi import Query
@@ -19,6 +19,18 @@ def encode(*key: Any) -> str:
     """A cursor holding ``key`` (JSON values)."""
     raw = json.dumps(list(key), separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+_INT64 = 2**63
+"""Integer keys (versions, event ids) are 64-bit columns: a larger one can name no row, and
+the database driver raises rather than compare it."""
+
+
+def _not_a_cursor(cursor: str) -> InvalidInputError:
+    return InvalidInputError(
+        f"cursor '{cursor[:100]}' is not a cursor of this list; pass the next_cursor of "
+        f"the previous page unchanged"
+    )
 
 
 def decode(cursor: str, *, types: tuple[type, ...]) -> tuple[Any, ...]:
@@ -33,14 +45,13 @@ def decode(cursor: str, *, types: tuple[type, ...]) -> tuple[Any, ...]:
         not isinstance(key, list)
         or len(key) != len(types)
         or not all(
-            isinstance(value, kind) and not isinstance(value, bool)
+            isinstance(value, kind)
+            and not isinstance(value, bool)
+            and (not isinstance(value, int) or -_INT64 <= value < _INT64)
             for value, kind in zip(key, types, strict=True)
         )
     ):
-        raise InvalidInputError(
-            f"cursor '{cursor[:100]}' is not a cursor of this list; pass the next_cursor of "
-            f"the previous page unchanged"
-        )
+        raise _not_a_cursor(cursor)
     return tuple(key)
 
 
@@ -71,14 +82,15 @@ def page_key(cursor: str | None, *, offset: int) -> tuple[datetime, str] | None:
         raise InvalidInputError("give cursor or offset, not both; a cursor already says where")
     created_at, row_id = decode(cursor, types=(str, str))
     try:
-        when = datetime.fromisoformat(created_at)
-    except ValueError:
+        when: datetime | None = datetime.fromisoformat(created_at)
+        if when is not None and when.tzinfo is not None:
+            # In UTC, as the column stores it: an instant at the edge of the calendar (year 1
+            # or 9999 with an offset) has no UTC value and overflows here, not in the store.
+            when = when.astimezone(UTC)
+    except (ValueError, OverflowError):
         when = None
     if when is None or when.tzinfo is None:
-        raise InvalidInputError(
-            f"cursor '{cursor[:100]}' is not a cursor of this list; pass the next_cursor of "
-            f"the previous page unchanged"
-        )
+        raise _not_a_cursor(cursor)
     return when, row_id
 
 

@@ -1,4 +1,5 @@
-"""ASGI middleware: the request body size limit, request metrics and request ids."""
+"""ASGI middleware: the request body size limit, request metrics, request ids and the web
+page's security headers."""
 
 from __future__ import annotations
 
@@ -143,3 +144,46 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send_with_id)
         finally:
             request_id_var.reset(token)
+
+
+UI_PREFIX = "/ui"
+
+UI_CONTENT_SECURITY_POLICY = "; ".join(
+    (
+        "default-src 'self'",
+        "img-src 'self'",
+        "style-src 'self'",
+        "script-src 'none'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    )
+)
+"""What the web page may load and where it may be shown: its own styles and pictures, no
+script at all (it has none), forms posting only here, and never inside another site's frame,
+where a page could trick a click on "sign out"."""
+
+
+class UiSecurityHeadersMiddleware:
+    """Add the page's ``Content-Security-Policy`` and ``X-Frame-Options: DENY`` (for browsers
+    without ``frame-ancestors``) to every answer under ``/ui``, refusals and redirects too."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope.get("path", "")
+        if scope["type"] != "http" or not (path == UI_PREFIX or path.startswith(UI_PREFIX + "/")):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_policy(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers["Content-Security-Policy"] = UI_CONTENT_SECURITY_POLICY
+                headers["X-Frame-Options"] = "DENY"
+                headers["X-Content-Type-Options"] = "nosniff"
+            await send(message)
+
+        await self.app(scope, receive, send_with_policy)

@@ -69,7 +69,7 @@ def split_host(authority: str) -> tuple[str, int | None] | None:
     return name, int(port_text) if port_text is not None else None
 
 
-def _same_origin(origin: str, host: str) -> bool:
+def same_origin(origin: str, host: str) -> bool:
     """Whether the ``Origin`` value names the host and port the request was sent to.
 
     A browser leaves the default port of its scheme out of ``Host``, so a missing port is the
@@ -129,7 +129,7 @@ class BrowserGuardMiddleware:
         if scope["method"] in _SAFE_METHODS:
             return None
         origin = headers.get("origin")
-        if origin is not None and not _same_origin(origin, host):
+        if origin is not None and not same_origin(origin, host):
             return (
                 403,
                 "cross-origin",

@@ -21,7 +21,11 @@ from service.auth.keys import ApiKey, KeyRing
 
 SESSION_COOKIE = "mixreg_session"
 CSRF_COOKIE = "mixreg_csrf"
-_SESSION = re.compile(r"(?P<key_id>[0-9a-f]{12})\.(?P<expires>[0-9]{1,12})\.(?P<mac>[\w-]{43})")
+_SESSION = re.compile(
+    r"(?P<key_id>[0-9a-f]{12})\.(?P<expires>[0-9]{1,12})\.(?P<mac>[\w-]{43})",
+    # ASCII only: \w alone matches any letter, and compare_digest refuses non-ASCII str.
+    re.ASCII,
+)
 
 
 def _mac(record: ApiKey, message: str) -> str:

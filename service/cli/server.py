@@ -29,6 +29,10 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         host=host,
         port=args.port or settings.port,
         log_level=args.log_level,
+        # The scheme and client address a trusted proxy forwards become the request's own
+        # (uvicorn's proxy headers), so a page served over the proxy's TLS is an https page.
+        proxy_headers=True,
+        forwarded_allow_ips=args.forwarded_allow_ips or settings.forwarded_allow_ips,
         # Each API process is a full app (with its embedded worker in embedded mode); they
         # share the database, and a model deleted through one stops being served by the others
         # within MIXREG_MODEL_CACHE_CHECK_INTERVAL_S or so.
@@ -44,13 +48,17 @@ def _upgrade(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _downgrade(args: argparse.Namespace, settings: Settings) -> int:
-    # Downgrading to base drops every table and the data in them: it must be asked for twice.
-    if args.revision == "base" and not args.yes:
-        print(
-            "mixreg db downgrade: 'base' drops every table and all the data in them; "
-            "add --yes to confirm",
-            file=sys.stderr,
+    # A downgrade that deletes rows, or drops what made a model what it is, must be asked for
+    # twice, saying what goes; base (every table) always.
+    losses = migrate.downgrade_losses(settings.database_url, args.revision)
+    if (losses or args.revision == "base") and not args.yes:
+        what = (
+            "'base' drops every table and all the data in them"
+            if args.revision == "base"
+            else f"downgrading to {args.revision} loses data"
         )
+        lines = "".join(f"\n  - {loss}" for loss in losses)
+        print(f"mixreg db downgrade: {what}:{lines}\nadd --yes to confirm", file=sys.stderr)
         return 2
     migrate.downgrade(settings.database_url, args.revision)
     print(f"database at revision {migrate.current_revision(settings.database_url)}")
@@ -80,6 +88,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="API processes serving the port (uvicorn workers; default 1)",
     )
     serve.add_argument(
+        "--forwarded-allow-ips",
+        help="proxies whose X-Forwarded-Proto/-For headers are trusted, comma-separated "
+        "(default: MIXREG_FORWARDED_ALLOW_IPS or 127.0.0.1; '*' trusts any)",
+    )
+    serve.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
     serve.set_defaults(handler=with_settings(_serve))
@@ -94,7 +107,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     downgrade.add_argument("revision", help="the revision to go down to ('base': no tables)")
     downgrade.add_argument(
-        "--yes", action="store_true", help="confirm a downgrade to base, which drops all data"
+        "--yes",
+        action="store_true",
+        help="confirm a downgrade that loses data (to base: all of it)",
     )
     downgrade.set_defaults(handler=with_settings(_downgrade))
     current = db_commands.add_parser("current", help="show the database's revision")

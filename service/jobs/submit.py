@@ -17,6 +17,7 @@ from models_store.tables import Dataset, Job
 from service.data import columns, ingest
 from service.errors import ConflictError, InvalidInputError, NotFoundError
 from service.jobs.fit_columns import check_fit_columns, wanted_columns
+from service.jobs.fit_memory import check_fit_memory
 from service.jobs.training import FitSpec, gating_of, holdout_size
 from service.schemas import FitVariant
 from service.serving import references
@@ -173,6 +174,7 @@ def submit_fit(
     max_k_sweep: int,
     api_key_id: str | None = None,
     enqueue: Callable[[Session, str], object] | None = None,
+    fit_memory_bytes: int | None = None,
 ) -> Submission:
     """Queue the fit ``fit`` (storing inline data as a dataset first) in ``session``.
 
@@ -182,7 +184,8 @@ def submit_fit(
     if the request is rejected.
     A k sweep may list at most ``max_k_sweep`` values of k. ``enqueue(session, job_id)``, if
     given, hands a new job to a task queue in the same transaction (Procrastinate's defer), so
-    the job and its task are committed together or not at all.
+    the job and its task are committed together or not at all. A fit whose quadratic arrays
+    need more than ``fit_memory_bytes`` is refused (``service.jobs.fit_memory``).
     """
     request = fit.request
     spec = fit_spec(request)
@@ -216,6 +219,7 @@ def submit_fit(
     if request.init_model is not None:
         spec = warm_start(session, spec, request.init_model, feature_names=feature_names)
     params = check_fit(spec, n_rows=n_rows, n_features=n_features)
+    check_fit_memory(spec, n_features=n_features, fit_memory_bytes=fit_memory_bytes)
     if request.split_by is not None:
         check_key_column(dataset, request.split_by)
     try:

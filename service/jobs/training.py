@@ -62,6 +62,7 @@ from service.config import (
 )
 from service.data.columns import load_columns
 from service.errors import InvalidInputError
+from service.jobs import fit_memory
 from service.jobs.fit_columns import (
     GROUPS,
     WEIGHTS,
@@ -657,7 +658,14 @@ def _fit_one(
         # A k sweep's warm start; the stored parameters stay those the job asked for, and the
         # start shows among the fit's candidates (source "init").
         estimator.set_params(init=init)
-    if spec.standard_errors is None and len(y_train) <= AUTO_STANDARD_ERRORS_MAX_ROWS:
+    if (
+        spec.standard_errors is None
+        and len(y_train) <= AUTO_STANDARD_ERRORS_MAX_ROWS
+        and fit_memory.information_bytes(
+            n_components, X_train.shape[1], fit_intercept=spec.fit_intercept, gate_columns=None
+        )
+        <= fit_memory.AUTO_STANDARD_ERRORS_MAX_BYTES
+    ):
         # Not told: standard errors where they cost a small share of the fit.
         estimator.set_params(standard_errors=True)
     started = time.perf_counter()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -145,3 +147,34 @@ def test_offset_paging_still_works_with_a_total(client, data):
     page = client.get("/datasets", params={"limit": 2, "offset": 1}).json()
     assert [item["id"] for item in page["items"]] == ids[::-1][1:]
     assert page["total"] == 3 and page["next_cursor"] is None
+
+
+def _cursor(*key: object) -> str:
+    return base64.urlsafe_b64encode(json.dumps(list(key)).encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize("path", ["/jobs", "/datasets", "/models"])
+@pytest.mark.parametrize(
+    "created_at",
+    [
+        "0001-01-01T00:00:00+01:00",  # before year 1 in UTC
+        "9999-12-31T23:59:59-01:00",  # after year 9999 in UTC
+        "2030-01-01T00:00:00",  # no time zone
+    ],
+)
+def test_a_cursor_at_the_edge_of_the_calendar_is_refused(client, path, created_at):
+    response = client.get(path, params={"cursor": _cursor(created_at, "x")})
+    assert response.status_code == 422, response.text
+    assert "cursor" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("path", ["versions", "alias-events"])
+@pytest.mark.parametrize("key", [2**63, 2**70, -(2**63) - 1])
+def test_a_cursor_beyond_64_bits_is_refused(client, data, run_queued_jobs, path, key):
+    X, y = data
+    body = {"data": {"X": X.tolist(), "y": y.tolist()}, "k": 2, "registered_model": "reco"}
+    assert client.post("/fit", json=body).status_code == 202
+    run_queued_jobs()
+    response = client.get(f"/registered-models/reco/{path}", params={"cursor": _cursor(key)})
+    assert response.status_code == 422, response.text
+    assert "cursor" in response.json()["detail"]

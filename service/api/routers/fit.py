@@ -70,6 +70,7 @@ def submit(
         api_key_id=api_key_id,
         max_attempts=settings.max_attempts,
         max_k_sweep=settings.max_k_sweep,
+        fit_memory_bytes=settings.fit_memory_bytes,
         enqueue=task_queue.enqueue if task_queue is not None else None,
     )
     job = submission.job

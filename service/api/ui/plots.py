@@ -96,10 +96,14 @@ def _colour(index: int) -> str:
 
 def _png(draw: Any) -> bytes:
     """Run ``draw(figure)`` on a new Agg figure and return the PNG."""
+    from matplotlib import rc_context
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    with _render_lock:
+    # Names come from users (columns, targets, models): drawn as plain text, never parsed as
+    # mathtext or TeX, where "$\\nosuchcommand{x}$" would fail the picture and "$...$" would
+    # typeset as something the user did not write.
+    with _render_lock, rc_context({"text.parse_math": False, "text.usetex": False}):
         figure = Figure(figsize=FIGURE_SIZE, dpi=DPI, layout="constrained")
         FigureCanvasAgg(figure)
         draw(figure)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 from datetime import UTC, datetime
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -18,6 +19,7 @@ from fastapi.templating import Jinja2Templates
 
 from service.auth import policy
 from service.auth.keys import InvalidKeyError, KeyRing, RevokedKeyError
+from service.auth.origin import same_origin
 from service.auth.sessions import (
     CSRF_COOKIE,
     SESSION_COOKIE,
@@ -33,17 +35,34 @@ CSRF_LIFETIME_S = 3600
 router = APIRouter(include_in_schema=False)
 
 
+def _scheme(request: Request) -> str:
+    """The scheme the browser used: the connection's, or the one a trusted proxy forwarded
+    (uvicorn's proxy headers, ``--forwarded-allow-ips``, rewrite the scope's scheme)."""
+    scheme: str = request.scope.get("scheme", "http")
+    return scheme
+
+
 def _secure(request: Request) -> bool:
-    return request.url.scheme == "https"
+    return _scheme(request) == "https"
 
 
 def _same_origin(request: Request) -> bool:
     """Whether the form was sent from a page of this server (browsers send ``Origin`` with
-    every POST; a client that sends none is not a browser on another site)."""
+    every POST; a client that sends none is not a browser on another site): same scheme as
+    the request, same host and port (a default port written or not)."""
     origin = request.headers.get("origin")
     if origin is None:
         return True
-    return origin == f"{request.url.scheme}://{request.headers.get('host', '')}"
+    return urlsplit(origin).scheme == _scheme(request) and same_origin(
+        origin, request.headers.get("host", "")
+    )
+
+
+def _tokens_match(presented: str, expected: str) -> bool:
+    """Constant-time equality of two form tokens. ``hmac.compare_digest`` refuses ``str``
+    with characters beyond ASCII (TypeError), and a forged form may carry any: compare the
+    UTF-8 bytes, so such a token is simply wrong."""
+    return hmac.compare_digest(presented.encode(), expected.encode())
 
 
 def _form_page(
@@ -92,7 +111,7 @@ def install(templates: Jinja2Templates) -> APIRouter:
         if (
             not isinstance(token, str)
             or not cookie
-            or not hmac.compare_digest(token, cookie)
+            or not _tokens_match(token, cookie)
             or not _same_origin(request)
         ):
             return _form_page(
@@ -132,7 +151,7 @@ def install(templates: Jinja2Templates) -> APIRouter:
         if (
             session is None
             or not isinstance(token, str)
-            or not hmac.compare_digest(token, sign_out_token(session))
+            or not _tokens_match(token, sign_out_token(session))
         ):
             return Response("sign-out refused: the form was not sent from this page", 403)
         response = RedirectResponse(policy.SIGN_IN_PATH, status_code=303)

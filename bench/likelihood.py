@@ -596,6 +596,8 @@ def measure_set(data: DataSet, k: int) -> dict[str, Any]:
         "flexmix_kept": int(flexmix["n_kept"]),
         "flexmix_seconds": float(flexmix["seconds"]),
         "se_difference": None,
+        # flexmix's fit as R wrote it (priors, sigmas, lines): to look into a gap later.
+        "flexmix_fit": flexmix,
     }
     theirs_se = flexmix_standard_errors(flexmix, data.X.shape[1])
     # Measured wherever refit() made them; it counts only where the maxima agree (the table

@@ -6,7 +6,7 @@
 # MODE "fit": set.seed(SEED); stepFlexmix(y ~ ., k = K, nrep = N_STARTS), which keeps the best
 #   start by log-likelihood; the output holds its log-likelihood, BIC, the number of components
 #   it kept (flexmix drops a component whose share falls below its minprior), its wall seconds,
-#   per kept component the intercept and slopes, and, when it kept K components, refit()'s
+#   per kept component its prior, noise sd, intercept and slopes, and, when it kept K components, refit()'s
 #   standard errors of those (refit's seconds apart: they are not part of the fit's time).
 # MODE "sweep": set.seed(SEED); stepFlexmix(y ~ ., k = 1:K, nrep = N_STARTS); per k its
 #   log-likelihood, BIC and the number of components kept, and the sweep's wall seconds.
@@ -37,6 +37,7 @@ describe_fit <- function(fit) {
   lines <- as.matrix(parameters(fit))
   list(
     log_likelihood = as.numeric(logLik(fit)), bic = BIC(fit), n_kept = ncol(lines),
+    prior = unname(fit@prior), sigma = unname(lines[nrow(lines), ]),
     intercept = unname(lines[1, ]),
     coef = unname(lapply(seq_len(ncol(lines)), function(j) lines[1 + seq_len(n_features), j]))
   )

@@ -73,14 +73,14 @@ def sweep(
     return result
 
 
-def test_pass_allows_a_hundredth_below_flexmix_and_no_more():
+def test_pass_allows_a_hundredth_below_flexmix_and_no_more() -> None:
     assert passes(-451.70, -451.70)
     assert passes(-451.709, -451.70)
     assert not passes(-451.72, -451.70)
     assert passes(-440.0, -451.70)
 
 
-def test_maxima_agree_needs_k_kept_lines_and_close_likelihoods():
+def test_maxima_agree_needs_k_kept_lines_and_close_likelihoods() -> None:
     assert maxima_agree(-451.700, -451.705, 3, 3)
     assert not maxima_agree(-451.70, -451.72, 3, 3)
     # Far above flexmix is another maximum too: its standard errors are of other lines.
@@ -88,7 +88,7 @@ def test_maxima_agree_needs_k_kept_lines_and_close_likelihoods():
     assert not maxima_agree(-451.70, -451.70, 2, 3)
 
 
-def test_standard_errors_are_compared_line_by_line_after_the_hungarian_match():
+def test_standard_errors_are_compared_line_by_line_after_the_hungarian_match() -> None:
     ours = np.array([[1.0, 0.0], [-2.0, 5.0], [4.0, -3.0]])
     ours_se = np.array([[0.10, 0.20], [0.30, 0.40], [0.50, 0.60]])
     order = [2, 0, 1]
@@ -98,17 +98,18 @@ def test_standard_errors_are_compared_line_by_line_after_the_hungarian_match():
     assert abs(largest_se_difference(ours, ours_se, theirs, theirs_se) - 0.05) < 1e-12
 
 
-def test_flexmix_output_is_read_with_r_unboxing_undone():
+def test_flexmix_output_is_read_with_r_unboxing_undone() -> None:
     # jsonlite's auto_unbox writes one line (and one slope) as bare numbers.
     one = {"intercept": 2.5, "coef": [[3.0]], "intercept_se": 0.1, "coef_se": [[0.2]]}
     assert np.array_equal(flexmix_lines(one, 1), [[3.0, 2.5]])
-    assert np.array_equal(flexmix_standard_errors(one, 1), [[0.2, 0.1]])
+    errors = flexmix_standard_errors(one, 1)
+    assert errors is not None and np.array_equal(errors, [[0.2, 0.1]])
     two = {"intercept": [1.0, 2.0], "coef": [[3.0, 4.0], [5.0, 6.0]]}
     assert np.array_equal(flexmix_lines(two, 2), [[3.0, 4.0, 1.0], [5.0, 6.0, 2.0]])
     assert flexmix_standard_errors(two, 2) is None
 
 
-def test_the_sets_table_marks_a_set_below_flexmix_and_judges_ses_only_at_one_maximum():
+def test_the_sets_table_marks_a_set_below_flexmix_and_judges_ses_only_at_one_maximum() -> None:
     rows = [
         set_row(-451.69, -451.70, se=0.004),
         set_row(-459.48, -451.70, se=0.32),
@@ -124,14 +125,14 @@ def test_the_sets_table_marks_a_set_below_flexmix_and_judges_ses_only_at_one_max
     assert se_verdict(set_row(-1.0, -1.0, se=None)) == "n/a (no refit SEs)"
 
 
-def test_a_copied_score_is_two_equal_values_in_a_row():
+def test_a_copied_score_is_two_equal_values_in_a_row() -> None:
     assert no_repeated_values([-900.0, -850.0, -840.0, -841.0])
     assert not no_repeated_values([-900.0, -850.0, -840.0, -840.0])
     summary = sweep_summary(sweep([-900.0, -850.0, -850.0], [1810.0, 1720.0, 1730.0], 2))
     assert not summary["distinct"]
 
 
-def test_the_chosen_k_must_have_the_lowest_bic_of_every_mixreg_fit():
+def test_the_chosen_k_must_have_the_lowest_bic_of_every_mixreg_fit() -> None:
     log_likelihood = [-900.0, -850.0, -840.0, -835.0]
     bic = [1810.0, 1720.0, 1715.0, 1718.0]
     summary = sweep_summary(sweep(log_likelihood, bic, 3, em_bic=[1810.0, 1720.0, 1715.01, 1716.0]))
@@ -141,7 +142,7 @@ def test_the_chosen_k_must_have_the_lowest_bic_of_every_mixreg_fit():
     assert not summary["lowest"] and summary["lowest_bic"] == 1700.0
 
 
-def test_realizable_counts_and_section():
+def test_realizable_counts_and_section() -> None:
     runs = [
         {"true_k": 2, "seed": seed, "chosen_k": 2, "seconds": 1.0, "log_likelihood": [], "bic": []}
         for seed in range(10)
@@ -159,7 +160,7 @@ def test_realizable_counts_and_section():
     assert [met for *_, met in report.targets] == [True, False]
 
 
-def test_parts_merge_into_the_saved_runs(tmp_path: Path):
+def test_parts_merge_into_the_saved_runs(tmp_path: Path) -> None:
     runs = tmp_path / "runs.json"
     first = [{"true_k": k, "seed": 0, "chosen_k": k, "seconds": 1.0} for k in (2, 3)]
     update_runs(runs, {"realizable": first, "parts": {"a": {"minutes": 1.0}}})
@@ -174,7 +175,7 @@ def test_parts_merge_into_the_saved_runs(tmp_path: Path):
     assert json.loads(runs.read_text()) == record
 
 
-def test_summary_only_writes_the_section_from_the_saved_runs(tmp_path: Path):
+def test_summary_only_writes_the_section_from_the_saved_runs(tmp_path: Path) -> None:
     runs, output = tmp_path / "runs.json", tmp_path / "RESULTS.md"
     output.write_text("# Results\n\n<!-- peers:start -->\nkept\n<!-- peers:end -->\n")
     record = {
@@ -203,7 +204,7 @@ def test_summary_only_writes_the_section_from_the_saved_runs(tmp_path: Path):
     assert "| sets | `python -m bench.likelihood --parts sets` |" in section
 
 
-def test_the_real_like_sets_are_in_raw_units():
+def test_the_real_like_sets_are_in_raw_units() -> None:
     X, y = price_like(n_samples=2000)
     assert X.shape == (2000, 3)
     # Offsets and scales far apart: carat ~1, depth ~62, table ~57; prices in thousands.

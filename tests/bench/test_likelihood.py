@@ -122,12 +122,15 @@ def test_the_sets_table_marks_a_set_below_flexmix_and_judges_ses_only_at_one_max
     assert passed == ["yes", "**no**", "yes", "yes"]
     assert verdicts == ["yes", "n/a (other maximum)", "n/a (other maximum)", "**no**"]
     assert agreeing_se_differences(rows) == [0.004, SE_AGREEMENT + 0.01]
+    assert agreeing_se_differences(rows, 0.05) == [0.004, 0.015, SE_AGREEMENT + 0.01]
     assert se_verdict(set_row(-1.0, -1.0, se=None)) == "n/a (no refit SEs)"
 
 
 def test_a_copied_score_is_two_equal_values_in_a_row() -> None:
     assert no_repeated_values([-900.0, -850.0, -840.0, -841.0])
     assert not no_repeated_values([-900.0, -850.0, -840.0, -840.0])
+    # A fit at k that found nothing beyond k - 1's maximum is the same value too.
+    assert not no_repeated_values([-900.0, -850.0, -840.0, -840.0 + 1e-7])
     summary = sweep_summary(sweep([-900.0, -850.0, -850.0], [1810.0, 1720.0, 1730.0], 2))
     assert not summary["distinct"]
 
@@ -144,10 +147,22 @@ def test_the_chosen_k_must_have_the_lowest_bic_of_every_mixreg_fit() -> None:
 
 def test_realizable_counts_and_section() -> None:
     runs = [
-        {"true_k": 2, "seed": seed, "chosen_k": 2, "seconds": 1.0, "log_likelihood": [], "bic": []}
+        {
+            "true_k": 2,
+            "seed": seed,
+            "chosen_k": 2,
+            "seconds": 1.0,
+            "log_likelihood": [-900.0, -800.0, -800.0 + 1e-8, -799.5],
+        }
         for seed in range(10)
     ] + [
-        {"true_k": 3, "seed": seed, "chosen_k": 3 if seed else 2, "seconds": 2.0}
+        {
+            "true_k": 3,
+            "seed": seed,
+            "chosen_k": 3 if seed else 2,
+            "seconds": 2.0,
+            "log_likelihood": [-900.0, -800.0, -700.0, -700.0, -700.0],
+        }
         for seed in range(5)
     ]
     runs[10 + 1]["chosen_k"] = 4
@@ -155,7 +170,8 @@ def test_realizable_counts_and_section() -> None:
     assert picked_true_k(runs, 3) == (3, 5)
     report = build_section({"realizable": runs}, ["- machine"])
     text = "\n".join(report.lines)
-    assert "| 3 | 3 / 5 | seed 0: k = 2, seed 1: k = 4 | 2.0 |" in text
+    assert "| 2 | 10 / 10 | - | 0.5 | 1.0 |" in text
+    assert "| 3 | 3 / 5 | seed 0: k = 2, seed 1: k = 4 | 0 | 2.0 |" in text
     assert "seeds per true k as in the table" in text
     assert [met for *_, met in report.targets] == [True, False]
 
@@ -202,6 +218,8 @@ def test_summary_only_writes_the_section_from_the_saved_runs(tmp_path: Path) -> 
         section
     )
     assert "| sets | `python -m bench.likelihood --parts sets` |" in section
+    # No set where the maxima agree: the SE target says so and is not met.
+    assert "no set: flexmix's fit is never within 0.01 of mixreg's | **no** |" in section
 
 
 def test_the_real_like_sets_are_in_raw_units() -> None:

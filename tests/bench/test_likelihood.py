@@ -143,6 +143,10 @@ def test_the_chosen_k_must_have_the_lowest_bic_of_every_mixreg_fit() -> None:
     # em n_init=10 found a better fit at k = 4 than the sweep's choice.
     summary = sweep_summary(sweep(log_likelihood, bic, 3, em_bic=[1810.0, 1720.0, 1716.0, 1700.0]))
     assert not summary["lowest"] and summary["lowest_bic"] == 1700.0
+    assert summary["lowest_k"] == 4
+    # The right k, but em n_init=10 reached a higher maximum at it than the sweep.
+    summary = sweep_summary(sweep(log_likelihood, bic, 3, em_bic=[1810.0, 1720.0, 1700.0, 1716.0]))
+    assert summary["lowest_k"] == 3 and not summary["lowest"]
 
 
 def test_realizable_counts_and_section() -> None:

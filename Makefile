@@ -78,6 +78,7 @@ bench: install ## run the benchmarks and write bench/RESULTS.md
 	$(MAKE) --no-print-directory bench-awkward
 	$(MAKE) --no-print-directory bench-hard
 	$(MAKE) --no-print-directory bench-peers
+	$(MAKE) --no-print-directory bench-likelihood
 	$(MAKE) --no-print-directory bench-scaleout
 	$(MAKE) --no-print-directory bench-keyed
 	$(MAKE) --no-print-directory bench-serving
@@ -134,6 +135,11 @@ wrk: ## install Debian's wrk (for the serving and registry benchmarks) when it i
 bench-peers: install ## mixreg beside R's flexmix and mixtools (installs R if missing)
 	sh bench/peers_r/install_r.sh
 	$(BIN)/python -m bench.peers
+
+.PHONY: bench-likelihood
+bench-likelihood: install ## the likelihood behind SEs, BIC and the chosen k beside flexmix; k sweeps (installs R if missing)
+	sh bench/peers_r/install_r.sh
+	$(BIN)/python -m bench.likelihood
 
 .PHONY: bench-peers-gated
 bench-peers-gated: install ## gated mixtures beside flexmix's FLXPmultinom (installs R if missing)

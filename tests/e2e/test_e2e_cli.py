@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mixreg_client import Client
+
 from .conftest import REPO, Server, mixture_data
 
 pytestmark = pytest.mark.e2e
@@ -328,3 +330,51 @@ def test_fit_chooses_columns_and_reads_semicolons(live: Server, tmp_path: Path):
         f"mixreg: {export}: CSV has no column 'y'; columns are id;a;b;comment;c;y (the header "
         f"looks separated by ';': give the delimiter, --delimiter ';')"
     )
+
+
+def test_predict_of_many_rows_with_the_target_is_linear_and_keeps_id_columns(
+    live: Server, tmp_path: Path
+):
+    n_rows = 200_000
+    X, y = mixture_data(n_rows=n_rows, seed=21)
+    path = tmp_path / "ratings.csv"
+    # Ids and a title with a comma, to be copied to the output rows as they are.
+    ids = np.char.add("u", np.arange(n_rows).astype(str))
+    rows = np.column_stack([X, y]).tolist()
+    with path.open("w", newline="") as file:
+        file.write("user_id,title,a,b,c,y\n")
+        file.writelines(
+            f'{ids[i]},"Film, part {i % 7}",{",".join(map(repr, row))}\n'
+            for i, row in enumerate(rows)
+        )
+    with Client(live.base_url) as client:
+        dataset = client.upload(X[:300], y[:300], feature_names=["a", "b", "c"])
+        model_id = client.fit(dataset, k=2, params={"n_init": 4}, seed=2).wait().model_id
+        assert model_id is not None
+        model = client.get_model(model_id)
+        started = time.perf_counter()
+        client.predict(model, X)
+        client_s = time.perf_counter() - started
+        served = client.score(model, X, y)
+
+    output = tmp_path / "predictions.csv"
+    started = time.perf_counter()
+    predicted = mixreg(
+        "predict", model_id, str(path), "-o", str(output), "--target", "y",
+        "--keep", "user_id,title", url=live.base_url,
+    )  # fmt: skip
+    cli_s = time.perf_counter() - started
+    assert predicted.returncode == 0, predicted.stderr
+
+    with output.open(newline="") as file:
+        rows = list(csv.reader(file))
+    assert rows[0] == ["user_id", "title", "component_0", "component_1", "best", "min_loss"]
+    assert len(rows) == n_rows + 1
+    assert rows[1][:2] == ["u0", "Film, part 0"]
+    assert rows[-1][:2] == [f"u{n_rows - 1}", f"Film, part {(n_rows - 1) % 7}"]
+    values = np.array([row[2:] for row in rows[1:]], dtype=np.float64)
+    np.testing.assert_array_equal(values[:, :2], served.predictions)
+    np.testing.assert_array_equal(values[:, 2], served.best_component)
+    np.testing.assert_array_equal(values[:, 3], served.row_min_loss)
+    # The whole command (start, read, score, write) against the client's own call.
+    assert cli_s < 3 * client_s, f"mixreg predict {cli_s:.2f} s, client {client_s:.2f} s"

@@ -232,17 +232,32 @@ def _read_dataset_source(args: argparse.Namespace, client: Client) -> str:
             features=args.features,
             ignore=args.ignore,
             delimiter=args.delimiter,
+            na=args.na,
         )
     except (ValueError, OSError, ImportError) as exc:
-        flags = str(exc).replace("target=", "--target").replace("delimiter=", "--delimiter ")
-        raise LocalInputError(f"{path}: {flags}") from None
+        raise LocalInputError(f"{path}: {_as_flags(str(exc))}") from None
     except MixregError as exc:
         if exc.status in (413, 415, 422):
             # The server could not use the file: the file is what needs fixing.
-            detail = exc.detail.replace("delimiter=", "--delimiter ")
-            raise LocalInputError(f"{path}: {detail}") from None
+            raise LocalInputError(f"{path}: {_as_flags(exc.detail)}") from None
         raise
+    if dataset.dropped_rows:
+        counts = ", ".join(f"'{column}' {count}" for column, count in dataset.dropped_rows.items())
+        print(f"left out rows with a missing value, per column: {counts}", file=sys.stderr)
     return dataset.id
+
+
+def _as_flags(message: str) -> str:
+    """A message of the client or the server with its option names as this command's flags."""
+    for option, flag in (
+        ("target=", "--target"),
+        ("delimiter=", "--delimiter "),
+        ("ignore=", "--ignore "),
+        ("na='drop'", "--na drop"),
+        ("na=drop", "--na drop"),
+    ):
+        message = message.replace(option, flag)
+    return message
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -658,6 +673,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         type=parse_columns,
         metavar="A,B,...",
         help="columns to leave out, such as an id or a text column",
+    )
+    fit.add_argument(
+        "--na",
+        choices=["error", "drop"],
+        default="error",
+        help="what an empty feature or target cell does: error (default) stops the upload "
+        "naming it, drop leaves its row out and says how many per column",
     )
     fit.add_argument(
         "--delimiter",

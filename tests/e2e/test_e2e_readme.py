@@ -122,6 +122,8 @@ def same_number(shown: str, actual: float) -> bool:
     mantissa = shown.split("e")[0]
     decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
     exponent = int(shown.split("e")[1]) if "e" in shown else 0
+    if "." not in mantissa and "e" not in shown:
+        return float(shown) == actual  # counts and integers: exactly
     digit = 10.0 ** (exponent - decimals)
     return abs(float(shown) - actual) <= max(digit, RELATIVE * abs(actual))
 

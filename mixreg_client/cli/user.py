@@ -519,7 +519,8 @@ def read_csv_table(path: Path, needed: Sequence[str], kept: Sequence[str] = ()) 
     rows: list[list[str]] = []
     lines: list[int] = []
     for row in reader:
-        if not row or not any(cell.strip() for cell in row):
+        # A blank line (or one of empty cells) is skipped; the first cell mostly decides.
+        if not row or (not row[0].strip() and not "".join(row).strip()):
             continue
         if len(row) != len(header):
             raise LocalInputError(

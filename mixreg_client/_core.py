@@ -14,7 +14,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -195,6 +195,7 @@ def upload(
     ignore: Sequence[str] = (),
     delimiter: str | None = None,
     keep: Sequence[str] = (),
+    na: str = "error",
 ) -> Operation[Dataset]:
     """Store a dataset (see :meth:`mixreg_client.Client.upload`)."""
     chosen = _data.Columns(
@@ -202,6 +203,7 @@ def upload(
         ignore=tuple(ignore or ()),
         delimiter=delimiter,
         keep=tuple(keep or ()),
+        na=_data.check_na(na),
     )
     file = _data.upload_of(
         data, y, target=target, feature_names=feature_names, name=name, chosen=chosen
@@ -213,7 +215,11 @@ def upload(
         data=file.fields,
         headers=_idempotency_key(),
     )
-    return Dataset.from_json(_json(_response((yield call))))
+    dataset = Dataset.from_json(_json(_response((yield call))))
+    if file.dropped_rows:
+        # Rows of a DataFrame or Parquet file are left out here, before they are sent.
+        dataset = replace(dataset, dropped_rows={**dataset.dropped_rows, **file.dropped_rows})
+    return dataset
 
 
 def get_dataset(dataset_id: str) -> Operation[Dataset]:

@@ -11,7 +11,7 @@ import io
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,8 @@ from numpy.typing import NDArray
 
 FloatArray = NDArray[np.float64]
 
+FINITE_HINT = "all values must be finite numbers"
+NA_POLICIES = ("error", "drop")
 CSV_SUFFIXES = (".csv",)
 PARQUET_SUFFIXES = (".parquet", ".pq")
 NPZ_SUFFIXES = (".npz",)
@@ -33,6 +35,8 @@ class UploadFile:
     content: bytes
     media_type: str
     fields: dict[str, str | list[str]]
+    dropped_rows: dict[str, int] = field(default_factory=dict)
+    """Rows left out here by ``na="drop"``, per column with the missing value."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class Columns:
     ignore: Sequence[str] = ()
     delimiter: str | None = None
     keep: Sequence[str] = ()
+    na: str = "error"
 
     def fields(self) -> dict[str, str | list[str]]:
         """The form fields that ask the server for these columns."""
@@ -57,6 +62,8 @@ class Columns:
             fields["delimiter"] = self.delimiter
         if self.keep:
             fields["keep"] = [str(name) for name in self.keep]
+        if self.na != "error":
+            fields["na"] = self.na
         return fields
 
 
@@ -73,6 +80,62 @@ def _numbers(values: Any, what: str) -> FloatArray:
     if array.dtype.kind not in "biuf":
         raise ValueError(f"{what} must hold numbers, got dtype {array.dtype}")
     return np.ascontiguousarray(array, dtype=np.float64)
+
+
+def check_na(na: str) -> str:
+    """``na``, if it is a missing-value policy."""
+    if na not in NA_POLICIES:
+        raise ValueError(f"na must be one of {', '.join(NA_POLICIES)}, got {na!r}")
+    return na
+
+
+def _describe_non_finite(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    return "infinite" if value > 0 else "-infinite"
+
+
+def check_finite(array: FloatArray, name: str) -> None:
+    """Raise naming the first NaN or infinite entry of ``array`` as the server would
+    (``X[0][1] is NaN``): JSON has no such numbers, and the server refuses them."""
+    finite = np.isfinite(array)
+    if finite.all():
+        return
+    where = np.argwhere(~finite)[0] if array.ndim else np.zeros(0, dtype=np.int64)
+    index = "".join(f"[{int(position)}]" for position in where)
+    raise ValueError(
+        f"{name}{index} is {_describe_non_finite(float(array[tuple(where)]))}; {FINITE_HINT}"
+    )
+
+
+def _without_missing(
+    columns: dict[str, FloatArray], na: str, source: str
+) -> tuple[NDArray[np.bool_] | None, dict[str, int]]:
+    """The rows to send (None: all) and the rows left out per column, of ``columns`` (the
+    features and the target) where NaN marks a missing value; raises naming the first
+    missing or infinite value unless ``na`` is ``"drop"``."""
+    missing = {name: np.isnan(values) for name, values in columns.items()}
+    for name, values in columns.items():
+        infinite = np.flatnonzero(np.isinf(values))
+        if infinite.size:
+            row = int(infinite[0])
+            raise ValueError(
+                f"column '{name}' of the {source}, row {row} is "
+                f"{_describe_non_finite(float(values[row]))}; {FINITE_HINT}"
+            )
+        if na != "drop" and missing[name].any():
+            row = int(np.flatnonzero(missing[name])[0])
+            raise ValueError(
+                f"column '{name}' of the {source}, row {row} is missing (NaN); pass na='drop' "
+                f"to leave out the rows with a missing value"
+            )
+    dropped = {name: int(gaps.sum()) for name, gaps in missing.items() if gaps.any()}
+    if not dropped:
+        return None, {}
+    rows: NDArray[np.bool_] = ~np.logical_or.reduce(list(missing.values()))
+    if not rows.any():
+        raise ValueError(f"every row of the {source} has a missing value")
+    return rows, dropped
 
 
 def _is_missing(value: Any) -> bool:
@@ -109,7 +172,7 @@ def _npz(
 def arrays_upload(
     X: Any, y: Any, *, feature_names: Sequence[str] | None, name: str | None
 ) -> UploadFile:
-    """``X`` (n x d) and ``y`` (n) as an NPZ archive."""
+    """``X`` (n x d) and ``y`` (n) as an NPZ archive; raises naming a NaN or infinite value."""
     matrix = _numbers(X, "X")
     if matrix.ndim == 1:
         raise ValueError(
@@ -118,6 +181,8 @@ def arrays_upload(
     if matrix.ndim != 2:
         raise ValueError(f"X must be 2-dimensional (rows x features), got shape {matrix.shape}")
     target = _numbers(y, "y").ravel()
+    check_finite(matrix, "X")
+    check_finite(target, "y")
     return UploadFile(
         "data.npz", _npz(matrix, target, feature_names), "application/x-npz", _form(name)
     )
@@ -176,13 +241,22 @@ def dataframe_upload(
     columns = [str(column) for column in frame.columns]
     features, target = _split_columns(columns, target, "DataFrame", chosen)
     by_name = dict(zip(columns, frame.columns, strict=True))
-    X = np.column_stack(
-        [_numbers(frame[by_name[column]].to_numpy(), f"column '{column}'") for column in features]
-    )
-    y = _numbers(frame[by_name[target]].to_numpy(), f"column '{target}'")
+    values = {
+        column: _numbers(frame[by_name[column]].to_numpy(), f"column '{column}'")
+        for column in [*features, target]
+    }
+    rows, dropped = _without_missing(values, chosen.na, "DataFrame")
     kept = {column: _kept_array(frame[by_name[column]].to_numpy()) for column in chosen.keep}
+    if rows is not None:
+        values = {column: column_values[rows] for column, column_values in values.items()}
+        kept = {column: column_values[rows] for column, column_values in kept.items()}
+    X = np.column_stack([values[column] for column in features])
     return UploadFile(
-        "data.npz", _npz(X, y, features, kept), "application/x-npz", _kept_form(name, kept)
+        "data.npz",
+        _npz(X, values[target], features, kept),
+        "application/x-npz",
+        _kept_form(name, kept),
+        dropped,
     )
 
 
@@ -204,23 +278,26 @@ def parquet_upload(
     features, target = _split_columns(columns, target, f"Parquet file {path.name}", chosen)
 
     def column(column_name: str) -> FloatArray:
-        values = table.column(column_name)
-        if values.null_count:
-            raise ValueError(
-                f"column '{column_name}' of {path.name} has {values.null_count} missing values"
-            )
-        return _numbers(values.to_numpy(), f"column '{column_name}' of {path.name}")
+        # A null becomes NaN, a missing value like a DataFrame's.
+        values = table.column(column_name).to_numpy(zero_copy_only=False)
+        return _numbers(values, f"column '{column_name}' of {path.name}")
 
-    X = np.column_stack([column(feature) for feature in features])
+    values = {column_name: column(column_name) for column_name in [*features, target]}
+    rows, dropped = _without_missing(values, chosen.na, f"Parquet file {path.name}")
     kept = {
         kept_name: _kept_array(table.column(kept_name).to_numpy(zero_copy_only=False))
         for kept_name in chosen.keep
     }
+    if rows is not None:
+        values = {column_name: array[rows] for column_name, array in values.items()}
+        kept = {kept_name: array[rows] for kept_name, array in kept.items()}
+    X = np.column_stack([values[feature] for feature in features])
     return UploadFile(
         "data.npz",
-        _npz(X, column(target), features, kept),
+        _npz(X, values[target], features, kept),
         "application/x-npz",
         _kept_form(name, kept),
+        dropped,
     )
 
 
@@ -245,8 +322,8 @@ def path_upload(
     if suffix in NPZ_SUFFIXES:
         if chosen != Columns(keep=chosen.keep):
             raise ValueError(
-                f"{file.name} holds arrays, not named columns: features=, ignore= and "
-                f"delimiter= apply to CSV files (and features=, ignore= to Parquet files)"
+                f"{file.name} holds arrays, not named columns: features=, ignore=, na= and "
+                f"delimiter= apply to CSV files (and features=, ignore=, na= to Parquet files)"
             )
         return UploadFile(
             file.name, content, "application/x-npz", {**_form(name), **chosen.fields()}
@@ -280,8 +357,9 @@ def upload_of(
         raise ValueError("give the targets y with the feature matrix X")
     if chosen != EVERY_COLUMN:
         raise ValueError(
-            "features=, ignore=, keep= and delimiter= choose columns of a table; with arrays, "
-            "pass the feature columns as X (and extra columns in a DataFrame or an .npz file)"
+            "features=, ignore=, keep=, na= and delimiter= apply to a table; with arrays, "
+            "pass the feature columns as X without missing values (and extra columns in a "
+            "DataFrame or an .npz file)"
         )
     return arrays_upload(data, y, feature_names=feature_names, name=name)
 
@@ -318,6 +396,7 @@ def feature_matrix(X: Any) -> list[list[float]]:
         raise ValueError(
             "X must be 2-dimensional (rows x features); to predict one row, wrap it: [row]"
         )
+    check_finite(matrix, "X")
     rows: list[list[float]] = matrix.tolist()
     return rows
 
@@ -342,7 +421,7 @@ def concomitant_values(values: Any) -> list[list[float]] | dict[str, list[float]
 
 def target_vector(y: Any) -> list[float]:
     """Targets as a JSON list."""
-    values: list[float] = (
-        _numbers(y.to_numpy() if hasattr(y, "to_numpy") else y, "y").ravel().tolist()
-    )
+    array = _numbers(y.to_numpy() if hasattr(y, "to_numpy") else y, "y").ravel()
+    check_finite(array, "y")
+    values: list[float] = array.tolist()
     return values

@@ -132,6 +132,7 @@ class Client:
         ignore: Sequence[str] = (),
         delimiter: str | None = None,
         keep: Sequence[str] = (),
+        na: str = "error",
     ) -> Dataset:
         """Store a dataset to fit as often as you like.
 
@@ -161,6 +162,10 @@ class Client:
             Columns of a DataFrame, CSV or Parquet file (or arrays of an ``.npz`` archive) kept
             beside the features and the target as extra columns, such as a group id or a
             weight; never features. Numbers stay numbers; any other column is text.
+        na : {"error", "drop"}, default "error"
+            What a missing feature or target value (an empty CSV cell, a NaN or null) does:
+            ``"error"`` refuses the upload naming its column and row; ``"drop"`` leaves its row
+            out, and the dataset's ``dropped_rows`` counts them per column.
         """
         return self._drive(
             _core.upload(
@@ -173,6 +178,7 @@ class Client:
                 ignore=ignore,
                 delimiter=delimiter,
                 keep=keep,
+                na=na,
             )
         )
 

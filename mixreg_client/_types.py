@@ -35,6 +35,9 @@ class Dataset:
     columns: dict[str, str] = field(default_factory=dict)
     """The extra columns kept beside the features and the target: name -> ``"number"`` or
     ``"string"``."""
+    dropped_rows: dict[str, int] = field(default_factory=dict)
+    """Of an upload with ``na="drop"``: the rows left out, per column whose value was
+    missing."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Dataset:
@@ -47,6 +50,9 @@ class Dataset:
             feature_names=list(data["feature_names"]),
             target_name=data.get("target_name"),
             columns={column["name"]: column["type"] for column in data.get("columns", [])},
+            dropped_rows={
+                str(column): int(count) for column, count in data.get("dropped_rows", {}).items()
+            },
             created_at=data["created_at"],
             raw=data,
         )

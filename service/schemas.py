@@ -197,6 +197,11 @@ class DatasetOut(BaseModel):
         description="the extra columns kept beside the features and the target (upload option "
         "keep; JSON columns)"
     )
+    dropped_rows: dict[str, int] = Field(
+        default_factory=dict,
+        description="in the upload's answer: the rows left out by na=drop, per column whose cell "
+        "was empty",
+    )
     created_at: datetime
     url: str
 

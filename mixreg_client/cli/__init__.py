@@ -47,8 +47,18 @@ def _server_missing(why: ImportError) -> argparse.ArgumentParser:
     return stand_in
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``mixreg`` command."""
+def _user_commands() -> set[str]:
+    """The names of the user's commands."""
+    from mixreg_client.cli import user
+
+    commands = argparse.ArgumentParser().add_subparsers()
+    user.register(commands)
+    return set(commands.choices)
+
+
+def build_parser(*, server: bool = True) -> argparse.ArgumentParser:
+    """The argument parser of the ``mixreg`` command (without ``server``: of the user's
+    commands only)."""
     from mixreg_client.cli import user
 
     parser = argparse.ArgumentParser(
@@ -58,11 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     user.register(commands)
-    server = _server_cli()
-    if isinstance(server, ModuleType):
-        server.register(commands)
+    if not server:
+        return parser
+    server_cli = _server_cli()
+    if isinstance(server_cli, ModuleType):
+        server_cli.register(commands)
     else:
-        stand_in = _server_missing(server)
+        stand_in = _server_missing(server_cli)
         for name in SERVER_COMMANDS:
             commands.add_parser(
                 name, parents=[stand_in], add_help=False, help=f"(needs {SERVER_INSTALL})"
@@ -72,6 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``mixreg`` command."""
-    args = build_parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    # A user's command needs only the client: importing the server's commands would add half
+    # a second to every run of it.
+    user_command = bool(arguments) and arguments[0] in _user_commands()
+    args = build_parser(server=not user_command).parse_args(arguments)
     result: int = args.handler(args)
     return result

@@ -16,12 +16,13 @@ import logging
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
+from numpy.typing import NDArray
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -231,17 +232,32 @@ def _read_dataset_source(args: argparse.Namespace, client: Client) -> str:
             features=args.features,
             ignore=args.ignore,
             delimiter=args.delimiter,
+            na=args.na,
         )
     except (ValueError, OSError, ImportError) as exc:
-        flags = str(exc).replace("target=", "--target").replace("delimiter=", "--delimiter ")
-        raise LocalInputError(f"{path}: {flags}") from None
+        raise LocalInputError(f"{path}: {_as_flags(str(exc))}") from None
     except MixregError as exc:
         if exc.status in (413, 415, 422):
             # The server could not use the file: the file is what needs fixing.
-            detail = exc.detail.replace("delimiter=", "--delimiter ")
-            raise LocalInputError(f"{path}: {detail}") from None
+            raise LocalInputError(f"{path}: {_as_flags(exc.detail)}") from None
         raise
+    if dataset.dropped_rows:
+        counts = ", ".join(f"'{column}' {count}" for column, count in dataset.dropped_rows.items())
+        print(f"left out rows with a missing value, per column: {counts}", file=sys.stderr)
     return dataset.id
+
+
+def _as_flags(message: str) -> str:
+    """A message of the client or the server with its option names as this command's flags."""
+    for option, flag in (
+        ("target=", "--target"),
+        ("delimiter=", "--delimiter "),
+        ("ignore=", "--ignore "),
+        ("na='drop'", "--na drop"),
+        ("na=drop", "--na drop"),
+    ):
+        message = message.replace(option, flag)
+    return message
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -475,14 +491,16 @@ def _show_job(args: argparse.Namespace, client: Client, job: Job) -> int:
 
 @dataclass(frozen=True)
 class CsvTable:
-    """A CSV file's header and its rows as numbers."""
+    """A CSV file's header, its rows as numbers, and the cells of columns kept as text."""
 
     columns: list[str]
     values: np.ndarray
+    kept: dict[str, list[str]] = field(default_factory=dict)
 
 
-def read_csv_table(path: Path, needed: Sequence[str]) -> CsvTable:
-    """Read the columns ``needed`` of a CSV file with a header row, as float64."""
+def read_csv_table(path: Path, needed: Sequence[str], kept: Sequence[str] = ()) -> CsvTable:
+    """Read the columns ``needed`` of a CSV file with a header row, as float64, and the
+    columns ``kept`` as the text of their cells."""
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
@@ -491,35 +509,52 @@ def read_csv_table(path: Path, needed: Sequence[str]) -> CsvTable:
     header = [cell.strip() for cell in next(reader, [])]
     if not any(header):
         raise LocalInputError(f"{path} is empty; its first line must name the columns")
-    missing = [column for column in needed if column not in header]
+    missing = [column for column in [*needed, *kept] if column not in header]
     if missing:
         raise LocalInputError(
             f"{path} has no column '{missing[0]}'; its columns are {', '.join(header)}"
         )
-    indexes = [header.index(column) for column in needed]
-    rows: list[list[float]] = []
+    # The rows are split by the csv module and each column converted by NumPy in one call:
+    # a Python float() per cell costs more than the request that predicts them.
+    rows: list[list[str]] = []
+    lines: list[int] = []
     for row in reader:
-        if not row or not any(cell.strip() for cell in row):
+        # A blank line (or one of empty cells) is skipped; the first cell mostly decides.
+        if not row or (not row[0].strip() and not "".join(row).strip()):
             continue
         if len(row) != len(header):
             raise LocalInputError(
                 f"{path} line {reader.line_num} has {len(row)} fields, expected {len(header)}"
             )
-        parsed = []
-        for index in indexes:
-            cell = row[index].strip()
-            try:
-                value = float(cell)
-            except ValueError:
-                raise LocalInputError(
-                    f"{path} line {reader.line_num}, column '{header[index]}': "
-                    f"'{cell}' is not a number"
-                ) from None
-            parsed.append(value)
-        rows.append(parsed)
+        rows.append(row)
+        lines.append(reader.line_num)
     if not rows:
         raise LocalInputError(f"{path} has a header but no data rows")
-    return CsvTable(columns=list(needed), values=np.asarray(rows, dtype=np.float64))
+    values = np.empty((len(rows), len(needed)), dtype=np.float64)
+    for position, column in enumerate(needed):
+        values[:, position] = _numeric_column(path, header, rows, lines, header.index(column))
+    kept_columns = {column: [row[header.index(column)] for row in rows] for column in kept}
+    return CsvTable(columns=list(needed), values=values, kept=kept_columns)
+
+
+def _numeric_column(
+    path: Path, header: list[str], rows: list[list[str]], lines: list[int], index: int
+) -> NDArray[np.float64]:
+    """Column ``index`` of ``rows`` as numbers; the first cell that is none named by its line."""
+    cells = [row[index] for row in rows]
+    try:
+        return np.array(cells, dtype=np.float64)
+    except ValueError:
+        # Found again cell by cell only on failure, to name the row and the column.
+        for line, cell in zip(lines, cells, strict=True):
+            try:
+                float(cell)
+            except ValueError:
+                raise LocalInputError(
+                    f"{path} line {line}, column '{header[index]}': "
+                    f"'{cell.strip()}' is not a number"
+                ) from None
+        raise
 
 
 def _target_column(
@@ -538,18 +573,29 @@ def _target_column(
     return dataset.target_name if dataset.target_name in _csv_header(path) else None
 
 
-def _write_predictions(out: TextIO, predictions: np.ndarray, scores: Any | None) -> None:
-    writer = csv.writer(out, lineterminator="\n")
-    header = [f"component_{index}" for index in range(predictions.shape[1])]
+def _write_predictions(
+    out: TextIO,
+    predictions: np.ndarray,
+    scores: Any | None,
+    kept: Mapping[str, Sequence[str]] | None = None,
+) -> None:
+    """The CSV of the predictions: the ``kept`` input columns, one column per component and,
+    with ``scores``, the best component and its squared error."""
+    kept = kept or {}
+    header = [*kept, *(f"component_{index}" for index in range(predictions.shape[1]))]
+    # Column by column, each converted once: a per-row loop over the scores' derived arrays
+    # recomputed them for every row.
+    columns: list[Sequence[str]] = list(kept.values())
+    columns += [
+        list(map(repr, predictions[:, index].tolist())) for index in range(predictions.shape[1])
+    ]
     if scores is not None:
         header += ["best", "min_loss"]
+        columns.append(list(map(str, scores.best_component.tolist())))
+        columns.append(list(map(repr, scores.row_min_loss.tolist())))
+    writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
-    for row_index, row in enumerate(predictions):
-        cells = [repr(float(value)) for value in row]
-        if scores is not None:
-            cells.append(str(int(scores.best_component[row_index])))
-            cells.append(repr(float(scores.row_min_loss[row_index])))
-        writer.writerow(cells)
+    writer.writerows(zip(*columns, strict=True))
 
 
 def _predict(args: argparse.Namespace) -> int:
@@ -560,7 +606,8 @@ def _predict(args: argparse.Namespace) -> int:
         model = client.get_model(args.model)
         target = _target_column(args, client, model, path)
         needed = [*model.feature_names, *([target] if target else [])]
-        table = read_csv_table(path, needed)
+        kept = list(args.keep or ())
+        table = read_csv_table(path, needed, kept)
         X = table.values[:, : len(model.feature_names)]
         scores = None
         if target is None:
@@ -570,7 +617,7 @@ def _predict(args: argparse.Namespace) -> int:
             predictions = scores.predictions
     if args.output:
         with Path(args.output).open("w", newline="", encoding="utf-8") as out:
-            _write_predictions(out, predictions, scores)
+            _write_predictions(out, predictions, scores, table.kept)
         summary = (
             f"wrote {len(predictions)} rows x {predictions.shape[1]} components to {args.output}"
         )
@@ -578,7 +625,7 @@ def _predict(args: argparse.Namespace) -> int:
             summary += f" (min-loss {_format_number(scores.min_loss)} on '{target}')"
         print(summary, file=sys.stderr)
     else:
-        _write_predictions(sys.stdout, predictions, scores)
+        _write_predictions(sys.stdout, predictions, scores, table.kept)
     return EXIT_OK
 
 
@@ -627,6 +674,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         type=parse_columns,
         metavar="A,B,...",
         help="columns to leave out, such as an id or a text column",
+    )
+    fit.add_argument(
+        "--na",
+        choices=["error", "drop"],
+        default="error",
+        help="what an empty feature or target cell does: error (default) stops the upload "
+        "naming it, drop leaves its row out and says how many per column",
     )
     fit.add_argument(
         "--delimiter",
@@ -682,6 +736,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     predict.add_argument("-o", "--output", help="write the CSV here (default: standard output)")
     predict.add_argument(
         "--target", help="the target column (default: the fitted dataset's, when present)"
+    )
+    predict.add_argument(
+        "--keep",
+        type=parse_columns,
+        metavar="A,B,...",
+        help="input columns to copy to each output row, such as ids to join on",
     )
     predict.set_defaults(handler=_command(_predict))
 

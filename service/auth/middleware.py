@@ -118,7 +118,9 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         path = _route_path(scope)
-        if policy.is_open(path, metrics_open=self.metrics_open):
+        if policy.is_open(path, metrics_open=self.metrics_open) or policy.is_public_asset(
+            scope["method"], path
+        ):
             record = self._optional_key(scope)
             if record is not None:
                 scope.setdefault("state", {})[_STATE_KEY] = record

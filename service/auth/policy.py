@@ -48,6 +48,10 @@ _SESSION_READS = (
     re.compile(r"/jobs/[^/]+/plot\.png"),
 )
 
+# The page's static files (its styles): public, so that the sign-in page, shown before a
+# session exists, is styled; they are part of the installed package and hold no data.
+_PUBLIC_ASSETS = re.compile(r"/ui/static/[A-Za-z0-9_-][A-Za-z0-9._-]*")
+
 # Reads: their methods change nothing.
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Predictions are reads sent with POST (they carry rows in the body) and change nothing.
@@ -72,6 +76,11 @@ def is_open(path: str, *, metrics_open: bool) -> bool:
     ):
         return True
     return metrics_open and path == METRICS_PATH
+
+
+def is_public_asset(method: str, path: str) -> bool:
+    """Whether the request reads one of the page's static files, which answer without a key."""
+    return method in ("GET", "HEAD") and _PUBLIC_ASSETS.fullmatch(path) is not None
 
 
 def required_scope(method: str, path: str) -> Scope:

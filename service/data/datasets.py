@@ -49,6 +49,7 @@ class TableOptions:
     ignore: tuple[str, ...] = ()
     delimiter: str | None = None
     keep: tuple[str, ...] = ()
+    na: str = ingest.NA_ERROR
 
     def choice(self) -> ingest.ColumnChoice:
         """The feature columns asked for, and those kept beside them."""
@@ -62,6 +63,7 @@ class TableOptions:
                 ("features", self.features, ("csv", "parquet")),
                 ("ignore", self.ignore or None, ("csv", "parquet")),
                 ("delimiter", self.delimiter, ("csv",)),
+                ("na", None if self.na == ingest.NA_ERROR else self.na, ("csv",)),
             )
             if value is not None and file_format not in formats
         ]
@@ -73,10 +75,16 @@ class TableOptions:
 
 
 def listed_names(values: Sequence[str] | None) -> tuple[str, ...]:
-    """Column names given as repeated values, each possibly a comma-separated list."""
+    """Column names given as repeated values, each possibly a comma-separated list: the one
+    rule of every list of names (features, ignore, keep, feature_names) in a form or query."""
     return tuple(
         name.strip() for value in values or () for name in value.split(",") if name.strip()
     )
+
+
+def _texts(values: Sequence[Any]) -> list[str]:
+    """The text values of a repeated form field (files are not names)."""
+    return [value for value in values if isinstance(value, str)]
 
 
 _READERS: dict[
@@ -88,6 +96,7 @@ _READERS: dict[
         limits=limits,
         choice=options.choice(),
         delimiter=options.delimiter,
+        na=options.na,
     ),
     "parquet": lambda source, options, limits: ingest.read_parquet(
         source, target=options.target, limits=limits, choice=options.choice()
@@ -259,17 +268,19 @@ async def _read_multipart(request: Request, *, limits: ingest.DatasetLimits) -> 
         upload = form.get("file")
         X_upload, y_upload = form.get("X"), form.get("y")
         form_target, form_name = form.get("target"), form.get("name")
-        names = [value for value in form.getlist("feature_names") if isinstance(value, str)]
+        names = list(listed_names(_texts(form.getlist("feature_names"))))
         target = form_target if isinstance(form_target, str) else None
         name = form_name if isinstance(form_name, str) else None
         form_delimiter = form.get("delimiter")
-        features = [value for value in form.getlist("features") if isinstance(value, str)]
+        features = listed_names(_texts(form.getlist("features")))
+        form_na = form.get("na")
         options = TableOptions(
             target=target,
-            features=tuple(features) if features else None,
-            ignore=tuple(value for value in form.getlist("ignore") if isinstance(value, str)),
+            features=features or None,
+            ignore=listed_names(_texts(form.getlist("ignore"))),
             delimiter=form_delimiter if isinstance(form_delimiter, str) else None,
-            keep=listed_names([value for value in form.getlist("keep") if isinstance(value, str)]),
+            keep=listed_names(_texts(form.getlist("keep"))),
+            na=form_na if isinstance(form_na, str) else ingest.NA_ERROR,
         )
         if isinstance(upload, UploadFile):
             fmt = file_format(filename=upload.filename, content_type=upload.content_type)

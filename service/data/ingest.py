@@ -35,6 +35,11 @@ FloatArray = NDArray[np.float64]
 BinaryFile = IO[bytes]
 
 FINITE_HINT = "all values must be finite numbers"
+NA_ERROR = "error"
+NA_DROP = "drop"
+NA_POLICIES = (NA_ERROR, NA_DROP)
+"""What an empty feature or target cell of an upload does: refuse the upload (the default),
+or leave its row out."""
 
 BLOCK_BYTES = 8 * 1024 * 1024
 """About this many bytes of float64 rows are read, checked and staged at a time."""
@@ -328,6 +333,8 @@ class StagedDataset:
         self.target_name = target_name
         self.limits = limits
         self.n_rows = 0
+        # Rows left out by the missing-value policy ``na="drop"``, per column with the gap.
+        self.dropped_rows: dict[str, int] = {}
         self.kept = dict(kept or {})
         clashing = [name for name in self.kept if name in {*feature_names, target_name}]
         if clashing:
@@ -876,16 +883,20 @@ def read_csv(
     limits: DatasetLimits = NO_LIMITS,
     choice: ColumnChoice = EVERY_COLUMN,
     delimiter: str | None = None,
+    na: str = NA_ERROR,
 ) -> StagedDataset:
     """Read a CSV with a header row; ``target`` names the column to predict, ``choice`` the
     features, ``delimiter`` what separates the fields (default: the one of ``,;<tab>|`` the
-    header holds most).
+    header holds most); ``na`` what an empty feature or target cell does: ``"error"`` refuses
+    the upload naming it, ``"drop"`` leaves its row out, counted per column in
+    ``StagedDataset.dropped_rows``.
 
     The rows are read by pyarrow's streaming CSV reader. When it refuses a block (a value
     that is not a number, a short line, an empty cell...), the file is read again from the
     start by Python's ``csv`` module, which names the exact line and column of the problem (or
     reads a file that only pyarrow found odd, such as a line of blanks).
     """
+    check_na_policy(na)
     delimiter = _csv_delimiter(source, delimiter)
     reader = csv.reader(_csv_lines(source), delimiter=delimiter)
     try:
@@ -918,6 +929,7 @@ def read_csv(
             used=used,
             kept_at=kept_at,
             delimiter=delimiter,
+            na=na,
         )
     except _FastPathRefusedError:
         staged.close()
@@ -931,6 +943,7 @@ def read_csv(
                 used=used,
                 kept_at=kept_at,
                 delimiter=delimiter,
+                na=na,
             )
         except BaseException:
             staged.close()
@@ -942,8 +955,30 @@ def read_csv(
         _release_arrow_memory()
     if staged.n_rows == 0:
         staged.close()
+        if staged.dropped_rows:
+            raise IngestError(
+                f"every CSV row has an empty cell (rows left out by na=drop, per column: "
+                f"{_dropped_text(staged.dropped_rows)})"
+            )
         raise IngestError("CSV has a header but no data rows")
     return staged
+
+
+def check_na_policy(na: str) -> None:
+    """Raise unless ``na`` is a missing-value policy: ``"error"`` or ``"drop"``."""
+    if na not in NA_POLICIES:
+        raise IngestError(f"na must be one of {', '.join(NA_POLICIES)}, got '{na}'")
+
+
+def _dropped_text(dropped: Mapping[str, int]) -> str:
+    return ", ".join(f"'{column}' {count}" for column, count in dropped.items())
+
+
+def _count_dropped(staged: StagedDataset, missing: NDArray[np.bool_], names: list[str]) -> None:
+    """Add the rows of ``missing`` (rows x used columns) to the counts of their columns."""
+    for name, count in zip(names, missing.sum(axis=0).tolist(), strict=True):
+        if count:
+            staged.dropped_rows[name] = staged.dropped_rows.get(name, 0) + int(count)
 
 
 def _release_arrow_memory() -> None:
@@ -963,6 +998,7 @@ def _stage_csv_fast(
     used: list[int],
     kept_at: list[int],
     delimiter: str,
+    na: str = NA_ERROR,
 ) -> None:
     import pyarrow as pa
     import pyarrow.csv as pa_csv
@@ -996,7 +1032,7 @@ def _stage_csv_fast(
             ]
             kept = [batch.column(len(used) + index) for index in range(len(texts))]
             if any(batch.column(index).null_count for index in range(len(used))):
-                columns, kept = _drop_blank_rows(batch, columns, kept)
+                columns, kept = _drop_blank_rows(batch, columns, kept, staged, na)
             X = np.empty((len(columns[0]), len(used) - 1), dtype=np.float64)
             for position, column in enumerate(columns[:-1]):
                 X[:, position] = column
@@ -1009,10 +1045,15 @@ def _stage_csv_fast(
 
 
 def _drop_blank_rows(
-    batch: Any, columns: list[NDArray[Any]], kept: list[Any]
+    batch: Any,
+    columns: list[NDArray[Any]],
+    kept: list[Any],
+    staged: StagedDataset,
+    na: str = NA_ERROR,
 ) -> tuple[list[NDArray[Any]], list[Any]]:
     """The columns (and kept text columns) without the rows whose every cell is empty (as the
-    csv reader skips them); refused if a row has some empty cells but not all."""
+    csv reader skips them); a row with some empty cells but not all is refused, or with
+    ``na="drop"`` left out too when a feature or the target is empty (counted per column)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -1031,8 +1072,14 @@ def _drop_blank_rows(
         ]
     )
     blank = empty.all(axis=1)
-    if (empty.any(axis=1) & ~blank).any():
-        raise _FastPathRefusedError
+    partial: NDArray[np.bool_] = np.asarray(empty.any(axis=1) & ~blank)
+    if partial.any():
+        if na != NA_DROP:
+            raise _FastPathRefusedError
+        missing = empty[:, : len(columns)] & partial[:, np.newaxis]
+        _count_dropped(staged, missing, [*staged.feature_names, str(staged.target_name)])
+        # A row whose gaps are all in kept columns stays: a kept column may have gaps.
+        blank |= missing.any(axis=1)
     keep_rows = pa.array(~blank)
     return [column[~blank] for column in columns], [texts.filter(keep_rows) for texts in kept]
 
@@ -1058,7 +1105,9 @@ def _stage_csv_exact(
     used: list[int],
     kept_at: list[int],
     delimiter: str,
+    na: str = NA_ERROR,
 ) -> None:
+    used_names = [*staged.feature_names, str(staged.target_name)]
     reader = csv.reader(
         _lines_of_at_most(_csv_lines(source), n_columns, delimiter), delimiter=delimiter
     )
@@ -1075,8 +1124,18 @@ def _stage_csv_exact(
                 raise IngestError(
                     f"CSV line {line} has {_count(len(row), 'field')}, expected {len(columns)}"
                 )
+            if na == NA_DROP:
+                missing = np.array([not row[index].strip() for index in used])
+                if missing.any():
+                    _count_dropped(staged, missing[np.newaxis, :], used_names)
+                    continue
             values.append(
-                [_parse_csv_number(row[index], line=line, column=columns[index]) for index in used]
+                [
+                    _parse_csv_number(
+                        row[index], line=line, column=columns[index], feature=index != used[-1]
+                    )
+                    for index in used
+                ]
             )
             texts.append([row[index] for index in kept_at])
             if len(values) == block_rows:
@@ -1099,14 +1158,27 @@ def _stage_csv_rows(
     staged.append(X, y, {name: cells[:, index] for index, name in enumerate(staged.kept)})
 
 
-def _parse_csv_number(cell: str, *, line: int, column: str) -> float:
+def _parse_csv_number(cell: str, *, line: int, column: str, feature: bool = False) -> float:
     text = cell.strip()
     if not text:
-        raise IngestError(f"CSV line {line}, column '{column}' is empty; {FINITE_HINT}")
+        raise IngestError(
+            f"CSV line {line}, column '{column}' is empty; {FINITE_HINT} (na=drop leaves out "
+            f"the rows with an empty cell)"
+        )
     try:
         value = float(text)
     except ValueError:
-        raise IngestError(f"CSV line {line}, column '{column}': '{text}' is not a number") from None
+        # A text cell in a feature is most often an id or a title column: say how to leave
+        # it out or keep it, in the upload's own words.
+        fix = (
+            f"; to leave out a column of ids or text, upload with ignore={column}, or keep it "
+            f"beside the features with keep={column}"
+            if feature
+            else ""
+        )
+        raise IngestError(
+            f"CSV line {line}, column '{column}': '{text}' is not a number{fix}"
+        ) from None
     if not math.isfinite(value):
         raise IngestError(
             f"CSV line {line}, column '{column}' is {_describe_non_finite(value)}; {FINITE_HINT}"

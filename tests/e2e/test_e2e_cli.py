@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mixreg_client import Client
+
 from .conftest import REPO, Server, mixture_data
 
 pytestmark = pytest.mark.e2e
@@ -328,3 +330,60 @@ def test_fit_chooses_columns_and_reads_semicolons(live: Server, tmp_path: Path):
         f"mixreg: {export}: CSV has no column 'y'; columns are id;a;b;comment;c;y (the header "
         f"looks separated by ';': give the delimiter, --delimiter ';')"
     )
+
+
+def test_predict_of_many_rows_with_the_target_is_linear_and_keeps_id_columns(
+    live: Server, tmp_path: Path
+):
+    n_rows = 200_000
+    X, y = mixture_data(n_rows=n_rows, seed=21)
+    path = tmp_path / "ratings.csv"
+    # Ids and a title with a comma, to be copied to the output rows as they are.
+    ids = np.char.add("u", np.arange(n_rows).astype(str))
+    rows = np.column_stack([X, y]).tolist()
+    with path.open("w", newline="") as file:
+        file.write("user_id,title,a,b,c,y\n")
+        file.writelines(
+            f'{ids[i]},"Film, part {i % 7}",{",".join(map(repr, row))}\n'
+            for i, row in enumerate(rows)
+        )
+    output = tmp_path / "predictions.csv"
+    command = ["predict", "", str(path), "-o", str(output), "--target", "y",
+               "--keep", "user_id,title"]  # fmt: skip
+    with Client(live.base_url) as client:
+        dataset = client.upload(X[:300], y[:300], feature_names=["a", "b", "c"])
+        model_id = client.fit(dataset, k=2, params={"n_init": 4}, seed=2).wait().model_id
+        assert model_id is not None
+        model = client.get_model(model_id)
+        command[1] = model_id
+        served = client.score(model, X, y)
+        # Other tests' fits (a cancelled one) must not share the CPU with one side only.
+        deadline = time.monotonic() + 60
+        while any(client.list_jobs(status=status) for status in ("queued", "running")):
+            assert time.monotonic() < deadline, "the server's jobs did not finish"
+            time.sleep(0.2)
+        # Each side twice, taking turns, so a burst of other load costs both; the best of each.
+        client_times, cli_times = [], []
+        for _ in range(2):
+            started = time.perf_counter()
+            client.predict(model, X)
+            client_times.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            predicted = mixreg(*command, url=live.base_url)
+            cli_times.append(time.perf_counter() - started)
+            assert predicted.returncode == 0, predicted.stderr
+        client_s, cli_s = min(client_times), min(cli_times)
+    assert predicted.returncode == 0, predicted.stderr
+
+    with output.open(newline="") as file:
+        rows = list(csv.reader(file))
+    assert rows[0] == ["user_id", "title", "component_0", "component_1", "best", "min_loss"]
+    assert len(rows) == n_rows + 1
+    assert rows[1][:2] == ["u0", "Film, part 0"]
+    assert rows[-1][:2] == [f"u{n_rows - 1}", f"Film, part {(n_rows - 1) % 7}"]
+    values = np.array([row[2:] for row in rows[1:]], dtype=np.float64)
+    np.testing.assert_array_equal(values[:, :2], served.predictions)
+    np.testing.assert_array_equal(values[:, 2], served.best_component)
+    np.testing.assert_array_equal(values[:, 3], served.row_min_loss)
+    # The whole command (start, read, score, write) against the client's own call.
+    assert cli_s < 3 * client_s, f"mixreg predict {cli_s:.2f} s, client {client_s:.2f} s"

@@ -252,3 +252,28 @@ def test_a_browser_without_a_key_gets_the_form_but_an_api_client_a_problem(keyed
     api = keyed.server.request("GET", "/models")
     assert api.status_code == 401
     assert api.headers["content-type"] == "application/problem+json"
+
+
+def test_the_page_styles_answer_before_a_session_and_only_to_reads(keyed: Keyed):
+    with httpx.Client(base_url=keyed.server.base_url, timeout=30) as client:
+        styles = client.get("/ui/static/ui.css")
+        assert styles.status_code == 200, styles.text
+        assert styles.headers["content-type"].startswith("text/css")
+        assert "font" in styles.text
+        assert client.head("/ui/static/ui.css").status_code == 200
+        # Public means read: a write to the same path still needs a key.
+        assert client.post("/ui/static/ui.css").status_code == 401
+        # Only the files of the folder: nothing else is reached through it.
+        assert client.get("/ui/static/../../models").status_code in (401, 404)
+        assert client.get("/ui/static/").status_code == 401
+        assert client.get("/models").status_code == 401
+
+
+def test_the_sign_in_page_is_styled(keyed: Keyed, browser: Browser, tmp_path: Path):
+    browser.open(f"{keyed.server.base_url}/ui/sign-in")
+    browser.wait_for("document.styleSheets.length > 0")
+    (tmp_path / "sign-in.png").write_bytes(browser.screenshot())
+    font = browser.evaluate("getComputedStyle(document.body).fontFamily")
+    assert "system-ui" in font and "Times" not in font
+    # The browser's default body margin is 8px; the page's styles set none.
+    assert browser.evaluate("getComputedStyle(document.body).margin") == "0px"

@@ -49,8 +49,22 @@ def test_csv_accepts_a_byte_order_mark_and_padded_cells():
         (b"a,a,y\n1,2,3\n", "y", "CSV header repeats the column 'a'; columns are a, a, y"),
         (b"a,y\n1,2\n3\n", "y", "CSV line 3 has 1 field, expected 2"),
         (b"a,y\n1,2\n3,4,5\n", "y", "CSV line 3 has 3 fields, expected 2"),
-        (b"a,y\n1,2\nx,4\n", "y", "CSV line 3, column 'a': 'x' is not a number"),
-        (b"a,y\n1,\n", "y", "CSV line 2, column 'y' is empty; all values must be finite numbers"),
+        (
+            b"a,y\n1,2\nx,4\n",
+            "y",
+            (
+                "CSV line 3, column 'a': 'x' is not a number; to leave out a column of ids or "
+                "text, upload with ignore=a, or keep it beside the features with keep=a"
+            ),
+        ),
+        (
+            b"a,y\n1,\n",
+            "y",
+            (
+                "CSV line 2, column 'y' is empty; all values must be finite numbers (na=drop "
+                "leaves out the rows with an empty cell)"
+            ),
+        ),
         (b"a,y\nnan,1\n", "y", "CSV line 2, column 'a' is NaN; all values must be finite numbers"),
         (
             b"a,y\n1,-inf\n",

@@ -86,10 +86,18 @@ def test_csv_rows_the_fast_reader_refuses_are_read_by_the_csv_module(small_block
 @pytest.mark.parametrize(
     ("tail", "message"),
     [
-        (b"x,4\n", "CSV line 2002, column 'a': 'x' is not a number"),
+        (
+            b"x,4\n",
+            "CSV line 2002, column 'a': 'x' is not a number; to leave out a column of ids or "
+            "text, upload with ignore=a, or keep it beside the features with keep=a",
+        ),
         (b"1,nan\n", "CSV line 2002, column 'y' is NaN; all values must be finite numbers"),
         (b"1\n", "CSV line 2002 has 1 field, expected 2"),
-        (b"1,\n", "CSV line 2002, column 'y' is empty; all values must be finite numbers"),
+        (
+            b"1,\n",
+            "CSV line 2002, column 'y' is empty; all values must be finite numbers (na=drop "
+            "leaves out the rows with an empty cell)",
+        ),
         (b"1,2\n\xff\n", "CSV is not UTF-8 text (byte 8008 is invalid)"),
     ],
 )
@@ -397,3 +405,32 @@ def test_a_fortran_order_npy_is_read_in_blocks_of_rows():
     )
     added = int(result.stdout)
     assert added < 64 * 2**20, f"reading added {added / 2**20:.0f} MiB to the peak"
+
+
+@pytest.mark.parametrize(
+    "first_row",
+    [b"1,2,3,u1\n", b"1_000,2,3,u1\n"],  # the second is read by the csv module, not pyarrow
+    ids=["arrow", "csv-module"],
+)
+def test_na_drop_leaves_out_rows_with_an_empty_feature_or_target(small_blocks, first_row):
+    gaps = b",5,6,u2\n7,,,u3\n\n" + b"8,9,10,\n" * 300 + b"11,12,,u4\n"
+    content = b"a,b,y,id\n" + first_row + gaps
+    with pytest.raises(IngestError) as error:
+        ingest.read_csv(io.BytesIO(content), target="y", choice=ingest.ColumnChoice(keep=("id",)))
+    assert str(error.value).startswith("CSV line 3, column 'a' is empty;")
+    assert "na=drop" in str(error.value)
+
+    staged = ingest.read_csv(
+        io.BytesIO(content), target="y", choice=ingest.ColumnChoice(keep=("id",)), na="drop"
+    )
+    # A gap in a kept column keeps its row; the blank line is skipped as ever, not counted.
+    assert staged.dropped_rows == {"a": 1, "b": 1, "y": 2}
+    X, y = staged_arrays(staged)
+    assert X.shape == (301, 2)
+    np.testing.assert_array_equal(X[0], [1000.0 if b"_" in first_row else 1.0, 2.0])
+    np.testing.assert_array_equal(y[1:], np.full(300, 10.0))
+
+
+def test_na_takes_error_or_drop():
+    with pytest.raises(IngestError, match="na must be one of error, drop, got 'skip'"):
+        ingest.read_csv(io.BytesIO(b"a,y\n1,2\n"), target="y", na="skip")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -53,13 +53,13 @@ _UPLOAD_BODY: dict[str, Any] = {
                             "type": "array",
                             "items": {"type": "string"},
                             "description": "CSV and Parquet: the feature columns, in this order "
-                            "(repeat the field); default every column but the target",
+                            "(comma-separated or repeated); default every column but the target",
                         },
                         "ignore": {
                             "type": "array",
                             "items": {"type": "string"},
                             "description": "CSV and Parquet: columns to leave out, such as an id "
-                            "or a text column (repeat the field)",
+                            "or a text column (comma-separated or repeated)",
                         },
                         "delimiter": {
                             "type": "string",
@@ -76,8 +76,15 @@ _UPLOAD_BODY: dict[str, Any] = {
                         "feature_names": {
                             "type": "array",
                             "items": {"type": "string"},
-                            "description": ".npy files: one name per column of X (repeat the "
-                            "field)",
+                            "description": ".npy files: one name per column of X "
+                            "(comma-separated or repeated)",
+                        },
+                        "na": {
+                            "type": "string",
+                            "enum": ["error", "drop"],
+                            "description": "CSV: what an empty feature or target cell does: "
+                            "error (the default) refuses the upload naming it, drop leaves its "
+                            "row out (counted per column in dropped_rows)",
                         },
                         "name": {"type": "string"},
                     },
@@ -132,14 +139,14 @@ async def create(
         list[str] | None,
         Query(
             description="raw CSV and Parquet bodies: the feature columns, in this order "
-            "(repeat the parameter); default every column but the target",
+            "(comma-separated or repeated); default every column but the target",
         ),
     ] = None,
     ignore: Annotated[
         list[str] | None,
         Query(
             description="raw CSV and Parquet bodies: columns to leave out, such as an id or a "
-            "text column (repeat the parameter)",
+            "text column (comma-separated or repeated)",
         ),
     ] = None,
     delimiter: Annotated[
@@ -159,6 +166,14 @@ async def create(
             "features (comma-separated or repeated)",
         ),
     ] = None,
+    na: Annotated[
+        Literal["error", "drop"],
+        Query(
+            description="raw CSV bodies: what an empty feature or target cell does: error "
+            "refuses the upload naming it, drop leaves its row out (counted per column in "
+            "dropped_rows)",
+        ),
+    ] = "error",
     name: Annotated[
         str | None, Query(description="raw bodies: a name", max_length=MAX_TEXT_LENGTH)
     ] = None,
@@ -174,10 +189,11 @@ async def create(
     """Store ``X`` and ``y`` and return the dataset's id, rows and features."""
     options = TableOptions(
         target=target,
-        features=tuple(features) if features else None,
-        ignore=tuple(ignore or ()),
+        features=listed_names(features) or None,
+        ignore=listed_names(ignore),
         delimiter=delimiter,
         keep=listed_names(keep),
+        na=na,
     )
     upload = await read_upload(request, options=options, name=name, settings=settings)
     try:
@@ -200,7 +216,7 @@ async def create(
     response.headers["Location"] = stored.dataset.url
     if not stored.created:
         response.headers["Idempotent-Replayed"] = "true"
-    return stored.dataset
+    return stored.dataset.model_copy(update={"dropped_rows": dict(staged.dropped_rows)})
 
 
 @router.get("", response_model=Page[DatasetOut])

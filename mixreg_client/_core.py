@@ -379,21 +379,40 @@ def _rows_in_model_order(model: str | Model | ModelSummary, X: Any) -> Operation
     return _data.columns_in_model_order(X, fitted.feature_names)
 
 
+# Rows per predict request: the server parses a JSON predict body of at most 8 MiB by
+# default (MIXREG_MAX_PREDICT_JSON_BYTES); a row of d numbers takes about 20 (d + 2) bytes.
+PREDICT_BODY_BYTES = 4_000_000
+
+
+def row_batches(n_rows: int, n_features: int) -> list[slice]:
+    """Consecutive slices of ``n_rows`` rows, each a predict body of about
+    :data:`PREDICT_BODY_BYTES` at most (one slice for no rows)."""
+    per_batch = max(1, PREDICT_BODY_BYTES // (20 * (n_features + 2)))
+    return [slice(start, start + per_batch) for start in range(0, max(n_rows, 1), per_batch)]
+
+
 def predict(
     model: str | Model | ModelSummary,
     X: Any,
     keys: Sequence[str | int] | None = None,
     unknown_keys: str | None = None,
 ) -> Operation[np.ndarray]:
-    """k values per row, shape ``(n, k)``; of a keyed model, each row by its key's lines."""
+    """k values per row, shape ``(n, k)``; of a keyed model, each row by its key's lines.
+    Many rows go in several requests (:func:`row_batches`)."""
     rows = yield from _rows_in_model_order(model, X)
-    body: dict[str, Any] = {"X": _data.feature_matrix(rows)}
-    if keys is not None:
-        body["keys"] = [key if isinstance(key, str) else int(key) for key in keys]
-    if unknown_keys is not None:
-        body["unknown_keys"] = unknown_keys
-    answer = _json(_response((yield Call("POST", f"/models/{_id_of(model)}/predict", json=body))))
-    return np.asarray(answer["predictions"], dtype=np.float64)
+    matrix = _data.feature_matrix(rows)
+    key_list = None if keys is None else [key if isinstance(key, str) else int(key) for key in keys]
+    parts = []
+    for batch in row_batches(len(matrix), len(matrix[0]) if matrix else 0):
+        body: dict[str, Any] = {"X": matrix[batch]}
+        if key_list is not None:
+            body["keys"] = key_list[batch]
+        if unknown_keys is not None:
+            body["unknown_keys"] = unknown_keys
+        call = Call("POST", f"/models/{_id_of(model)}/predict", json=body)
+        answer = _json(_response((yield call)))
+        parts.append(np.asarray(answer["predictions"], dtype=np.float64))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def predict_groups(
@@ -440,16 +459,25 @@ def predict_gated(
 
 
 def score(model: str | Model | ModelSummary, X: Any, y: Any) -> Operation[Scores]:
-    """Predictions with the min-loss and each row's best line."""
+    """Predictions with the min-loss and each row's best line (many rows in several requests,
+    their min-loss the mean over all rows)."""
     targets = _data.target_vector(y)
     rows = yield from _rows_in_model_order(model, X)
-    body = {"X": _data.feature_matrix(rows), "y": targets}
-    answer = _json(_response((yield Call("POST", f"/models/{_id_of(model)}/predict", json=body))))
+    matrix = _data.feature_matrix(rows)
+    predictions, best, total_loss = [], [], 0.0
+    for batch in row_batches(len(matrix), len(matrix[0]) if matrix else 0):
+        batch_rows = matrix[batch]
+        body = {"X": batch_rows, "y": targets[batch]}
+        call = Call("POST", f"/models/{_id_of(model)}/predict", json=body)
+        answer = _json(_response((yield call)))
+        predictions.append(np.asarray(answer["predictions"], dtype=np.float64))
+        best.append(np.asarray(answer["best_component"], dtype=np.int64))
+        total_loss += float(answer["min_loss"]) * len(batch_rows)
     return Scores(
-        predictions=np.asarray(answer["predictions"], dtype=np.float64),
+        predictions=predictions[0] if len(predictions) == 1 else np.concatenate(predictions),
         y=np.asarray(targets, dtype=np.float64),
-        min_loss=float(answer["min_loss"]),
-        best_component=np.asarray(answer["best_component"], dtype=np.int64),
+        min_loss=total_loss / max(len(matrix), 1),
+        best_component=best[0] if len(best) == 1 else np.concatenate(best),
     )
 
 

@@ -1381,6 +1381,7 @@ def _run_job(
                     worker_id=owner.worker_id,
                     stale_after_s=stale_after_s,
                     heartbeat_interval_s=heartbeat_interval_s,
+                    worker_alive=worker_alive,
                 ) as shards:
                     fitted, keyed = fit_keyed(
                         data,
@@ -1570,11 +1571,14 @@ class ShardStore:
         self._stopped.set()
         self._thread.join()
 
+    def _exit_if_worker_gone(self) -> None:
+        if self._worker_alive is not None and self._worker_alive.poll():
+            logger.error("job %s: the worker process is gone; stopping", self._job_id)
+            os._exit(EXIT_PARENT_LOST)
+
     def _beat(self) -> None:
         while not self._stopped.wait(self._interval_s):
-            if self._worker_alive is not None and self._worker_alive.poll():
-                logger.error("job %s: the worker process is gone; stopping", self._job_id)
-                os._exit(EXIT_PARENT_LOST)
+            self._exit_if_worker_gone()
             try:
                 with session_scope(self._session_factory) as session:
                     unfinished = repository.beat_job_shards(
@@ -1627,7 +1631,10 @@ class ShardStore:
 
     def store(self, position: int, arrays: Mapping[str, NDArray[Any]]) -> bool:
         """Store the fitted shard ``position``; False (nothing stored) if this claimant no
-        longer holds it or the job ended."""
+        longer holds it or the job ended. A process whose worker is gone ends here instead:
+        the heartbeat notices only at its next beat, and the shards a lost attempt stores
+        after its worker died would be credited to an attempt nobody runs any more."""
+        self._exit_if_worker_gone()
         with session_scope(self._session_factory) as session:
             stored = repository.store_job_shard(
                 session,

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import httpx
 import numpy as np
@@ -17,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import mixreg_client._core
 from mixreg_client import AsyncClient, Client, Job, MixregError
 
 from .conftest import REPO, Server, mixture_data
@@ -92,6 +94,15 @@ def test_upload_fit_wait_predict_and_list(client: Client, live: Server):
     best = predictions[np.arange(160), scores.best_component]
     np.testing.assert_allclose(scores.row_min_loss, (y - best) ** 2)
     assert scores.min_loss == pytest.approx(scores.row_min_loss.mean(), rel=1e-12)
+
+    # Many rows go in several requests (each under the server's JSON predict limit): the same
+    # numbers, and the min-loss the mean over all rows.
+    with mock.patch.object(mixreg_client._core, "PREDICT_BODY_BYTES", 20 * 5 * 7):
+        assert len(mixreg_client._core.row_batches(160, 3)) == 23
+        np.testing.assert_array_equal(client.predict(model, X), predictions)
+        batched = client.score(model.id, X, y)
+    np.testing.assert_array_equal(batched.best_component, scores.best_component)
+    assert batched.min_loss == pytest.approx(scores.min_loss, rel=1e-12)
 
     assert model.id in [summary.id for summary in client.list_models()]
     assert job.id in [listed.id for listed in client.list_jobs(status="succeeded")]

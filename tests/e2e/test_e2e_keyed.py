@@ -289,6 +289,9 @@ def keyed_shards(database_url: str, model_id: str) -> list[tuple[int, int, int]]
 
 SHARD, RATINGS = 50, 24
 """Keys per shard, and rows per key, of the fits killed midway."""
+KILLED_ACCOUNTS = 24 * SHARD
+"""Accounts of a fit killed midway: enough shards that the kill, once two are stored, lands
+well before the last (a fit of a few shards ends before its progress is even seen)."""
 
 
 def killed_mid_keyed_fit(api: Server, kill: Callable[[dict], None], n_accounts: int) -> dict:
@@ -345,8 +348,8 @@ def test_a_server_killed_mid_keyed_fit_fits_only_the_unstored_shards(
         server.kill()
         server.start()
 
-    job = killed_mid_keyed_fit(server, kill_and_restart, 6 * SHARD)
-    check_every_key_fitted_once(server, job, sqlite_url, 6 * SHARD)
+    job = killed_mid_keyed_fit(server, kill_and_restart, KILLED_ACCOUNTS)
+    check_every_key_fitted_once(server, job, sqlite_url, KILLED_ACCOUNTS)
 
 
 def test_open_inference_protocol_keyed_infer(server: Server):

@@ -29,7 +29,11 @@ from tests.postgres import empty_postgres_database
 
 from .conftest import FAST_WORKER, REPO, TERMINAL, Server, mixture_data
 from .test_e2e_jobs import is_fitting
-from .test_e2e_keyed import SHARD, check_every_key_fitted_once, killed_mid_keyed_fit
+from .test_e2e_keyed import (
+    KILLED_ACCOUNTS,
+    check_every_key_fitted_once,
+    killed_mid_keyed_fit,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
@@ -447,7 +451,7 @@ def test_a_worker_killed_mid_keyed_fit_loses_only_its_unstored_shards(stack: Sta
         os.kill(stack.worker_of(job).pid, signal.SIGKILL)
         stack.make_worker()
 
-    job = killed_mid_keyed_fit(stack.api, kill_its_worker, 6 * SHARD)
+    job = killed_mid_keyed_fit(stack.api, kill_its_worker, KILLED_ACCOUNTS)
     url = stack.database.url.render_as_string(hide_password=False)
-    check_every_key_fitted_once(stack.api, job, url, 6 * SHARD, retry_fits_the_last=False)
+    check_every_key_fitted_once(stack.api, job, url, KILLED_ACCOUNTS, retry_fits_the_last=False)
     assert stack.unfinished_jobs() == 0

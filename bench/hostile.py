@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench import hostile_hotswap, hostile_ingest, hostile_parser, hostile_predict
+from bench.load import DEFAULT_POSTGRES_URL, fresh_postgres_database
 from bench.sections import Report, load_average, log, machine_lines, write_section
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -104,9 +105,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     f"sqlite:///{folder / 'mixreg.db'}", folder, settings
                 )
             else:
-                with hostile_hotswap.fresh_postgres_database(
-                    hostile_hotswap.DEFAULT_POSTGRES_URL
-                ) as url:
+                with fresh_postgres_database(DEFAULT_POSTGRES_URL, "mixreg_hotswap") as url:
                     outcome, _ = hostile_hotswap.run_backend(url, folder, settings)
         report.add(*hostile_hotswap.report_lines(backend, outcome), "")
     report.add(f"Load average at the end: {load_average()}.")

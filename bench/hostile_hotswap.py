@@ -26,22 +26,20 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
-from sqlalchemy import create_engine, make_url, text
-from sqlalchemy.pool import NullPool
 
+from bench.load import DEFAULT_POSTGRES_URL, fresh_postgres_database
 from bench.servers import ServerProcess
 
 NAME = "reco"
 ALIAS = "production"
 REFERENCE = f"{NAME}@{ALIAS}"
-DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 UVICORN_APP = [
     *(sys.executable, "-m", "uvicorn", "--factory", "service.main:create_app"),
@@ -282,21 +280,6 @@ def run_backend(
             server.stop()
 
 
-@contextlib.contextmanager
-def fresh_postgres_database(server_url: str, name: str = "mixreg_hotswap") -> Iterator[str]:
-    """A new, empty database ``name`` on the server of ``server_url``; dropped afterwards."""
-    admin = create_engine(server_url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-
 def _ms(values: Sequence[float], q: float) -> str:
     return f"{np.percentile(values, q) * 1000:.1f}" if values else "-"
 
@@ -338,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if backend == "sqlite":
                 outcome, _ = run_backend(f"sqlite:///{folder / 'mixreg.db'}", folder, args)
             elif backend == "postgresql":
-                with fresh_postgres_database(args.postgres_url) as url:
+                with fresh_postgres_database(args.postgres_url, "mixreg_hotswap") as url:
                     outcome, _ = run_backend(url, folder, args)
             else:
                 parser.error(f"unknown backend {backend!r}; use sqlite and/or postgresql")

@@ -34,6 +34,8 @@ from numpy.typing import NDArray
 
 from ._em import default_variance_floor, em, em_batch, initial_parameters
 from ._inference import (
+    POLISH_MAX_ITER,
+    POLISH_TOL,
     LikelihoodPass,
     MixtureParameters,
     log_likelihood,
@@ -57,9 +59,12 @@ ML_FINALISTS = 2
 ML_BETTER_BY = 1e-6
 """Mean log-likelihood per row (on the sample) by which a start must beat the min-loss lines'
 EM to be polished on all rows."""
+# Fits whose floor Newton's method would not respect are polished by EM alone, to this change
+# of the mean log-likelihood per row or this many iterations over all rows.
+_EM_ONLY_TOL, _EM_ONLY_MAX_ITER = 1e-9, 100
 # Grouped mixtures are polished by grouped EM alone (no Newton finish): to this change of the
 # mean log-likelihood per row, or this many iterations.
-_GROUPED_TOL, _GROUPED_MAX_ITER = 1e-9, 1000
+_GROUPED_TOL, _GROUPED_MAX_ITER = 1e-9, 100
 # A noise variance within this factor of a floor at most _NEAR_DEFAULT_FLOOR times EM's default
 # has collapsed onto it.
 _ON_THE_FLOOR, _NEAR_DEFAULT_FLOOR = 1.5, 100.0
@@ -340,11 +345,15 @@ def _polish(
 ) -> MaximumLikelihoodFit:
     """One start polished on all rows to its maximum, with its total log-likelihood."""
     if grouping is None:
+        # EM alone (a floor Newton's method would not respect) stops as a k sweep's score
+        # always has: it runs over every row, and its last iterations creep.
         polish = maximum_likelihood_polish(
             Z,
             y,
             theta,
             newton_finish=newton,
+            max_iter=POLISH_MAX_ITER if newton else _EM_ONLY_MAX_ITER,
+            tol=POLISH_TOL if newton else _EM_ONLY_TOL,
             sample_weight=sample_weight,
             weights=weights,
             variances=variances,

@@ -1045,11 +1045,17 @@ class Heartbeat:
         if self._thread.is_alive():
             self._thread.join()
 
+    def exit_if_worker_gone(self) -> None:
+        """End the process at once if its worker is gone (checked before the final write too:
+        the beat runs once a second, and a fit its worker no longer runs must not finish the
+        job on an attempt the reaper is about to retry)."""
+        if self._worker_alive is not None and self._worker_alive.poll():
+            logger.error("job %s: the worker process is gone; stopping the fit", self._job_id)
+            os._exit(EXIT_PARENT_LOST)
+
     def _run(self) -> None:
         while True:
-            if self._worker_alive is not None and self._worker_alive.poll():
-                logger.error("job %s: the worker process is gone; stopping the fit", self._job_id)
-                os._exit(EXIT_PARENT_LOST)
+            self.exit_if_worker_gone()
             try:
                 with session_scope(self._session_factory) as session:
                     owned = repository.heartbeat(
@@ -1407,6 +1413,7 @@ def _run_job(
             status, error = "failed", f"{type(exc).__name__}: {exc}"
         else:
             heartbeat.stop()
+            heartbeat.exit_if_worker_gone()
             try:
                 _store_models(session_factory, job_id, claimed, fitted, keyed)
             except JobLostError:

@@ -289,7 +289,7 @@ def keyed_shards(database_url: str, model_id: str) -> list[tuple[int, int, int]]
 
 SHARD, RATINGS = 50, 24
 """Keys per shard, and rows per key, of the fits killed midway."""
-KILLED_ACCOUNTS = 24 * SHARD
+KILLED_ACCOUNTS = 80 * SHARD
 """Accounts of a fit killed midway: enough shards that the kill, once two are stored, lands
 well before the last (a fit of a few shards ends before its progress is even seen)."""
 
@@ -324,7 +324,9 @@ def check_every_key_fitted_once(
     api: Server, job: dict, database_url: str, n_accounts: int, *, retry_fits_the_last=True
 ):
     assert job["status"] == "succeeded", job
-    assert job["attempts"] == 2
+    # Where other workers' shard tasks fit the rest, the lost worker's fit process may finish
+    # the job itself before the retry: either way no key is lost or fitted twice.
+    assert job["attempts"] == 2 if retry_fits_the_last else job["attempts"] in (1, 2)
     assert job["keyed"]["keys_by_status"]["fitted"] == n_accounts
     shards = keyed_shards(database_url, job["model_id"])
     assert [position for position, _, _ in shards] == list(range(n_accounts // SHARD))

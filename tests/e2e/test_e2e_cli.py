@@ -386,4 +386,6 @@ def test_predict_of_many_rows_with_the_target_is_linear_and_keeps_id_columns(
     np.testing.assert_array_equal(values[:, 2], served.best_component)
     np.testing.assert_array_equal(values[:, 3], served.row_min_loss)
     # The whole command (start, read, score, write) against the client's own call.
-    assert cli_s < 3 * client_s, f"mixreg predict {cli_s:.2f} s, client {client_s:.2f} s"
+    # Linear: three times the client's own predict, plus a second for the console script's
+    # start and its CSV read and write (a row-by-row loss took 16 s on 50,000 rows).
+    assert cli_s < 3 * client_s + 1.0, f"mixreg predict {cli_s:.2f} s, client {client_s:.2f} s"

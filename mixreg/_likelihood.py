@@ -15,7 +15,10 @@ score of a k sweep therefore comes from :func:`best_maximum_likelihood`:
 All the starts run EM together on a sample of at most :data:`ML_SAMPLE_ROWS` rows (all rows
 when there are fewer); the starts that end above the min-loss lines there (the best
 :data:`ML_FINALISTS` of them) are polished on all rows beside the lines, and the highest
-likelihood wins. A maximum at which a line owns fewer rows than its coefficients plus
+likelihood wins. On a sample the lines go on to all rows twice, from themselves and from their
+maximum on the sample: EM over all rows may climb from the lines to a lower maximum than the one
+the sample found (restarts that reach the sample's maximum only tie with the lines there, and
+would not be polished). A maximum at which a line owns fewer rows than its coefficients plus
 :data:`MIN_RESIDUAL_ROWS` (weight times rows), or whose noise variance sits on EM's tiny
 default floor, is a spurious maximum (the likelihood spikes as a line closes in on a few rows;
 a variance resting on a larger floor the caller sets is not spurious) and is not kept, as
@@ -288,7 +291,6 @@ def best_maximum_likelihood(
     # Newton's method knows no floor: it finishes only the fits whose floor is EM's tiny
     # default, so that every maximum compared here respects the same floor.
     newton = near_default
-    lines = _polish(Z, y, theta, None, None, sample_weight, grouping, floor, n_observations, newton)
 
     def admissible(fit: MaximumLikelihoodFit) -> bool:
         return not spurious(
@@ -298,6 +300,28 @@ def best_maximum_likelihood(
             n_params=n_params,
             collapsed_below=collapsed_below,
         )
+
+    lines = _polish(Z, y, theta, None, None, sample_weight, grouping, floor, n_observations, newton)
+    if rows is not None:
+        # EM from the lines on all rows may climb to another maximum than on the sample; the
+        # sample's maximum goes on to all rows too, and the higher is the lines' (restarts that
+        # merely tie with it on the sample are not polished).
+        from_sample = _polish(
+            Z,
+            y,
+            batch.thetas[0],
+            batch.weights[0],
+            batch.variances[0],
+            sample_weight,
+            grouping,
+            floor,
+            n_observations,
+            newton,
+        )
+        if admissible(from_sample) and (
+            not admissible(lines) or from_sample.log_likelihood > lines.log_likelihood
+        ):
+            lines = from_sample
 
     # A spurious maximum reached from the lines is kept only when no start reaches a proper one.
     best, best_name, best_proper = lines, LINES_START, admissible(lines)

@@ -56,6 +56,10 @@ if (mode == "fit") {
     if (inherits(refitted, "error")) {
       result$refit_error <- conditionMessage(refitted)
     } else {
+      # The point refit() took its standard errors at (it optimizes on from the EM fit):
+      # per component coef.(Intercept), coef.x1, ..., log(sigma); the logits of components
+      # 2..K against the first (concomitant_Comp.j.alpha).
+      result$refit_coef <- as.list(refitted@coef)
       std_errors <- sqrt(diag(refitted@vcov))
       names(std_errors) <- names(refitted@coef)
       # Per component: the intercept's standard error, then the slopes'.

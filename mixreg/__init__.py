@@ -10,7 +10,6 @@ for many keys at once.
 """
 
 from ._estimator import (
-    MAX_ABS_Y,
     MAX_EXHAUSTIVE_PARTITIONS,
     DegenerateFitWarning,
     MixtureOfLinearRegressions,
@@ -30,6 +29,7 @@ from ._keyed import (
     missing_keys,
 )
 from ._loss import gate_probabilities, min_loss, predict_lines
+from ._scaling import MAX_ABS_Y
 from ._selection import (
     ComponentsFit,
     MixtureScore,

@@ -49,6 +49,7 @@ from ._loss import (
     weighted_mean,
     weighted_min_loss,
 )
+from ._scaling import Scaling, in_caller_units
 from ._solvers import GROUPED_ALGORITHMS, SOLVERS, FitContext, random_partition_lines
 from ._subsample import capped_stirling2, largest_enumerable_size
 from ._summary import InferenceSummary, gate_summary_rows, summary_table
@@ -94,141 +95,6 @@ def as_generator(random_state: Any) -> np.random.Generator:
     )
 
 
-# Squared errors of larger targets overflow a float64.
-MAX_ABS_Y = 1e150
-
-
-def _column_extent(X: FloatArray, block_rows: int = 1 << 16) -> FloatArray:
-    """Largest absolute value of every column, without a copy of X."""
-    extent = np.zeros(X.shape[1])
-    for start in range(0, X.shape[0], block_rows):
-        np.maximum(extent, np.abs(X[start : start + block_rows]).max(axis=0), out=extent)
-    return extent
-
-
-@dataclass(frozen=True)
-class _Scaling:
-    """Standardized units: each feature centred and scaled, then the paper's scaling.
-
-    With an intercept, each feature is centred on its mean and y on its mean (as
-    scikit-learn's ``LinearRegression`` does before it solves): a feature far from zero (a
-    year, a timestamp, a price) then loses no precision, and the units the algorithms see
-    do not depend on the location or scale of any feature or of y, so every algorithm is
-    equivariant under affine changes of the data. Each feature is divided by its standard
-    deviation, then all by the largest row norm, and y by its largest absolute deviation:
-    max row norm of X and max |y| are 1, as in the paper, so step sizes keep their meaning.
-    """
-
-    x_mean: FloatArray
-    x_scale: FloatArray
-    y_mean: float
-    y_scale: float
-    fit_intercept: bool
-
-    @classmethod
-    def of(
-        cls,
-        X: FloatArray,
-        y: FloatArray,
-        fit_intercept: bool,
-        sample_weight: FloatArray | None = None,
-    ) -> tuple[_Scaling, FloatArray, FloatArray]:
-        """The scaling of (X, y), with the design matrix and target in its units.
-
-        With positive ``sample_weight``, means and standard deviations are weighted (a row
-        of integer weight ``w`` counts as ``w`` copies); extents do not depend on weights.
-        """
-        y_extent = float(np.max(np.abs(y)))
-        if y_extent > MAX_ABS_Y:
-            raise ValueError(
-                f"|y| reaches {y_extent:.3g}: squared errors of such values overflow a float64; "
-                f"scale y down (|y| <= {MAX_ABS_Y:.0e})"
-            )
-        n_samples, n_features = X.shape
-        # Divided by a power of two above each column's extent first (exact: no rounding is
-        # added to features far from zero), so neither a sum nor a square overflows.
-        _, exponent = np.frexp(_column_extent(X))
-        extent = np.ldexp(1.0, np.minimum(exponent, 1023))
-        Z = np.empty((n_samples, n_features + fit_intercept))
-        features = Z[:, :n_features]
-        np.divide(X, extent, out=features)
-        x_mean = np.zeros(n_features)
-        if fit_intercept:
-            x_mean = (
-                features.mean(axis=0)
-                if sample_weight is None
-                else (sample_weight @ features) / sample_weight.sum()
-            )
-            features -= x_mean
-            Z[:, n_features] = 1.0
-        if sample_weight is None:
-            spread = np.sqrt(np.einsum("ij,ij->j", features, features) / n_samples)
-        else:
-            spread = np.sqrt(
-                np.einsum("i,ij,ij->j", sample_weight, features, features) / sample_weight.sum()
-            )
-        spread[spread <= np.finfo(np.float64).tiny] = 1.0
-        features /= spread
-        row_norm = float(np.sqrt(np.max(np.einsum("ij,ij->i", features, features))))
-        row_norm = row_norm if row_norm > 0.0 else 1.0
-        features /= row_norm
-        y_mean = float(weighted_mean(y, sample_weight)) if fit_intercept else 0.0
-        y_centred = y - y_mean
-        y_scale = float(np.max(np.abs(y_centred))) or 1.0
-        scaling = cls(
-            x_mean=x_mean * extent,
-            x_scale=extent * spread * row_norm,
-            y_mean=y_mean,
-            y_scale=y_scale,
-            fit_intercept=fit_intercept,
-        )
-        return scaling, Z, y_centred / y_scale
-
-    def to_scaled(self, lines: FloatArray) -> FloatArray:
-        """Caller-unit lines (coefficients then intercept) to scaled-space parameters."""
-        n_features = self.x_scale.size
-        theta = np.array(lines, dtype=np.float64) / self.y_scale
-        if self.fit_intercept:
-            theta[:, n_features] += (
-                lines[:, :n_features] @ self.x_mean - self.y_mean
-            ) / self.y_scale
-        theta[:, :n_features] *= self.x_scale
-        return theta
-
-    def to_caller(self, theta: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """Scaled-space parameters to (coef, intercept) in the caller's units.
-
-        Raises ValueError when a slope is beyond a float64's range (features tiny next to the
-        targets): such lines cannot be written down.
-        """
-        n_features = self.x_scale.size
-        # Multiply, then divide: y_scale / x_scale alone may overflow, and 0 * inf is NaN.
-        with np.errstate(over="ignore", invalid="ignore"):
-            coef = theta[:, :n_features] * self.y_scale / self.x_scale
-            intercept = np.zeros(theta.shape[0])
-            if self.fit_intercept:
-                intercept = self.y_mean + theta[:, n_features] * self.y_scale - coef @ self.x_mean
-        if not (np.isfinite(coef).all() and np.isfinite(intercept).all()):
-            raise ValueError(
-                f"the fitted lines overflow a float64: a feature spreads over "
-                f"{float(self.x_scale.min()):.3g} while y spreads over {self.y_scale:.3g}; "
-                f"scale X up or y down"
-            )
-        return coef, intercept
-
-    def line_jacobian(self) -> FloatArray:
-        """Derivative of one line's caller-unit (coef, intercept) in its scaled parameters
-        (:meth:`to_caller` is linear in them)."""
-        n_features = self.x_scale.size
-        factor = self.y_scale / self.x_scale
-        jacobian = np.zeros((n_features + self.fit_intercept, n_features + self.fit_intercept))
-        jacobian[np.arange(n_features), np.arange(n_features)] = factor
-        if self.fit_intercept:
-            jacobian[n_features, :n_features] = -factor * self.x_mean
-            jacobian[n_features, n_features] = self.y_scale
-        return jacobian
-
-
 def component_order(
     coef: FloatArray, intercept: FloatArray, shares: FloatArray, x_mean: FloatArray
 ) -> NDArray[np.intp]:
@@ -241,15 +107,6 @@ def component_order(
     centre_value = intercept + coef @ x_mean
     order: NDArray[np.intp] = np.lexsort((*coef.T[::-1], -centre_value, -shares))
     return order
-
-
-def _in_caller_units(losses: ArrayLike, loss_scale: float) -> FloatArray:
-    """Scaled losses (or variances) in the caller's units. One beyond a float64's range (a
-    terrible candidate on targets near ``MAX_ABS_Y``) is kept as the largest float64, a
-    finite stand-in that still compares as worst."""
-    with np.errstate(over="ignore"):
-        values = np.asarray(losses, dtype=np.float64) * loss_scale
-    return np.minimum(values, np.finfo(np.float64).max)
 
 
 def _ends_in_least_squares(algorithm: str) -> bool:
@@ -887,7 +744,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         for name in (*_GATE_ATTRIBUTES, *_MIXTURE_ATTRIBUTES):
             if hasattr(self, name):
                 delattr(self, name)
-        scaling, Z, y_scaled = _Scaling.of(X_arr, y_arr, bool(self.fit_intercept), weights)
+        scaling, Z, y_scaled = Scaling.of(X_arr, y_arr, bool(self.fit_intercept), weights)
         if params.get("init") is not None:
             params["init"] = scaling.to_scaled(params["init"])
         budget = params.get("time_budget")
@@ -943,7 +800,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         self.coef_ = coef[order]
         self.intercept_ = intercept[order]
         self.shares_ = shares[order]
-        self.loss_history_ = _in_caller_units(result.loss_history, ctx.loss_scale)
+        self.loss_history_ = in_caller_units(result.loss_history, ctx.loss_scale)
         self.train_loss_ = weighted_min_loss(
             y_arr, predict_lines(X_arr, self.coef_, self.intercept_), weights, grouping
         )
@@ -954,7 +811,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         if isinstance(result, EMResult):
             assert result.weights is not None and result.variances is not None
             self.weights_ = result.weights[order]
-            self.noise_variance_ = _in_caller_units(result.variances[order], ctx.loss_scale)
+            self.noise_variance_ = in_caller_units(result.variances[order], ctx.loss_scale)
         if mixture is not None:
             self._set_mixture(mixture, order, scaling, n_samples if weights is None else weights)
         if isinstance(result, AutoResult):
@@ -994,7 +851,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         self,
         mixture: EMResult,
         order: NDArray[np.intp],
-        scaling: _Scaling,
+        scaling: Scaling,
         observations: int | FloatArray,
     ) -> None:
         """The maximum-likelihood mixture of a grouped ``auto`` fit (scaled, each line at its
@@ -1005,7 +862,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         coef, intercept = scaling.to_caller(mixture.theta)
         self.ml_coef_, self.ml_intercept_ = coef[order], intercept[order]
         self.weights_ = mixture.weights[order]
-        self.noise_variance_ = _in_caller_units(mixture.variances[order], scaling.y_scale**2)
+        self.noise_variance_ = in_caller_units(mixture.variances[order], scaling.y_scale**2)
         # The density of y in the caller's units is the scaled one over y_scale, row by row.
         total = float(np.sum(observations))
         self.log_likelihood_ = total * (
@@ -1045,7 +902,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         Z: FloatArray,
         y: FloatArray,
         theta: FloatArray,
-        scaling: _Scaling,
+        scaling: Scaling,
         sample_weight: FloatArray | None,
         rng: np.random.Generator,
     ) -> None:
@@ -1065,7 +922,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         self.ml_coef_, self.ml_intercept_ = coef, intercept
         self.ml_start_ = fit.start
         self.weights_ = params.weights
-        self.noise_variance_ = _in_caller_units(params.variances, variance_scale)
+        self.noise_variance_ = in_caller_units(params.variances, variance_scale)
         # The density of y in the caller's units is the scaled one over y_scale, row by row.
         n_observations = y.size if sample_weight is None else float(sample_weight.sum())
         self.log_likelihood_ = evaluated.log_likelihood - n_observations * np.log(scaling.y_scale)
@@ -1078,7 +935,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         self.weights_se_ = se[k * n_line :]
 
     def _set_gate_standard_errors(
-        self, gate: _GatedFit, order: NDArray[np.intp], ctx: FitContext, scaling: _Scaling
+        self, gate: _GatedFit, order: NDArray[np.intp], ctx: FitContext, scaling: Scaling
     ) -> None:
         """Standard errors of a gated fit (its lines, noise variances and gate, at the maximum
         :func:`_finish_gate` reached) from the gated mixture's observed information, in the
@@ -1268,7 +1125,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         level = check_level(level)
         X_arr, y_arr = check_X_y(X, y)
         check_X(X_arr, n_features=self.n_features_in_)
-        scaling, Z, y_scaled = _Scaling.of(X_arr, y_arr, bool(self.fit_intercept))
+        scaling, Z, y_scaled = Scaling.of(X_arr, y_arr, bool(self.fit_intercept))
         lines = np.column_stack([self.coef_, self.intercept_]) if self.fit_intercept else self.coef_
         with single_threaded_blas():
             if hasattr(self, "ml_coef_") and hasattr(self, "ml_start_"):
@@ -1315,7 +1172,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             coef=coef.reshape(int(n_bootstrap), k, -1),
             intercept=intercept.reshape(int(n_bootstrap), k),
             weights=replicates.weights,
-            noise_variance=_in_caller_units(replicates.variances, scaling.y_scale**2),
+            noise_variance=in_caller_units(replicates.variances, scaling.y_scale**2),
             converged=replicates.converged,
         )
         return self.bootstrap_
@@ -1325,7 +1182,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         gate: _GatedFit,
         order: NDArray[np.intp],
         ctx: FitContext,
-        scaling: _Scaling,
+        scaling: Scaling,
         *,
         on_features: bool,
     ) -> None:
@@ -1340,7 +1197,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         k = beta.shape[0]
         self.gate_coef_, self.gate_intercept_ = gate.scaling.to_caller(beta)
         self.weights_ = weighted_mean(np.exp(log_gate(gate.design, beta)).T, ctx.sample_weight)
-        self.noise_variance_ = _in_caller_units(gate.em.variances[order], ctx.loss_scale)
+        self.noise_variance_ = in_caller_units(gate.em.variances[order], ctx.loss_scale)
         # The density of y is that of the scaled target divided by the scale.
         self.log_likelihood_history_ = np.asarray(gate.em.log_likelihood_history) - float(
             np.log(scaling.y_scale)

@@ -21,13 +21,13 @@ from numpy.typing import ArrayLike, NDArray
 from ._estimator import (
     DegenerateFitWarning,
     MixtureOfLinearRegressions,
-    _Scaling,
     minimum_rows_per_line,
 )
 from ._inference import MixtureParameters
 from ._likelihood import best_maximum_likelihood, split_starts
 from ._loss import Grouping, predict_lines, single_threaded_blas, weighted_mean
 from ._lstsq import refit_exactly
+from ._scaling import Scaling
 from ._validation import check_groups, check_sample_weight, check_X_y
 
 FloatArray = NDArray[np.float64]
@@ -131,7 +131,7 @@ def mixture_score(
     n_samples = X_arr.shape[0]
     n_observations = float(n_samples if weights is None else weights.sum())
     n_components, n_features = coef_arr.shape
-    scaling, Z, y_scaled = _Scaling.of(X_arr, y_arr, fit_intercept, weights)
+    scaling, Z, y_scaled = Scaling.of(X_arr, y_arr, fit_intercept, weights)
     lines = np.column_stack([coef_arr, intercept_arr]) if fit_intercept else coef_arr
     starts: list[tuple[str, MixtureParameters]] = []
     if (

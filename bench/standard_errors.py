@@ -40,11 +40,8 @@ from numpy.typing import NDArray
 from bench.peers import r_unavailable_reason, r_versions
 from bench.sections import Report, load_average, log, machine_lines, write_section
 from mixreg import MixtureOfLinearRegressions
-from mixreg._inference import (
-    bootstrap_replicates,
-    match_lines,
-    maximum_likelihood_polish,
-)
+from mixreg._bootstrap import bootstrap_replicates
+from mixreg._inference import match_lines, maximum_likelihood_polish
 from mixreg._loss import single_threaded_blas
 from mixreg._scaling import Scaling
 

@@ -9,6 +9,7 @@ combination, plus classical AM and EM for a Gaussian mixture of regressions, and
 for many keys at once.
 """
 
+from ._bootstrap import BootstrapResult
 from ._estimator import (
     MAX_EXHAUSTIVE_PARTITIONS,
     DegenerateFitWarning,
@@ -17,7 +18,6 @@ from ._estimator import (
     component_order,
     minimum_rows_per_line,
 )
-from ._inference import BootstrapResult
 from ._keyed import (
     FAILURE_REASON,
     MAX_FAILURES_LISTED,

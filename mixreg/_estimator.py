@@ -16,6 +16,7 @@ from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
 from ._am import SolverResult, assign_many, refit_exactly_until_stable
 from ._auto import AutoResult, default_n_init, fit_auto, grouped_mixture
+from ._bootstrap import BootstrapResult, bootstrap_replicates
 from ._document import gate_document, lines_document, read_lines
 from ._em import EMResult, e_step, em_batch
 from ._gate import (
@@ -26,16 +27,16 @@ from ._gate import (
     log_gate,
     log_softmax,
 )
-from ._inference import (
-    BootstrapResult,
+from ._gated_inference import (
     GatedParameters,
-    bootstrap_replicates,
-    caller_jacobian,
-    check_level,
-    covariance_from_information,
     gated_caller_jacobian,
     gated_likelihood_pass,
     gated_maximum_likelihood,
+)
+from ._inference import (
+    caller_jacobian,
+    check_level,
+    covariance_from_information,
     likelihood_pass,
     maximum_likelihood_polish,
     normal_quantile,

@@ -10,14 +10,8 @@ for many keys at once.
 """
 
 from ._bootstrap import BootstrapResult
-from ._estimator import (
-    MAX_EXHAUSTIVE_PARTITIONS,
-    DegenerateFitWarning,
-    MixtureOfLinearRegressions,
-    StandardErrorWarning,
-    component_order,
-    minimum_rows_per_line,
-)
+from ._estimator import MAX_EXHAUSTIVE_PARTITIONS, MixtureOfLinearRegressions, component_order
+from ._fit_warnings import DegenerateFitWarning, minimum_rows_per_line
 from ._keyed import (
     FAILURE_REASON,
     MAX_FAILURES_LISTED,
@@ -43,6 +37,7 @@ from ._selection import (
     sweep_warm_start,
 )
 from ._solvers import GROUPED_ALGORITHMS
+from ._standard_errors import StandardErrorWarning
 from ._summary import InferenceSummary, SummaryRow
 from ._validation import ALGORITHM_PARAMETERS, ALGORITHMS
 

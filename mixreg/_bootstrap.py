@@ -2,13 +2,15 @@
 
 Each replicate (new targets from the fitted mixture, or rows drawn with replacement) is
 refitted by the maximum-likelihood polish from the fitted lines, and its lines are matched to
-the fitted ones, so line j of every replicate estimates line j.
+the fitted ones, so line j of every replicate estimates line j. :func:`bootstrap_fit` runs it
+for a fitted estimator, in the caller's units.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -20,8 +22,12 @@ from ._inference import (
     match_lines,
     maximum_likelihood_polish,
 )
+from ._likelihood import best_maximum_likelihood
+from ._loss import single_threaded_blas
+from ._scaling import Scaling, in_caller_units
 
 FloatArray = NDArray[np.float64]
+FitProgress = Callable[[float, dict[str, Any]], None]
 
 BOOTSTRAP_KINDS = ("parametric", "empirical")
 BootstrapProgress = Callable[[int, int], None]
@@ -173,3 +179,69 @@ class BootstrapResult:
             weights=weights,
             noise_variance=noise_variance,
         )
+
+
+def bootstrap_fit(
+    X: FloatArray,
+    y: FloatArray,
+    lines: FloatArray,
+    *,
+    fit_intercept: bool,
+    maximum_likelihood: tuple[FloatArray, FloatArray, FloatArray] | None,
+    n_bootstrap: int,
+    kind: str,
+    level: float,
+    new_generator: Callable[[], np.random.Generator],
+    progress: FitProgress | None,
+) -> BootstrapResult:
+    """Bootstrap of a fitted estimator on its training rows (checked ``X``, ``y``), in the
+    caller's units.
+
+    The fit to resample is the maximum-likelihood fit the standard errors belong to
+    (``maximum_likelihood``: its lines, weights and noise variances, polished again on these
+    rows) when there is one, else the highest maximum found from the fitted ``lines``
+    (coefficients then intercept). ``new_generator()`` gives each random step its generator.
+    """
+    scaling, Z, y_scaled = Scaling.of(X, y, fit_intercept)
+    with single_threaded_blas():
+        if maximum_likelihood is not None:
+            ml_lines, weights, noise_variance = maximum_likelihood
+            fitted = maximum_likelihood_polish(
+                Z,
+                y_scaled,
+                scaling.to_scaled(ml_lines),
+                weights=weights,
+                variances=noise_variance / scaling.y_scale**2,
+            ).params
+        else:
+            fitted = best_maximum_likelihood(
+                Z, y_scaled, scaling.to_scaled(lines), rng=new_generator()
+            ).params
+
+        def report(done: int, total: int) -> None:
+            if progress is not None:
+                progress(
+                    done / total,
+                    {"iteration": done, "candidates_tried": None, "best_loss": None},
+                )
+
+        replicates = bootstrap_replicates(
+            Z,
+            y_scaled,
+            fitted,
+            n_bootstrap=n_bootstrap,
+            kind=kind,
+            rng=new_generator(),
+            progress=report,
+        )
+    k, n_params = fitted.theta.shape
+    coef, intercept = scaling.to_caller(replicates.theta.reshape(-1, n_params))
+    return BootstrapResult.of(
+        kind=kind,
+        level=level,
+        coef=coef.reshape(n_bootstrap, k, -1),
+        intercept=intercept.reshape(n_bootstrap, k),
+        weights=replicates.weights,
+        noise_variance=in_caller_units(replicates.variances, scaling.y_scale**2),
+        converged=replicates.converged,
+    )

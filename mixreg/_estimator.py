@@ -4,44 +4,29 @@ from __future__ import annotations
 
 import numbers
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from sklearn.base import BaseEstimator
-from sklearn.exceptions import ConvergenceWarning, NotFittedError
+from sklearn.exceptions import NotFittedError
 
 from ._am import SolverResult, assign_many, refit_exactly_until_stable
 from ._auto import AutoResult, default_n_init, fit_auto, grouped_mixture
-from ._bootstrap import BootstrapResult, bootstrap_replicates
+from ._bootstrap import BootstrapResult, bootstrap_fit
 from ._document import gate_document, lines_document, read_lines
-from ._em import EMResult, e_step, em_batch
-from ._gate import (
-    GatedEMResult,
-    GateScaling,
-    gated_em_batch,
-    gated_log_densities,
-    log_gate,
-    log_softmax,
+from ._em import EMResult
+from ._fit_data import FitData, check_fit_data
+from ._fit_warnings import (
+    warn_if_degenerate,
+    warn_if_unconverged,
 )
-from ._gated_inference import (
-    GatedParameters,
-    gated_caller_jacobian,
-    gated_likelihood_pass,
-    gated_maximum_likelihood,
-)
-from ._inference import (
-    caller_jacobian,
-    check_level,
-    covariance_from_information,
-    likelihood_pass,
-    maximum_likelihood_polish,
-    normal_quantile,
-)
-from ._likelihood import best_maximum_likelihood
+from ._fitted import em_mixture, grouped_fit, grouped_maximum_likelihood, remove_optional_results
+from ._gate import gated_log_densities, log_softmax
+from ._gate_fit import GatedFit, finish_gate, fit_gate, gate_result
+from ._inference import check_level, normal_quantile
 from ._loss import (
     Grouping,
     predict_lines,
@@ -51,11 +36,16 @@ from ._loss import (
     weighted_min_loss,
 )
 from ._scaling import Scaling, in_caller_units
-from ._solvers import GROUPED_ALGORITHMS, SOLVERS, FitContext, random_partition_lines
+from ._solvers import SOLVERS, FitContext
+from ._standard_errors import (
+    gate_standard_errors,
+    mixture_standard_errors,
+)
 from ._subsample import capped_stirling2, largest_enumerable_size
 from ._summary import InferenceSummary, gate_summary_rows, summary_table
 from ._validation import (
     PARAMETER_NAMES,
+    as_generator,
     check_algorithm,
     check_concomitant,
     check_groups,
@@ -75,25 +65,6 @@ MAX_EXHAUSTIVE_PARTITIONS = 100_000
 DEFAULT_EXHAUSTIVE_SIZE_LIMIT = 150
 
 _SOLVERS: dict[str, Callable[[FitContext], SolverResult]] = {**SOLVERS, "auto": fit_auto}
-
-
-def as_generator(random_state: Any) -> np.random.Generator:
-    """The one random generator of a fit.
-
-    ``None`` gives fresh entropy, an int seeds a new generator, a ``Generator`` is used as is
-    and a legacy ``RandomState`` seeds a new generator from its stream.
-    """
-    if random_state is None:
-        return np.random.default_rng()
-    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
-        return np.random.default_rng(int(random_state))
-    if isinstance(random_state, np.random.Generator):
-        return random_state
-    if isinstance(random_state, np.random.RandomState):
-        return np.random.default_rng(random_state.randint(0, 2**31 - 1, size=4))
-    raise ValueError(
-        f"random_state must be None, an int, a numpy Generator or RandomState; got {random_state!r}"
-    )
 
 
 def component_order(
@@ -122,193 +93,6 @@ def _scaled_loss(ctx: FitContext, theta: FloatArray) -> float:
         ctx.Z, ctx.y, theta[None], sample_weight=ctx.sample_weight, grouping=ctx.grouping
     )
     return float(weighted_mean(squared[0], ctx.sample_weight))
-
-
-class StandardErrorWarning(UserWarning):
-    """The standard errors of a fit do not exist (its observed information is singular)."""
-
-
-# Gated EM stops when the mean log-likelihood per row changes by at most this, or after so many
-# iterations; noise variances are floored at a tiny fraction of var(y) so that a line through a
-# handful of rows cannot make the likelihood unbounded.
-_GATE_TOL = 1e-8
-_GATE_MAX_ITER = 1000
-_GATE_VARIANCE_FLOOR = 1e-8
-# EM restarts from random partitions of the rows whose best (by likelihood, each stopped when its
-# mean log-likelihood per row changes by at most the tolerance) is gated EM's second start.
-_GATE_EM_RESTARTS = 5
-_GATE_RESTART_TOL = 1e-4
-
-# Standard errors of a gated fit's gate, removed whenever the estimator is refitted.
-_GATE_STANDARD_ERRORS = ("gate_coef_se_", "gate_intercept_se_")
-# Fitted attributes of a gated fit, removed when the estimator is refitted without a gate.
-_GATE_ATTRIBUTES = (
-    "gate_coef_",
-    "gate_intercept_",
-    "log_likelihood_",
-    "bic_",
-    "log_likelihood_history_",
-    "gate_n_iter_",
-    "gate_converged_",
-    "gate_start_",
-    "gate_on_features_",
-    "n_concomitant_in_",
-    "weights_",
-    "noise_variance_",
-)
-# The maximum-likelihood fit beside the lines (standard errors, grouped auto) and its errors,
-# removed whenever the estimator is refitted.
-_MIXTURE_ATTRIBUTES = (
-    "ml_coef_",
-    "ml_intercept_",
-    "ml_start_",
-    "coef_se_",
-    "intercept_se_",
-    "weights_se_",
-    "noise_variance_se_",
-    "covariance_",
-)
-
-
-@dataclass(frozen=True)
-class _GatedFit:
-    """Gated EM's result with the gate's design and scaling (standardized units)."""
-
-    em: GatedEMResult
-    scaling: GateScaling
-    design: FloatArray
-    start: str
-    """``"lines"`` (the algorithm's) or ``"em restart"``: where the kept gated EM started."""
-
-
-def _fit_gate(ctx: FitContext, columns: FloatArray, theta: FloatArray) -> _GatedFit:
-    """Gated EM from the fitted lines and from the best of a batch of EM restarts, in the
-    fit's scaled units; the start that ends with the higher likelihood is kept."""
-    scaling, design = GateScaling.of(columns, ctx.sample_weight)
-    floor = _GATE_VARIANCE_FLOOR * float(np.var(ctx.y)) + np.finfo(np.float64).tiny
-    # The lowest min-loss lines need not lie near the likelihood's highest maximum (a line
-    # through the rows two components share fits them well but explains neither): EM
-    # restarts from random partitions, as flexmix starts, give a second start.
-    restarts = em_batch(
-        ctx.Z,
-        ctx.y,
-        random_partition_lines(ctx, _GATE_EM_RESTARTS),
-        max_iter=_GATE_MAX_ITER,
-        tol=_GATE_RESTART_TOL,
-        deadline=ctx.deadline,
-        variance_floor=floor,
-        sample_weight=ctx.sample_weight,
-    )
-    best_restart = int(np.argmax([history[-1] for history in restarts.log_likelihood_histories]))
-    results = gated_em_batch(
-        ctx.Z,
-        ctx.y,
-        design,
-        np.stack([theta, restarts.thetas[best_restart]]),
-        max_iter=_GATE_MAX_ITER,
-        tol=_GATE_TOL,
-        variance_floor=floor,
-        deadline=ctx.deadline,
-        sample_weight=ctx.sample_weight,
-    )
-    chosen = int(np.argmax([result.log_likelihood_history[-1] for result in results]))
-    return _GatedFit(
-        em=results[chosen],
-        scaling=scaling,
-        design=design,
-        start=("lines", "em restart")[chosen],
-    )
-
-
-def _finish_gate(ctx: FitContext, gate: _GatedFit) -> None:
-    """Newton's method from gated EM's fit to the gated likelihood's maximum to working
-    precision (gated EM stops at a change of 1e-8 per row; standard errors belong to the
-    maximum): ``gate.em`` is updated in place, its last log-likelihood appended. Where Newton
-    cannot finish (the information is not positive definite) gated EM's fit stays."""
-    em_fit = gate.em
-    start = GatedParameters(
-        theta=em_fit.theta, variances=em_fit.variances, beta=em_fit.beta - em_fit.beta[0]
-    )
-    finished = gated_maximum_likelihood(ctx.Z, ctx.y, gate.design, start)
-    if finished is None:
-        return
-    evaluated, params, _ = finished
-    em_fit.theta, em_fit.variances, em_fit.beta = params.theta, params.variances, params.beta
-    em_fit.log_likelihood_history = [
-        *em_fit.log_likelihood_history,
-        evaluated.log_likelihood / ctx.Z.shape[0],
-    ]
-
-
-def gate_parameter_count(n_components: int, n_params: int, n_concomitant: int) -> int:
-    """Free parameters of a gated mixture: each line's coefficients (``n_params``, intercept
-    included) and noise variance, and the gate's ``n_components - 1`` free rows."""
-    return n_components * (n_params + 1) + (n_components - 1) * (n_concomitant + 1)
-
-
-class DegenerateFitWarning(UserWarning):
-    """Some fitted lines own too few training rows to be estimated (a degenerate fit)."""
-
-
-def minimum_rows_per_line(n_params: int) -> int:
-    """Rows a line must own: one more than its coefficients, so its noise has a residual."""
-    return n_params + 1
-
-
-def _warn_if_degenerate(rows_per_line: FloatArray, n_params: int) -> None:
-    """Warn when a line owns fewer rows than its coefficients need, plus one for its noise."""
-    needed = minimum_rows_per_line(n_params)
-    owned = np.rint(rows_per_line).astype(int)
-    few = np.flatnonzero(owned < needed)
-    if few.size == 0:
-        return
-    k = owned.size
-    warnings.warn(
-        f"{few.size} of the {k} lines own fewer than the {needed} training rows a line with "
-        f"{n_params} coefficients needs (they own {', '.join(str(owned[j]) for j in few)} "
-        f"rows): such lines fit a handful of rows exactly and say nothing about new ones; "
-        f"fit fewer lines (n_components) or give more rows (at least {k * needed} for "
-        f"{k} lines)",
-        DegenerateFitWarning,
-        stacklevel=2,
-    )
-
-
-def _warn_if_unconverged(
-    algorithm: str, result: SolverResult, params: dict[str, Any], deadline: float | None
-) -> None:
-    """Warn, saying what to change, when ``max_iter`` (not the time budget) stopped the fit."""
-    max_iter = params.get("max_iter")
-    if result.converged or max_iter is None or result.n_iter < max_iter:
-        return
-    if params["tol"] == 0:
-        # tol=0 asks for exactly max_iter iterations (the paper's fixed T).
-        return
-    if deadline is not None and time.monotonic() > deadline:
-        return
-    history, quantity = result.loss_history, "min-loss"
-    change = abs(history[-2] - history[-1]) / max(abs(history[-2]), np.finfo(float).tiny)
-    how = "relative"
-    if isinstance(result, EMResult) and result.log_likelihood_history:
-        history, quantity = result.log_likelihood_history, "mean log-likelihood per row"
-        change, how = abs(history[-2] - history[-1]), "absolute"
-    what = {
-        "auto": "the polish of the best candidate by classical AM",
-        "em": "EM",
-        "am-classic": "classical AM",
-    }.get(algorithm, "gradient AM")
-    advice = f"raise max_iter (now {max_iter})"
-    if algorithm in ("am", "subsample+am") and params.get("step_size") != "auto":
-        advice += ", or use step_size='auto'"
-    elif algorithm == "em":
-        advice += f" or tol (now {params['tol']:g})"
-    warnings.warn(
-        f"{what} stopped at max_iter={max_iter} before converging: the {quantity} still changed "
-        f"by {change:.2g} ({how}) in the last iteration, above tol={params['tol']:g}; "
-        f"{advice}",
-        ConvergenceWarning,
-        stacklevel=3,
-    )
 
 
 class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
@@ -696,149 +480,49 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             not fit groups), or the parameter that is wrong.
         """
         started = time.monotonic()
-        X_arr, y_arr = check_X_y(X, y)
-        weights = None if sample_weight is None else check_sample_weight(sample_weight, len(y_arr))
-        group_labels: NDArray[Any] | None = None
-        codes: NDArray[np.intp] | None = None
-        if concomitant is not None and not self.gating:
-            raise ValueError(
-                "concomitant columns were given but gating=False: set gating=True to let the "
-                "mixing probabilities depend on them"
-            )
-        gate_columns = (
-            None if concomitant is None else check_concomitant(concomitant, n_samples=len(y_arr))
+        data = check_fit_data(
+            X,
+            y,
+            sample_weight,
+            groups,
+            concomitant,
+            algorithm=self.algorithm,
+            standard_errors=bool(self.standard_errors),
+            gating=bool(self.gating),
         )
-        if groups is not None:
-            if self.algorithm not in GROUPED_ALGORITHMS:
-                raise ValueError(
-                    f"groups: algorithm={self.algorithm!r} does not fit groups; use one of "
-                    f"{', '.join(repr(name) for name in GROUPED_ALGORITHMS)}"
-                )
-            if self.standard_errors:
-                raise ValueError(
-                    "groups: standard errors are computed for ungrouped rows only; fit with "
-                    "standard_errors=False"
-                )
-            group_labels, codes = check_groups(groups, len(y_arr))
-        if weights is not None:
-            kept = weights > 0
-            if not kept.all():
-                # A row of weight zero is a row that is not there.
-                X_arr, y_arr, weights = X_arr[kept], y_arr[kept], weights[kept]
-                if gate_columns is not None:
-                    gate_columns = gate_columns[kept]
-                if codes is not None and group_labels is not None:
-                    present, codes = np.unique(codes[kept], return_inverse=True)
-                    group_labels, codes = group_labels[present], codes.ravel()
-            if np.all(weights == weights[0]):
-                weights = None
-        grouping = None if codes is None else Grouping.of(codes)
-        n_samples, n_features = X_arr.shape
-        params = self.resolved_parameters(n_samples, n_features)
-        if self.gating and grouping is not None:
+        params = self.resolved_parameters(*data.X.shape)
+        if self.gating and data.grouping is not None:
             raise ValueError("groups: a gated fit takes no groups")
-        if self.gating and weights is not None and self.standard_errors:
+        if self.gating and data.weights is not None and self.standard_errors:
             raise ValueError(
                 "standard_errors: a gated fit with sample weights has no standard errors; "
                 "leave out one of them"
             )
-        for name in (*_GATE_ATTRIBUTES, *_MIXTURE_ATTRIBUTES):
-            if hasattr(self, name):
-                delattr(self, name)
-        scaling, Z, y_scaled = Scaling.of(X_arr, y_arr, bool(self.fit_intercept), weights)
-        if params.get("init") is not None:
-            params["init"] = scaling.to_scaled(params["init"])
-        budget = params.get("time_budget")
-        ctx = FitContext(
-            Z=Z,
-            y=y_scaled,
-            n_components=int(self.n_components),
-            n_features=n_features,
-            params=params,
-            rng=as_generator(self.random_state),
-            deadline=None if budget is None else started + budget,
-            started=started,
-            loss_scale=scaling.y_scale**2,
-            progress=progress,
-            sample_weight=weights,
-            grouping=grouping,
-        )
+        remove_optional_results(self)
+        scaling, ctx = self._fit_context(data, params, started, progress)
         with single_threaded_blas():
-            result = _SOLVERS[self.algorithm](ctx)
-            if _ends_in_least_squares(self.algorithm):
-                before = result.loss
-                result.theta = refit_exactly_until_stable(
-                    ctx.Z,
-                    ctx.y,
-                    result.theta,
-                    deadline=ctx.deadline,
-                    sample_weight=weights,
-                    grouping=grouping,
-                )
-                after = _scaled_loss(ctx, result.theta)
-                if after < before * (1.0 - 1e-9):
-                    result.loss_history = [*result.loss_history, after]
-            mixture = None
-            if isinstance(result, AutoResult) and grouping is not None:
-                mixture = grouped_mixture(ctx, result.theta, result.em_restart)
-            gate = None
-            if self.gating:
-                gate = _fit_gate(ctx, X_arr if gate_columns is None else gate_columns, result.theta)
-                if self.standard_errors:
-                    _finish_gate(ctx, gate)
-                result.theta = gate.em.theta
-
-        coef, intercept = scaling.to_caller(result.theta)
-        _, labels = assign_many(
-            ctx.Z, ctx.y, result.theta[None], sample_weight=weights, grouping=grouping
-        )
-        row_weight = np.ones(n_samples) if weights is None else weights
-        shares = np.bincount(labels[0], weights=row_weight, minlength=ctx.n_components).astype(
-            np.float64
-        ) / float(row_weight.sum())
-        rows_per_line = np.bincount(labels[0], minlength=ctx.n_components)
-        order = component_order(coef, intercept, shares, weighted_mean(X_arr.T, weights))
-        self.coef_ = coef[order]
-        self.intercept_ = intercept[order]
-        self.shares_ = shares[order]
-        self.loss_history_ = in_caller_units(result.loss_history, ctx.loss_scale)
-        self.train_loss_ = weighted_min_loss(
-            y_arr, predict_lines(X_arr, self.coef_, self.intercept_), weights, grouping
-        )
-        self.n_iter_ = result.n_iter
-        self.n_candidates_ = result.n_candidates
-        self.converged_ = result.converged
-        self.n_features_in_ = n_features
+            result, mixture, gate = self._solve(ctx, data)
+        row_lines, order = self._set_lines(data, ctx, scaling, result)
         if isinstance(result, EMResult):
-            assert result.weights is not None and result.variances is not None
-            self.weights_ = result.weights[order]
-            self.noise_variance_ = in_caller_units(result.variances[order], ctx.loss_scale)
+            em_mixture(result, order, ctx.loss_scale).set_on(self)
         if mixture is not None:
-            self._set_mixture(mixture, order, scaling, n_samples if weights is None else weights)
+            observations = data.y.size if data.weights is None else data.weights
+            grouped_maximum_likelihood(mixture, order, scaling, observations).set_on(self)
         if isinstance(result, AutoResult):
             self.candidates_ = [
                 candidate.to_dict(ctx.loss_scale) for candidate in result.candidates
             ]
-        for grouped_attribute in ("group_labels_", "group_line_", "group_posterior_"):
-            if hasattr(self, grouped_attribute):
-                delattr(self, grouped_attribute)
-        if grouping is not None and group_labels is not None:
-            self._set_groups(ctx, result, group_labels, labels[0], order)
+        if data.grouping is not None and data.group_labels is not None:
+            grouped_fit(ctx, result, data.group_labels, row_lines, order).set_on(self)
         if gate is not None:
-            self._set_gate(gate, order, ctx, scaling, on_features=gate_columns is None)
-        _warn_if_unconverged(self.algorithm, result, params, ctx.deadline)
-        _warn_if_degenerate(rows_per_line[order].astype(np.float64), ctx.Z.shape[1])
-        for name in _GATE_STANDARD_ERRORS:
-            if hasattr(self, name):
-                delattr(self, name)
+            on_features = data.gate_columns is None
+            gate_result(gate, order, ctx, scaling, on_features=on_features).set_on(self)
+        warn_if_unconverged(self.algorithm, result, params, ctx.deadline)
+        rows_per_line = np.bincount(row_lines, minlength=ctx.n_components)
+        warn_if_degenerate(rows_per_line[order].astype(np.float64), ctx.Z.shape[1])
         if self.standard_errors:
             with single_threaded_blas():
-                if gate is None:
-                    self._set_standard_errors(
-                        ctx.Z, ctx.y, result.theta[order], scaling, ctx.sample_weight, ctx.rng
-                    )
-                else:
-                    self._set_gate_standard_errors(gate, order, ctx, scaling)
+                self._set_standard_errors(ctx, scaling, result.theta[order], gate, order)
         ctx.report(
             1.0,
             iteration=result.n_iter,
@@ -848,146 +532,123 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         )
         return self
 
-    def _set_mixture(
+    def _fit_context(
         self,
-        mixture: EMResult,
-        order: NDArray[np.intp],
-        scaling: Scaling,
-        observations: int | FloatArray,
-    ) -> None:
-        """The maximum-likelihood mixture of a grouped ``auto`` fit (scaled, each line at its
-        min-loss line's index) in the output order and the caller's units; ``observations``
-        is the number of rows, or their weights."""
-        assert mixture.weights is not None and mixture.variances is not None
-        assert mixture.log_likelihood_history
-        coef, intercept = scaling.to_caller(mixture.theta)
-        self.ml_coef_, self.ml_intercept_ = coef[order], intercept[order]
-        self.weights_ = mixture.weights[order]
-        self.noise_variance_ = in_caller_units(mixture.variances[order], scaling.y_scale**2)
-        # The density of y in the caller's units is the scaled one over y_scale, row by row.
-        total = float(np.sum(observations))
-        self.log_likelihood_ = total * (
-            mixture.log_likelihood_history[-1] - float(np.log(scaling.y_scale))
+        data: FitData,
+        params: dict[str, Any],
+        started: float,
+        progress: ProgressCallback | None,
+    ) -> tuple[Scaling, FitContext]:
+        """The fit's scaling and what every algorithm reads: the rows in scaled units, the
+        resolved parameters (``init`` scaled), the random generator and the deadline."""
+        scaling, Z, y_scaled = Scaling.of(data.X, data.y, bool(self.fit_intercept), data.weights)
+        if params.get("init") is not None:
+            params["init"] = scaling.to_scaled(params["init"])
+        budget = params.get("time_budget")
+        ctx = FitContext(
+            Z=Z,
+            y=y_scaled,
+            n_components=int(self.n_components),
+            n_features=data.X.shape[1],
+            params=params,
+            rng=as_generator(self.random_state),
+            deadline=None if budget is None else started + budget,
+            started=started,
+            loss_scale=scaling.y_scale**2,
+            progress=progress,
+            sample_weight=data.weights,
+            grouping=data.grouping,
         )
+        return scaling, ctx
 
-    def _set_groups(
-        self,
-        ctx: FitContext,
-        result: SolverResult,
-        group_labels: NDArray[Any],
-        row_lines: NDArray[np.intp],
-        order: NDArray[np.intp],
-    ) -> None:
-        """The fitted groups: their labels, each one's line and, for EM, its posterior."""
-        assert ctx.grouping is not None
-        position = np.argsort(order)
-        group_line = np.zeros(ctx.grouping.n_groups, dtype=np.intp)
-        group_line[ctx.grouping.codes] = position[row_lines]
-        self.group_labels_ = group_labels
-        self.group_line_ = group_line
-        if isinstance(result, EMResult):
-            assert result.weights is not None and result.variances is not None
-            expectation = e_step(
+    def _solve(
+        self, ctx: FitContext, data: FitData
+    ) -> tuple[SolverResult, EMResult | None, GatedFit | None]:
+        """The algorithm's lines (scaled), then the least-squares refit ``auto`` ends in, the
+        maximum-likelihood mixture of a grouped ``auto`` fit and, with ``gating``, the gate
+        (whose lines become the fit's)."""
+        result = _SOLVERS[self.algorithm](ctx)
+        if _ends_in_least_squares(self.algorithm):
+            before = result.loss
+            result.theta = refit_exactly_until_stable(
                 ctx.Z,
                 ctx.y,
-                result.theta[None],
-                result.weights[None],
-                result.variances[None],
+                result.theta,
+                deadline=ctx.deadline,
                 sample_weight=ctx.sample_weight,
                 grouping=ctx.grouping,
             )
-            self.group_posterior_ = expectation.unit_posteriors[0][order].T
+            after = _scaled_loss(ctx, result.theta)
+            if after < before * (1.0 - 1e-9):
+                result.loss_history = [*result.loss_history, after]
+        mixture = None
+        if isinstance(result, AutoResult) and ctx.grouping is not None:
+            mixture = grouped_mixture(ctx, result.theta, result.em_restart)
+        gate = None
+        if self.gating:
+            columns = data.X if data.gate_columns is None else data.gate_columns
+            gate = fit_gate(ctx, columns, result.theta)
+            if self.standard_errors:
+                finish_gate(ctx, gate)
+            result.theta = gate.em.theta
+        return result, mixture, gate
+
+    def _set_lines(
+        self, data: FitData, ctx: FitContext, scaling: Scaling, result: SolverResult
+    ) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+        """The fitted lines and their shares in the documented order, with the trace of the
+        fit; returns each row's line (before ordering) and the order."""
+        coef, intercept = scaling.to_caller(result.theta)
+        _, labels = assign_many(
+            ctx.Z, ctx.y, result.theta[None], sample_weight=data.weights, grouping=data.grouping
+        )
+        row_weight = np.ones(data.y.size) if data.weights is None else data.weights
+        shares = np.bincount(labels[0], weights=row_weight, minlength=ctx.n_components).astype(
+            np.float64
+        ) / float(row_weight.sum())
+        order = component_order(coef, intercept, shares, weighted_mean(data.X.T, data.weights))
+        self.coef_ = coef[order]
+        self.intercept_ = intercept[order]
+        self.shares_ = shares[order]
+        self.loss_history_ = in_caller_units(result.loss_history, ctx.loss_scale)
+        self.train_loss_ = weighted_min_loss(
+            data.y,
+            predict_lines(data.X, self.coef_, self.intercept_),
+            data.weights,
+            data.grouping,
+        )
+        self.n_iter_ = result.n_iter
+        self.n_candidates_ = result.n_candidates
+        self.converged_ = result.converged
+        self.n_features_in_ = data.X.shape[1]
+        return labels[0], order
 
     def _set_standard_errors(
         self,
-        Z: FloatArray,
-        y: FloatArray,
-        theta: FloatArray,
+        ctx: FitContext,
         scaling: Scaling,
-        sample_weight: FloatArray | None,
-        rng: np.random.Generator,
+        theta: FloatArray,
+        gate: GatedFit | None,
+        order: NDArray[np.intp],
     ) -> None:
-        """The maximum-likelihood fit at the highest maximum found from ``theta`` (scaled
-        lines, in the output order), EM restarts and flexmix-like random partitions
-        (:func:`~mixreg._likelihood.best_maximum_likelihood`), and its standard errors, in the
-        caller's units; rows count ``sample_weight`` times."""
-        fit = best_maximum_likelihood(Z, y, theta, rng=rng, sample_weight=sample_weight)
-        params = fit.params
-        evaluated = (
-            likelihood_pass(Z, y, params, sample_weight=sample_weight)
-            if fit.at_maximum is None
-            else fit.at_maximum
-        )
-        variance_scale = scaling.y_scale**2
-        coef, intercept = scaling.to_caller(params.theta)
-        self.ml_coef_, self.ml_intercept_ = coef, intercept
-        self.ml_start_ = fit.start
-        self.weights_ = params.weights
-        self.noise_variance_ = in_caller_units(params.variances, variance_scale)
-        # The density of y in the caller's units is the scaled one over y_scale, row by row.
-        n_observations = y.size if sample_weight is None else float(sample_weight.sum())
-        self.log_likelihood_ = evaluated.log_likelihood - n_observations * np.log(scaling.y_scale)
-        jacobian = caller_jacobian(params, scaling.line_jacobian(), variance_scale)
-        self.covariance_ = self._covariance_or_nan(evaluated.information, jacobian)
-        k = coef.shape[0]
-        n_line = theta.shape[1] + 1
-        se = np.sqrt(np.maximum(np.diag(self.covariance_), 0.0))
-        self._set_line_standard_errors(se[: k * n_line].reshape(k, n_line))
-        self.weights_se_ = se[k * n_line :]
-
-    def _set_gate_standard_errors(
-        self, gate: _GatedFit, order: NDArray[np.intp], ctx: FitContext, scaling: Scaling
-    ) -> None:
-        """Standard errors of a gated fit (its lines, noise variances and gate, at the maximum
-        :func:`_finish_gate` reached) from the gated mixture's observed information, in the
-        caller's units; the mixture weights, the gate's mean probabilities, have none."""
-        beta = gate.em.beta[order]
-        params = GatedParameters(
-            theta=gate.em.theta[order], variances=gate.em.variances[order], beta=beta - beta[0]
-        )
-        evaluated = gated_likelihood_pass(ctx.Z, ctx.y, gate.design, params)
-        self.ml_coef_, self.ml_intercept_ = self.coef_, self.intercept_
-        variance_scale = scaling.y_scale**2
-        jacobian = gated_caller_jacobian(
-            params, scaling.line_jacobian(), variance_scale, gate.scaling
-        )
-        self.covariance_ = self._covariance_or_nan(evaluated.information, jacobian)
-        k, n_params = params.theta.shape
-        n_line = n_params + 1
-        se = np.sqrt(np.maximum(np.diag(self.covariance_), 0.0))
-        self._set_line_standard_errors(se[: k * n_line].reshape(k, n_line))
-        self.weights_se_ = np.full(k, np.nan)
-        # The reference row is fixed at zero: no error.
-        by_row = np.zeros((k, gate.design.shape[1]))
-        by_row[1:] = se[k * n_line :].reshape(k - 1, gate.design.shape[1])
-        self.gate_coef_se_ = by_row[:, :-1]
-        self.gate_intercept_se_ = by_row[:, -1]
-
-    def _covariance_or_nan(self, information: FloatArray, jacobian: FloatArray) -> FloatArray:
-        """The covariance in the caller's units, or NaN (with a warning) where the observed
-        information is singular."""
-        scaled_covariance = covariance_from_information(information)
-        if scaled_covariance is None:
-            warnings.warn(
-                "the observed information of the mixture is singular at its maximum-likelihood "
-                "fit (a line owns almost no rows, or two lines coincide): its standard errors "
-                "do not exist and are NaN; fit fewer lines (n_components)",
-                StandardErrorWarning,
-                stacklevel=3,
+        """The maximum-likelihood fit the standard errors belong to and the errors, from the
+        scaled lines ``theta`` in the output order (or the gate's fit)."""
+        if gate is None:
+            mixture, errors = mixture_standard_errors(
+                ctx, theta, scaling, self.n_features_in_, bool(self.fit_intercept)
             )
-            return np.full((jacobian.shape[0],) * 2, np.nan)
-        covariance: FloatArray = jacobian @ scaled_covariance @ jacobian.T
-        return covariance
-
-    def _set_line_standard_errors(self, by_line: FloatArray) -> None:
-        """Each line's coefficients', intercept's and noise variance's errors, from the rows
-        of ``by_line`` (per line: coefficients, intercept when fitted, noise variance)."""
-        n_features = self.n_features_in_
-        self.coef_se_ = by_line[:, :n_features]
-        self.intercept_se_ = (
-            by_line[:, n_features] if self.fit_intercept else np.zeros(by_line.shape[0])
-        )
-        self.noise_variance_se_ = by_line[:, -1]
+        else:
+            mixture, errors = gate_standard_errors(
+                gate,
+                order,
+                ctx,
+                scaling,
+                coef=self.coef_,
+                intercept=self.intercept_,
+                fit_intercept=bool(self.fit_intercept),
+            )
+        mixture.set_on(self)
+        errors.set_on(self)
 
     def _check_standard_errors(self) -> None:
         self._check_fitted()
@@ -1126,91 +787,29 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         level = check_level(level)
         X_arr, y_arr = check_X_y(X, y)
         check_X(X_arr, n_features=self.n_features_in_)
-        scaling, Z, y_scaled = Scaling.of(X_arr, y_arr, bool(self.fit_intercept))
         lines = np.column_stack([self.coef_, self.intercept_]) if self.fit_intercept else self.coef_
-        with single_threaded_blas():
-            if hasattr(self, "ml_coef_") and hasattr(self, "ml_start_"):
-                # The maximum-likelihood fit the standard errors belong to, polished again on
-                # these rows.
-                ml_lines = (
-                    np.column_stack([self.ml_coef_, self.ml_intercept_])
-                    if self.fit_intercept
-                    else self.ml_coef_
-                )
-                fitted = maximum_likelihood_polish(
-                    Z,
-                    y_scaled,
-                    scaling.to_scaled(ml_lines),
-                    weights=self.weights_,
-                    variances=self.noise_variance_ / scaling.y_scale**2,
-                ).params
-            else:
-                fitted = best_maximum_likelihood(
-                    Z, y_scaled, scaling.to_scaled(lines), rng=as_generator(random_state)
-                ).params
-
-            def report(done: int, total: int) -> None:
-                if progress is not None:
-                    progress(
-                        done / total,
-                        {"iteration": done, "candidates_tried": None, "best_loss": None},
-                    )
-
-            replicates = bootstrap_replicates(
-                Z,
-                y_scaled,
-                fitted,
-                n_bootstrap=int(n_bootstrap),
-                kind=kind,
-                rng=as_generator(random_state),
-                progress=report,
+        maximum_likelihood = None
+        if hasattr(self, "ml_coef_") and hasattr(self, "ml_start_"):
+            # The maximum-likelihood fit the standard errors belong to.
+            ml_lines = (
+                np.column_stack([self.ml_coef_, self.ml_intercept_])
+                if self.fit_intercept
+                else self.ml_coef_
             )
-        k, n_params = fitted.theta.shape
-        coef, intercept = scaling.to_caller(replicates.theta.reshape(-1, n_params))
-        self.bootstrap_ = BootstrapResult.of(
+            maximum_likelihood = (ml_lines, self.weights_, self.noise_variance_)
+        self.bootstrap_ = bootstrap_fit(
+            X_arr,
+            y_arr,
+            lines,
+            fit_intercept=bool(self.fit_intercept),
+            maximum_likelihood=maximum_likelihood,
+            n_bootstrap=int(n_bootstrap),
             kind=kind,
             level=level,
-            coef=coef.reshape(int(n_bootstrap), k, -1),
-            intercept=intercept.reshape(int(n_bootstrap), k),
-            weights=replicates.weights,
-            noise_variance=in_caller_units(replicates.variances, scaling.y_scale**2),
-            converged=replicates.converged,
+            new_generator=lambda: as_generator(random_state),
+            progress=progress,
         )
         return self.bootstrap_
-
-    def _set_gate(
-        self,
-        gate: _GatedFit,
-        order: NDArray[np.intp],
-        ctx: FitContext,
-        scaling: Scaling,
-        *,
-        on_features: bool,
-    ) -> None:
-        """The gated fit's attributes, components in the estimator's order."""
-        beta = gate.em.beta[order]
-        # The softmax is unchanged by a common shift: the first component becomes the reference.
-        beta -= beta[0]
-        n_gate_params = gate.design.shape[1]
-        n_observations = float(
-            gate.design.shape[0] if ctx.sample_weight is None else ctx.sample_weight.sum()
-        )
-        k = beta.shape[0]
-        self.gate_coef_, self.gate_intercept_ = gate.scaling.to_caller(beta)
-        self.weights_ = weighted_mean(np.exp(log_gate(gate.design, beta)).T, ctx.sample_weight)
-        self.noise_variance_ = in_caller_units(gate.em.variances[order], ctx.loss_scale)
-        # The density of y is that of the scaled target divided by the scale.
-        self.log_likelihood_history_ = np.asarray(gate.em.log_likelihood_history) - float(
-            np.log(scaling.y_scale)
-        )
-        self.log_likelihood_ = float(n_observations * self.log_likelihood_history_[-1])
-        n_parameters = gate_parameter_count(k, ctx.Z.shape[1], n_gate_params - 1)
-        self.bic_ = -2.0 * self.log_likelihood_ + n_parameters * float(np.log(n_observations))
-        self.gate_n_iter_ = gate.em.n_iter
-        self.gate_converged_ = gate.em.converged
-        self.gate_start_ = gate.start
-        self.gate_on_features_ = on_features
-        self.n_concomitant_in_ = n_gate_params - 1
 
     def to_dict(
         self,

@@ -18,11 +18,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._estimator import (
-    DegenerateFitWarning,
-    MixtureOfLinearRegressions,
-    minimum_rows_per_line,
-)
+from ._estimator import MixtureOfLinearRegressions
+from ._fit_warnings import DegenerateFitWarning, minimum_rows_per_line
 from ._inference import MixtureParameters
 from ._likelihood import best_maximum_likelihood, split_starts
 from ._loss import Grouping, predict_lines, single_threaded_blas, weighted_mean

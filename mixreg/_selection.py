@@ -265,7 +265,7 @@ def check_n_components_list(
     """The k values of a sweep, in increasing order, or ValueError naming what is wrong.
 
     With ``n_samples`` and ``n_params`` (features plus the intercept), a k whose lines cannot
-    each own :func:`~mixreg.minimum_rows_per_line` training rows is refused too.
+    each own :func:`~mixreg.service_support.minimum_rows_per_line` training rows is refused too.
     """
     if isinstance(n_components, str | bytes) or not isinstance(n_components, Sequence):
         raise ValueError(f"n_components must be a list of integers; got {n_components!r}")
@@ -300,7 +300,7 @@ def check_n_components_list(
 
 def too_many_lines(n_components: int, n_samples: int, n_params: int) -> bool:
     """Whether ``n_components`` lines cannot each own enough of ``n_samples`` rows to be fitted
-    and have a noise estimate (:func:`~mixreg.minimum_rows_per_line`)."""
+    and have a noise estimate (:func:`~mixreg.service_support.minimum_rows_per_line`)."""
     return n_components > 1 and n_components * minimum_rows_per_line(n_params) > n_samples
 
 
@@ -327,7 +327,7 @@ def select_n_components(
     y : array-like of shape (n_samples,)
     n_components : sequence of int, default=(1, 2, 3, 4, 5)
         The numbers of lines to try; each at most once. A k whose lines cannot each own
-        :func:`~mixreg.minimum_rows_per_line` rows is skipped with a
+        :func:`~mixreg.service_support.minimum_rows_per_line` rows is skipped with a
         :class:`~mixreg.DegenerateFitWarning` naming it.
     sample_weight : array-like of shape (n_samples,), optional
         Row weights of every fit and score (:func:`mixture_score`: the BIC counts the total

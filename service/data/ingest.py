@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from mixreg import MAX_ABS_Y
+from mixreg.service_support import MAX_ABS_Y
 
 if TYPE_CHECKING:
     from _csv import Reader

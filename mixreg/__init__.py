@@ -14,7 +14,7 @@ fitted lines. Helpers that only a service needs (request checks, keyed-fit statu
 steps of a k sweep) live in :mod:`mixreg.service_support` (docs/adr/0026).
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import service_support
 from ._bootstrap import BootstrapResult
@@ -65,6 +65,21 @@ __all__ = [
 # ``__all__`` of this package. Delete this forwarding once nothing in service/ uses it
 # (tests/mixreg/test_public_namespace.py lists the modules that still do).
 _FORWARDED_TO_SERVICE_SUPPORT = frozenset(service_support.__all__)
+
+if TYPE_CHECKING:
+    # The forwarded names, typed for the type checker (at run time __getattr__ finds them).
+    from .service_support import FAILURE_REASON as FAILURE_REASON
+    from .service_support import MAX_ABS_Y as MAX_ABS_Y
+    from .service_support import MAX_FAILURES_LISTED as MAX_FAILURES_LISTED
+    from .service_support import STATUSES as STATUSES
+    from .service_support import check_n_components_list as check_n_components_list
+    from .service_support import component_order as component_order
+    from .service_support import key_array as key_array
+    from .service_support import likelihood_drops as likelihood_drops
+    from .service_support import minimum_rows_per_line as minimum_rows_per_line
+    from .service_support import missing_keys as missing_keys
+    from .service_support import preferred_n_components as preferred_n_components
+    from .service_support import sweep_warm_start as sweep_warm_start
 
 
 def __getattr__(name: str) -> Any:

@@ -1,11 +1,18 @@
-"""The estimator: parameters, fit/predict/min_loss; the algorithms live in their own modules."""
+"""The estimator: its parameters, ``fit`` in named steps, predictions, min-loss and document.
+
+``fit`` orchestrates; the work is elsewhere: the checked rows (:mod:`._fit_data`), the scaled
+units (:mod:`._scaling`), the algorithms (:mod:`._solvers`, :mod:`._auto`), the gate
+(:mod:`._gate_fit`), standard errors (:mod:`._standard_errors`), warnings
+(:mod:`._fit_warnings`); each optional sub-result is a record of :mod:`._fitted`. The methods
+of a gated model and the inference methods are the bases :class:`GatedPredictions` and
+:class:`InferenceMethods`.
+"""
 
 from __future__ import annotations
 
 import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -15,7 +22,6 @@ from sklearn.exceptions import NotFittedError
 
 from ._am import SolverResult, assign_many, refit_exactly_until_stable
 from ._auto import AutoResult, default_n_init, fit_auto, grouped_mixture
-from ._bootstrap import BootstrapResult, bootstrap_fit
 from ._document import gate_document, lines_document, read_lines
 from ._em import EMResult
 from ._fit_data import FitData, check_fit_data
@@ -24,9 +30,9 @@ from ._fit_warnings import (
     warn_if_unconverged,
 )
 from ._fitted import em_mixture, grouped_fit, grouped_maximum_likelihood, remove_optional_results
-from ._gate import gated_log_densities, log_softmax
 from ._gate_fit import GatedFit, finish_gate, fit_gate, gate_result
-from ._inference import check_level, normal_quantile
+from ._gated_predictions import GatedPredictions
+from ._inference_methods import InferenceMethods
 from ._loss import (
     Grouping,
     predict_lines,
@@ -42,12 +48,10 @@ from ._standard_errors import (
     mixture_standard_errors,
 )
 from ._subsample import capped_stirling2, largest_enumerable_size
-from ._summary import InferenceSummary, gate_summary_rows, summary_table
 from ._validation import (
     PARAMETER_NAMES,
     as_generator,
     check_algorithm,
-    check_concomitant,
     check_groups,
     check_sample_weight,
     check_X,
@@ -95,7 +99,7 @@ def _scaled_loss(ctx: FitContext, theta: FloatArray) -> float:
     return float(weighted_mean(squared[0], ctx.sample_weight))
 
 
-class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
+class MixtureOfLinearRegressions(InferenceMethods, GatedPredictions, BaseEstimator):  # type: ignore[misc]
     """Mixture of k linear regressions with list-decoded predictions.
 
     Fits k lines ``y ~ <x, coef_j> + intercept_j`` that minimise the min-loss
@@ -650,167 +654,6 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         mixture.set_on(self)
         errors.set_on(self)
 
-    def _check_standard_errors(self) -> None:
-        self._check_fitted()
-        if not hasattr(self, "coef_se_"):
-            raise NotFittedError(
-                "This MixtureOfLinearRegressions has no standard errors; fit it with "
-                "standard_errors=True."
-            )
-
-    def confidence_intervals(self, level: float = 0.95) -> dict[str, FloatArray]:
-        """Wald intervals ``estimate -/+ z_(1+level)/2 * se`` of the maximum-likelihood fit.
-
-        Returns
-        -------
-        intervals : dict
-            ``coef`` of shape (n_components, n_features, 2), ``intercept``, ``weights`` and
-            ``noise_variance`` of shape (n_components, 2): lower and upper bounds (NaN where
-            the standard error does not exist: the weights of a gated fit, its gate's mean
-            probabilities, have none). A gated fit adds ``gate_coef`` of shape
-            (n_components, n_concomitant, 2) and ``gate_intercept`` of shape
-            (n_components, 2); the reference component's are (0, 0).
-        """
-        self._check_standard_errors()
-        critical = normal_quantile(check_level(level))
-        pairs = {
-            "coef": (self.ml_coef_, self.coef_se_),
-            "intercept": (self.ml_intercept_, self.intercept_se_),
-            "weights": (self.weights_, self.weights_se_),
-            "noise_variance": (self.noise_variance_, self.noise_variance_se_),
-        }
-        if hasattr(self, "gate_coef_se_"):
-            pairs["gate_coef"] = (self.gate_coef_, self.gate_coef_se_)
-            pairs["gate_intercept"] = (self.gate_intercept_, self.gate_intercept_se_)
-        return {
-            name: np.stack([estimate - critical * se, estimate + critical * se], axis=-1)
-            for name, (estimate, se) in pairs.items()
-        }
-
-    def summary(
-        self,
-        level: float = 0.95,
-        feature_names: Sequence[str] | None = None,
-        concomitant_names: Sequence[str] | None = None,
-    ) -> InferenceSummary:
-        """Per line, estimate, std. error, z value, Pr(>|z|) and interval of every coefficient
-        (as R's ``summary(refit(m))``), then of its weight and noise variance; for a gated fit
-        also the gate's rows (``gate_rows``), as R lists a concomitant model. ``str()`` of the
-        result prints it as R does. ``concomitant_names`` names the columns of a gate fitted
-        on ``concomitant`` (a gate on the features takes ``feature_names``)."""
-        self._check_standard_errors()
-        names = (
-            [f"x{column}" for column in range(self.n_features_in_)]
-            if feature_names is None
-            else [str(name) for name in feature_names]
-        )
-        if len(names) != self.n_features_in_:
-            raise ValueError(
-                f"feature_names has {len(names)} names for {self.n_features_in_} features"
-            )
-        table = summary_table(
-            feature_names=names,
-            fit_intercept=bool(self.fit_intercept),
-            coef=self.ml_coef_,
-            intercept=self.ml_intercept_,
-            weights=self.weights_,
-            noise_variance=self.noise_variance_,
-            coef_se=self.coef_se_,
-            intercept_se=self.intercept_se_,
-            weights_se=self.weights_se_,
-            noise_variance_se=self.noise_variance_se_,
-            level=check_level(level),
-            log_likelihood=float(self.log_likelihood_),
-        )
-        if not hasattr(self, "gate_coef_se_"):
-            return replace(table, start=getattr(self, "ml_start_", None))
-        n_columns = self.gate_coef_.shape[1]
-        if self.gate_on_features_:
-            gate_names = names
-        elif concomitant_names is None:
-            gate_names = [f"z{column}" for column in range(n_columns)]
-        else:
-            gate_names = [str(name) for name in concomitant_names]
-        if len(gate_names) != n_columns:
-            raise ValueError(
-                f"concomitant_names has {len(gate_names)} names for the gate's {n_columns} columns"
-            )
-        return replace(
-            table,
-            gate_rows=gate_summary_rows(
-                concomitant_names=gate_names,
-                gate_coef=self.gate_coef_,
-                gate_intercept=self.gate_intercept_,
-                gate_coef_se=self.gate_coef_se_,
-                gate_intercept_se=self.gate_intercept_se_,
-                level=table.level,
-            ),
-        )
-
-    def bootstrap(
-        self,
-        X: ArrayLike,
-        y: ArrayLike,
-        n_bootstrap: int = 200,
-        kind: str = "parametric",
-        random_state: Any = None,
-        level: float = 0.95,
-        progress: ProgressCallback | None = None,
-    ) -> BootstrapResult:
-        """Bootstrap standard errors and percentile intervals of the maximum-likelihood fit.
-
-        The fitted lines are polished to the maximum-likelihood fit (as for
-        ``standard_errors``); each of ``n_bootstrap`` replicates (``kind="parametric"``: new
-        targets drawn from that mixture at the same rows; ``"empirical"``: rows drawn with
-        replacement) is refitted by EM from it, and its lines are matched to the fitted ones by
-        the Hungarian assignment on their parameters, so line j of every replicate is line j.
-
-        Parameters
-        ----------
-        X, y : the training data
-        progress : callable, optional
-            ``progress(fraction, info)`` after every replicate (``info["iteration"]`` is the
-            number of replicates done); an exception raised by it stops the bootstrap.
-
-        Returns
-        -------
-        BootstrapResult
-            Also kept as ``bootstrap_``.
-        """
-        self._check_fitted()
-        if (
-            isinstance(n_bootstrap, bool)
-            or not isinstance(n_bootstrap, numbers.Integral)
-            or n_bootstrap < 2
-        ):
-            raise ValueError(f"n_bootstrap must be an integer >= 2; got {n_bootstrap!r}")
-        level = check_level(level)
-        X_arr, y_arr = check_X_y(X, y)
-        check_X(X_arr, n_features=self.n_features_in_)
-        lines = np.column_stack([self.coef_, self.intercept_]) if self.fit_intercept else self.coef_
-        maximum_likelihood = None
-        if hasattr(self, "ml_coef_") and hasattr(self, "ml_start_"):
-            # The maximum-likelihood fit the standard errors belong to.
-            ml_lines = (
-                np.column_stack([self.ml_coef_, self.ml_intercept_])
-                if self.fit_intercept
-                else self.ml_coef_
-            )
-            maximum_likelihood = (ml_lines, self.weights_, self.noise_variance_)
-        self.bootstrap_ = bootstrap_fit(
-            X_arr,
-            y_arr,
-            lines,
-            fit_intercept=bool(self.fit_intercept),
-            maximum_likelihood=maximum_likelihood,
-            n_bootstrap=int(n_bootstrap),
-            kind=kind,
-            level=level,
-            new_generator=lambda: as_generator(random_state),
-            progress=progress,
-        )
-        return self.bootstrap_
-
     def to_dict(
         self,
         feature_names: Sequence[str] | None = None,
@@ -912,109 +755,6 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             raise NotFittedError(
                 "This MixtureOfLinearRegressions is not fitted yet; call fit(X, y) first."
             )
-
-    def _gate_columns(self, X: FloatArray, Z: ArrayLike | None) -> FloatArray:
-        """The columns the gate reads for rows ``X``: the features, or the checked ``Z``."""
-        if not hasattr(self, "gate_coef_"):
-            raise ValueError(
-                "this model has no gate: fit it with gating=True for mixing probabilities "
-                "that depend on each row"
-            )
-        if self.gate_on_features_:
-            if Z is not None:
-                raise ValueError(
-                    "this model's gate reads the features: pass no concomitant columns (Z)"
-                )
-            return X
-        if Z is None:
-            raise ValueError(
-                f"this model's gate reads {self.n_concomitant_in_} concomitant columns: pass "
-                f"them as Z"
-            )
-        return check_concomitant(Z, n_samples=X.shape[0], n_columns=self.n_concomitant_in_)
-
-    def _lines_and_gate(self, X: ArrayLike, Z: ArrayLike | None) -> tuple[FloatArray, FloatArray]:
-        """Every line's value (n, k) and the log mixing probabilities (n, k) of rows X."""
-        self._check_fitted()
-        X_arr = check_X(X, n_features=self.n_features_in_)
-        columns = self._gate_columns(X_arr, Z)
-        log_probabilities = log_softmax(columns @ self.gate_coef_.T + self.gate_intercept_)
-        return predict_lines(X_arr, self.coef_, self.intercept_), log_probabilities
-
-    def predict_proba(self, X: ArrayLike, Z: ArrayLike | None = None) -> FloatArray:
-        """The gate's mixing probabilities of every line for every row (gated models).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        Z : array-like of shape (n_samples, n_concomitant), optional
-            The concomitant columns, when the gate was fitted on them.
-
-        Returns
-        -------
-        probabilities : ndarray of shape (n_samples, n_components)
-            Rows sum to 1.
-        """
-        _, log_probabilities = self._lines_and_gate(X, Z)
-        return np.exp(log_probabilities)
-
-    def predict_expected(self, X: ArrayLike, Z: ArrayLike | None = None) -> FloatArray:
-        """The gate-weighted mean of the k lines' values: ``sum_j pi_j(z) <x, coef_j> + b_j``.
-
-        Returns
-        -------
-        expected : ndarray of shape (n_samples,)
-        """
-        values, log_probabilities = self._lines_and_gate(X, Z)
-        expected: FloatArray = np.einsum("ij,ij->i", values, np.exp(log_probabilities))
-        return expected
-
-    def most_likely_component(self, X: ArrayLike, Z: ArrayLike | None = None) -> NDArray[np.intp]:
-        """Index of the line of largest mixing probability for each row (ties to the lowest)."""
-        _, log_probabilities = self._lines_and_gate(X, Z)
-        most_likely: NDArray[np.intp] = np.argmax(log_probabilities, axis=1)
-        return most_likely
-
-    def predict_most_likely(self, X: ArrayLike, Z: ArrayLike | None = None) -> FloatArray:
-        """The value of each row's most likely line (see :meth:`most_likely_component`).
-
-        Returns
-        -------
-        most_likely : ndarray of shape (n_samples,)
-        """
-        values, log_probabilities = self._lines_and_gate(X, Z)
-        chosen = np.argmax(log_probabilities, axis=1)
-        most_likely: FloatArray = values[np.arange(values.shape[0]), chosen]
-        return most_likely
-
-    def gated_log_likelihood(
-        self,
-        X: ArrayLike,
-        y: ArrayLike,
-        Z: ArrayLike | None = None,
-        sample_weight: ArrayLike | None = None,
-    ) -> float:
-        """Total log-likelihood of (X, y) under the gated mixture (held-out rows, for instance).
-
-        ``sum_i w_i log sum_j pi_j(z_i) N(y_i; <x_i, coef_j> + intercept_j, noise_variance_j)``,
-        with every ``w_i = 1`` without ``sample_weight``.
-        """
-        self._check_fitted()
-        X_arr, y_arr = check_X_y(X, y)
-        X_arr = check_X(X_arr, n_features=self.n_features_in_)
-        columns = self._gate_columns(X_arr, Z)
-        ones = np.ones((X_arr.shape[0], 1))
-        _, row_log_likelihood = gated_log_densities(
-            np.hstack([X_arr, ones]),
-            y_arr,
-            np.hstack([columns, ones]),
-            np.column_stack([self.coef_, self.intercept_]),
-            self.noise_variance_,
-            np.column_stack([self.gate_coef_, self.gate_intercept_]),
-        )
-        if sample_weight is None:
-            return float(row_log_likelihood.sum())
-        return float(row_log_likelihood @ check_sample_weight(sample_weight, len(y_arr)))
 
     def predict(self, X: ArrayLike) -> FloatArray:
         """List-decoded predictions: one column per line.

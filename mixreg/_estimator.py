@@ -21,7 +21,7 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
 from ._am import SolverResult, assign_many, refit_exactly_until_stable
-from ._auto import AutoResult, default_n_init, fit_auto, grouped_mixture
+from ._auto import AutoResult, default_n_init, fit_auto
 from ._document import gate_document, lines_document, read_lines
 from ._em import EMResult
 from ._fit_data import FitData, check_fit_data
@@ -32,6 +32,7 @@ from ._fit_warnings import (
 from ._fitted import em_mixture, grouped_fit, grouped_maximum_likelihood, remove_optional_results
 from ._gate_fit import GatedFit, finish_gate, fit_gate, gate_result
 from ._gated_predictions import GatedPredictions
+from ._grouped_mixture import grouped_mixture
 from ._inference_methods import InferenceMethods
 from ._loss import (
     Grouping,

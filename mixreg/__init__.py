@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import service_support
 from ._bootstrap import BootstrapResult
-from ._estimator import MAX_EXHAUSTIVE_PARTITIONS, MixtureOfLinearRegressions
+from ._estimator import MixtureOfLinearRegressions
 from ._fit_warnings import DegenerateFitWarning
 from ._keyed import KeyedMixture, UnknownKeyError, fit_per_key
 from ._loss import gate_probabilities, min_loss, predict_lines
@@ -32,6 +32,7 @@ from ._selection import (
 )
 from ._solvers import GROUPED_ALGORITHMS
 from ._standard_errors import StandardErrorWarning
+from ._subsample import MAX_EXHAUSTIVE_PARTITIONS
 from ._summary import InferenceSummary, SummaryRow
 from ._validation import ALGORITHM_PARAMETERS, ALGORITHMS
 

@@ -48,7 +48,7 @@ from ._standard_errors import (
     gate_standard_errors,
     mixture_standard_errors,
 )
-from ._subsample import capped_stirling2, largest_enumerable_size
+from ._subsample import exhaustive_subsample_size
 from ._validation import (
     PARAMETER_NAMES,
     as_generator,
@@ -62,12 +62,6 @@ from ._validation import (
 
 FloatArray = NDArray[np.float64]
 ProgressCallback = Callable[[float, dict[str, Any]], None]
-
-# Algorithm 2 refuses to enumerate more partitions than this.
-MAX_EXHAUSTIVE_PARTITIONS = 100_000
-# With one line there is one partition of any sub-sample: its default size is then the other
-# sub-sample algorithms' default.
-DEFAULT_EXHAUSTIVE_SIZE_LIMIT = 150
 
 _SOLVERS: dict[str, Callable[[FitContext], SolverResult]] = {**SOLVERS, "auto": fit_auto}
 
@@ -412,20 +406,9 @@ class MixtureOfLinearRegressions(InferenceMethods, GatedPredictions, BaseEstimat
                 n_samples, n_features + bool(self.fit_intercept), int(self.n_components)
             )
         if algorithm == "subsample-exhaustive":
-            k = int(self.n_components)
-            largest = largest_enumerable_size(
-                k, MAX_EXHAUSTIVE_PARTITIONS, limit=DEFAULT_EXHAUSTIVE_SIZE_LIMIT
+            params["subsample_size"] = exhaustive_subsample_size(
+                int(self.n_components), params["subsample_size"]
             )
-            if params["subsample_size"] is None:
-                params["subsample_size"] = largest
-            size = params["subsample_size"]
-            if capped_stirling2(size, k, MAX_EXHAUSTIVE_PARTITIONS) > MAX_EXHAUSTIVE_PARTITIONS:
-                raise ValueError(
-                    f"subsample-exhaustive would try more than {MAX_EXHAUSTIVE_PARTITIONS:,} "
-                    f"partitions (the cap) of subsample_size={size} rows into {k} parts; use "
-                    f"subsample_size <= {largest}, or algorithm='subsample', which tries "
-                    f"n_partitions random partitions"
-                )
         return params
 
     def fit(

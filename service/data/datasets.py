@@ -1,8 +1,9 @@
 """Uploaded datasets: receive the body by its type, read and check it in blocks, store it.
 
 A file (multipart) or raw body is never held in memory: multipart files are spooled to disk
-by the form parser and raw bodies are streamed to a temporary file; the parsers then read
-them in blocks into a ``StagedDataset``, which is stored chunk by chunk in one unit of work
+by the form parser and raw bodies are streamed to a temporary file; the readers of
+:mod:`service.data.readers` (one per format) then read them in blocks into a ``StagedDataset``
+(:mod:`service.data.staging`), which is stored chunk by chunk in one unit of work
 (docs/adr/0009-datasets-in-row-chunks.md).
 """
 

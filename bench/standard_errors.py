@@ -40,13 +40,10 @@ from numpy.typing import NDArray
 from bench.peers import r_unavailable_reason, r_versions
 from bench.sections import Report, load_average, log, machine_lines, write_section
 from mixreg import MixtureOfLinearRegressions
-from mixreg._estimator import _Scaling
-from mixreg._inference import (
-    bootstrap_replicates,
-    match_lines,
-    maximum_likelihood_polish,
-)
+from mixreg._bootstrap import bootstrap_replicates
+from mixreg._inference import match_lines, maximum_likelihood_polish
 from mixreg._loss import single_threaded_blas
+from mixreg._scaling import Scaling
 
 FloatArray = NDArray[np.float64]
 
@@ -342,7 +339,7 @@ _SE_AT_SCALE = """
 import json, sys, time
 import numpy as np
 from mixreg import MixtureOfLinearRegressions
-from mixreg._estimator import _Scaling
+from mixreg._scaling import Scaling
 from mixreg._loss import single_threaded_blas
 
 rng = np.random.default_rng(7)
@@ -357,7 +354,7 @@ fitted = MixtureOfLinearRegressions(
     k, algorithm="am-classic", init=np.column_stack([coef, intercept]), random_state=0
 ).fit(X, y)
 fit_seconds = time.perf_counter() - began
-scaling, Z, y_scaled = _Scaling.of(X, y, True)
+scaling, Z, y_scaled = Scaling.of(X, y, True)
 theta = scaling.to_scaled(np.column_stack([fitted.coef_, fitted.intercept_]))
 with single_threaded_blas():
     wall, cpu = time.perf_counter(), time.process_time()
@@ -440,7 +437,7 @@ def measure_speed(report: Report, before: Path | None, rounds: int) -> None:
     X, y = realizable(rng, n, coef, np.arange(k, dtype=np.float64) * 6.0, 1.0)
     fitted = MixtureOfLinearRegressions(k, random_state=0).fit(X, y)
     log("speed: a 200-replicate bootstrap of 5,000 rows, before and after")
-    scaling, Z, y_scaled = _Scaling.of(X, y, True)
+    scaling, Z, y_scaled = Scaling.of(X, y, True)
     lines = scaling.to_scaled(np.column_stack([fitted.coef_, fitted.intercept_]))
     with single_threaded_blas():
         mixture = maximum_likelihood_polish(Z, y_scaled, lines).params

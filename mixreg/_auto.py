@@ -30,7 +30,7 @@ and stops there when at least half of them (:data:`AGREEING_SHARE`, two at least
 best min-loss: starts that agree so often have found a minimum that more starts seldom beat
 (as on data with one clear partition). Otherwise the other sources, the moves and the
 restarts follow as without groups. A grouped fit also reports the maximum-likelihood mixture
-(:func:`grouped_mixture`).
+(:func:`mixreg._grouped_mixture.grouped_mixture`).
 """
 
 from __future__ import annotations
@@ -42,10 +42,9 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.optimize import linear_sum_assignment
 
 from ._am import BatchResult, SolverResult, assign_many, classic_am_batch
-from ._em import EMResult, em, em_batch
+from ._em import EMResult, em_batch
 from ._lstsq import WIDE_MIN_PARAMS, lstsq_row_sets
 from ._moves import reseed_by_residual, split_and_free
 from ._solvers import (
@@ -564,56 +563,6 @@ def _starts_agree(search: _Search) -> bool:
     best = losses.min()
     needed = max(2, int(np.ceil(AGREEING_SHARE * losses.size)))
     return int(np.sum(losses <= best + SAME_MIN_LOSS * abs(best))) >= needed
-
-
-def grouped_mixture(ctx: FitContext, theta: FloatArray, em_restart: EMResult | None) -> EMResult:
-    """The maximum-likelihood mixture reported beside grouped min-loss lines.
-
-    Grouped EM from the lines ``theta`` (weights and variances from the partition of the
-    groups they induce), to EM's own tolerance; when the best EM start of the search
-    (``em_restart``) ends higher, that one, its lines matched to ``theta``'s by the
-    assignment of least total squared distance, so that each keeps its min-loss line's index.
-
-    Parameters
-    ----------
-    ctx : FitContext
-        The fit's (scaled) rows, weights and groups.
-    theta : ndarray of shape (n_components, n_params)
-    em_restart : EMResult, optional
-
-    Returns
-    -------
-    EMResult
-        Its ``log_likelihood_history`` ends with the mean log-likelihood per unit of weight.
-    """
-    finish = em(
-        ctx.Z,
-        ctx.y,
-        theta,
-        max_iter=EM_MAX_ITER,
-        tol=EM_TOL,
-        deadline=ctx.deadline,
-        sample_weight=ctx.sample_weight,
-        grouping=ctx.grouping,
-        solver=ctx.least_squares,
-    )
-    if em_restart is None or not _higher(em_restart, finish):
-        return finish
-    assert em_restart.weights is not None and em_restart.variances is not None
-    distances = ((theta[:, None, :] - em_restart.theta[None, :, :]) ** 2).sum(axis=2)
-    _, matched = linear_sum_assignment(distances)
-    return replace(
-        em_restart,
-        theta=em_restart.theta[matched],
-        weights=em_restart.weights[matched],
-        variances=em_restart.variances[matched],
-    )
-
-
-def _higher(first: EMResult, second: EMResult) -> bool:
-    """Whether ``first`` ends at a higher likelihood than ``second``."""
-    assert first.log_likelihood_history and second.log_likelihood_history
-    return first.log_likelihood_history[-1] > second.log_likelihood_history[-1]
 
 
 def _search_rows(ctx: FitContext) -> NDArray[np.intp]:

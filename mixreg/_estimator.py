@@ -1,46 +1,39 @@
-"""The estimator: parameters, fit/predict/min_loss; the algorithms live in their own modules."""
+"""The estimator: its parameters, ``fit`` in named steps, predictions, min-loss and document.
+
+``fit`` orchestrates; the work is elsewhere: the checked rows (:mod:`._fit_data`), the scaled
+units (:mod:`._scaling`), the algorithms (:mod:`._solvers`, :mod:`._auto`), the gate
+(:mod:`._gate_fit`), standard errors (:mod:`._standard_errors`), warnings
+(:mod:`._fit_warnings`); each optional sub-result is a record of :mod:`._fitted`. The methods
+of a gated model and the inference methods are the bases :class:`GatedPredictions` and
+:class:`InferenceMethods`.
+"""
 
 from __future__ import annotations
 
 import numbers
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from sklearn.base import BaseEstimator
-from sklearn.exceptions import ConvergenceWarning, NotFittedError
+from sklearn.exceptions import NotFittedError
 
 from ._am import SolverResult, assign_many, refit_exactly_until_stable
-from ._auto import AutoResult, default_n_init, fit_auto, grouped_mixture
+from ._auto import AutoResult, default_n_init, fit_auto
 from ._document import gate_document, lines_document, read_lines
-from ._em import EMResult, e_step, em_batch
-from ._gate import (
-    GatedEMResult,
-    GateScaling,
-    gated_em_batch,
-    gated_log_densities,
-    log_gate,
-    log_softmax,
+from ._em import EMResult
+from ._fit_data import FitData, check_fit_data
+from ._fit_warnings import (
+    warn_if_degenerate,
+    warn_if_unconverged,
 )
-from ._inference import (
-    BootstrapResult,
-    GatedParameters,
-    bootstrap_replicates,
-    caller_jacobian,
-    check_level,
-    covariance_from_information,
-    gated_caller_jacobian,
-    gated_likelihood_pass,
-    gated_maximum_likelihood,
-    likelihood_pass,
-    maximum_likelihood_polish,
-    normal_quantile,
-)
-from ._likelihood import best_maximum_likelihood
+from ._fitted import em_mixture, grouped_fit, grouped_maximum_likelihood, remove_optional_results
+from ._gate_fit import GatedFit, finish_gate, fit_gate, gate_result
+from ._gated_predictions import GatedPredictions
+from ._grouped_mixture import grouped_mixture
+from ._inference_methods import InferenceMethods
 from ._loss import (
     Grouping,
     predict_lines,
@@ -49,13 +42,17 @@ from ._loss import (
     weighted_mean,
     weighted_min_loss,
 )
-from ._solvers import GROUPED_ALGORITHMS, SOLVERS, FitContext, random_partition_lines
-from ._subsample import capped_stirling2, largest_enumerable_size
-from ._summary import InferenceSummary, gate_summary_rows, summary_table
+from ._scaling import Scaling, in_caller_units
+from ._solvers import SOLVERS, FitContext
+from ._standard_errors import (
+    gate_standard_errors,
+    mixture_standard_errors,
+)
+from ._subsample import exhaustive_subsample_size
 from ._validation import (
     PARAMETER_NAMES,
+    as_generator,
     check_algorithm,
-    check_concomitant,
     check_groups,
     check_sample_weight,
     check_X,
@@ -66,167 +63,7 @@ from ._validation import (
 FloatArray = NDArray[np.float64]
 ProgressCallback = Callable[[float, dict[str, Any]], None]
 
-# Algorithm 2 refuses to enumerate more partitions than this.
-MAX_EXHAUSTIVE_PARTITIONS = 100_000
-# With one line there is one partition of any sub-sample: its default size is then the other
-# sub-sample algorithms' default.
-DEFAULT_EXHAUSTIVE_SIZE_LIMIT = 150
-
 _SOLVERS: dict[str, Callable[[FitContext], SolverResult]] = {**SOLVERS, "auto": fit_auto}
-
-
-def as_generator(random_state: Any) -> np.random.Generator:
-    """The one random generator of a fit.
-
-    ``None`` gives fresh entropy, an int seeds a new generator, a ``Generator`` is used as is
-    and a legacy ``RandomState`` seeds a new generator from its stream.
-    """
-    if random_state is None:
-        return np.random.default_rng()
-    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
-        return np.random.default_rng(int(random_state))
-    if isinstance(random_state, np.random.Generator):
-        return random_state
-    if isinstance(random_state, np.random.RandomState):
-        return np.random.default_rng(random_state.randint(0, 2**31 - 1, size=4))
-    raise ValueError(
-        f"random_state must be None, an int, a numpy Generator or RandomState; got {random_state!r}"
-    )
-
-
-# Squared errors of larger targets overflow a float64.
-MAX_ABS_Y = 1e150
-
-
-def _column_extent(X: FloatArray, block_rows: int = 1 << 16) -> FloatArray:
-    """Largest absolute value of every column, without a copy of X."""
-    extent = np.zeros(X.shape[1])
-    for start in range(0, X.shape[0], block_rows):
-        np.maximum(extent, np.abs(X[start : start + block_rows]).max(axis=0), out=extent)
-    return extent
-
-
-@dataclass(frozen=True)
-class _Scaling:
-    """Standardized units: each feature centred and scaled, then the paper's scaling.
-
-    With an intercept, each feature is centred on its mean and y on its mean (as
-    scikit-learn's ``LinearRegression`` does before it solves): a feature far from zero (a
-    year, a timestamp, a price) then loses no precision, and the units the algorithms see
-    do not depend on the location or scale of any feature or of y, so every algorithm is
-    equivariant under affine changes of the data. Each feature is divided by its standard
-    deviation, then all by the largest row norm, and y by its largest absolute deviation:
-    max row norm of X and max |y| are 1, as in the paper, so step sizes keep their meaning.
-    """
-
-    x_mean: FloatArray
-    x_scale: FloatArray
-    y_mean: float
-    y_scale: float
-    fit_intercept: bool
-
-    @classmethod
-    def of(
-        cls,
-        X: FloatArray,
-        y: FloatArray,
-        fit_intercept: bool,
-        sample_weight: FloatArray | None = None,
-    ) -> tuple[_Scaling, FloatArray, FloatArray]:
-        """The scaling of (X, y), with the design matrix and target in its units.
-
-        With positive ``sample_weight``, means and standard deviations are weighted (a row
-        of integer weight ``w`` counts as ``w`` copies); extents do not depend on weights.
-        """
-        y_extent = float(np.max(np.abs(y)))
-        if y_extent > MAX_ABS_Y:
-            raise ValueError(
-                f"|y| reaches {y_extent:.3g}: squared errors of such values overflow a float64; "
-                f"scale y down (|y| <= {MAX_ABS_Y:.0e})"
-            )
-        n_samples, n_features = X.shape
-        # Divided by a power of two above each column's extent first (exact: no rounding is
-        # added to features far from zero), so neither a sum nor a square overflows.
-        _, exponent = np.frexp(_column_extent(X))
-        extent = np.ldexp(1.0, np.minimum(exponent, 1023))
-        Z = np.empty((n_samples, n_features + fit_intercept))
-        features = Z[:, :n_features]
-        np.divide(X, extent, out=features)
-        x_mean = np.zeros(n_features)
-        if fit_intercept:
-            x_mean = (
-                features.mean(axis=0)
-                if sample_weight is None
-                else (sample_weight @ features) / sample_weight.sum()
-            )
-            features -= x_mean
-            Z[:, n_features] = 1.0
-        if sample_weight is None:
-            spread = np.sqrt(np.einsum("ij,ij->j", features, features) / n_samples)
-        else:
-            spread = np.sqrt(
-                np.einsum("i,ij,ij->j", sample_weight, features, features) / sample_weight.sum()
-            )
-        spread[spread <= np.finfo(np.float64).tiny] = 1.0
-        features /= spread
-        row_norm = float(np.sqrt(np.max(np.einsum("ij,ij->i", features, features))))
-        row_norm = row_norm if row_norm > 0.0 else 1.0
-        features /= row_norm
-        y_mean = float(weighted_mean(y, sample_weight)) if fit_intercept else 0.0
-        y_centred = y - y_mean
-        y_scale = float(np.max(np.abs(y_centred))) or 1.0
-        scaling = cls(
-            x_mean=x_mean * extent,
-            x_scale=extent * spread * row_norm,
-            y_mean=y_mean,
-            y_scale=y_scale,
-            fit_intercept=fit_intercept,
-        )
-        return scaling, Z, y_centred / y_scale
-
-    def to_scaled(self, lines: FloatArray) -> FloatArray:
-        """Caller-unit lines (coefficients then intercept) to scaled-space parameters."""
-        n_features = self.x_scale.size
-        theta = np.array(lines, dtype=np.float64) / self.y_scale
-        if self.fit_intercept:
-            theta[:, n_features] += (
-                lines[:, :n_features] @ self.x_mean - self.y_mean
-            ) / self.y_scale
-        theta[:, :n_features] *= self.x_scale
-        return theta
-
-    def to_caller(self, theta: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """Scaled-space parameters to (coef, intercept) in the caller's units.
-
-        Raises ValueError when a slope is beyond a float64's range (features tiny next to the
-        targets): such lines cannot be written down.
-        """
-        n_features = self.x_scale.size
-        # Multiply, then divide: y_scale / x_scale alone may overflow, and 0 * inf is NaN.
-        with np.errstate(over="ignore", invalid="ignore"):
-            coef = theta[:, :n_features] * self.y_scale / self.x_scale
-            intercept = np.zeros(theta.shape[0])
-            if self.fit_intercept:
-                intercept = self.y_mean + theta[:, n_features] * self.y_scale - coef @ self.x_mean
-        if not (np.isfinite(coef).all() and np.isfinite(intercept).all()):
-            raise ValueError(
-                f"the fitted lines overflow a float64: a feature spreads over "
-                f"{float(self.x_scale.min()):.3g} while y spreads over {self.y_scale:.3g}; "
-                f"scale X up or y down"
-            )
-        return coef, intercept
-
-    def line_jacobian(self) -> FloatArray:
-        """Derivative of one line's caller-unit (coef, intercept) in its scaled parameters
-        (:meth:`to_caller` is linear in them)."""
-        n_features = self.x_scale.size
-        factor = self.y_scale / self.x_scale
-        jacobian = np.zeros((n_features + self.fit_intercept, n_features + self.fit_intercept))
-        jacobian[np.arange(n_features), np.arange(n_features)] = factor
-        if self.fit_intercept:
-            jacobian[n_features, :n_features] = -factor * self.x_mean
-            jacobian[n_features, n_features] = self.y_scale
-        return jacobian
 
 
 def component_order(
@@ -243,15 +80,6 @@ def component_order(
     return order
 
 
-def _in_caller_units(losses: ArrayLike, loss_scale: float) -> FloatArray:
-    """Scaled losses (or variances) in the caller's units. One beyond a float64's range (a
-    terrible candidate on targets near ``MAX_ABS_Y``) is kept as the largest float64, a
-    finite stand-in that still compares as worst."""
-    with np.errstate(over="ignore"):
-        values = np.asarray(losses, dtype=np.float64) * loss_scale
-    return np.minimum(values, np.finfo(np.float64).max)
-
-
 def _ends_in_least_squares(algorithm: str) -> bool:
     """Whether the algorithm ends at a fixed point of classical AM: each line the least-squares
     line of the rows it wins (the other algorithms keep their own, documented last step)."""
@@ -266,194 +94,7 @@ def _scaled_loss(ctx: FitContext, theta: FloatArray) -> float:
     return float(weighted_mean(squared[0], ctx.sample_weight))
 
 
-class StandardErrorWarning(UserWarning):
-    """The standard errors of a fit do not exist (its observed information is singular)."""
-
-
-# Gated EM stops when the mean log-likelihood per row changes by at most this, or after so many
-# iterations; noise variances are floored at a tiny fraction of var(y) so that a line through a
-# handful of rows cannot make the likelihood unbounded.
-_GATE_TOL = 1e-8
-_GATE_MAX_ITER = 1000
-_GATE_VARIANCE_FLOOR = 1e-8
-# EM restarts from random partitions of the rows whose best (by likelihood, each stopped when its
-# mean log-likelihood per row changes by at most the tolerance) is gated EM's second start.
-_GATE_EM_RESTARTS = 5
-_GATE_RESTART_TOL = 1e-4
-
-# Standard errors of a gated fit's gate, removed whenever the estimator is refitted.
-_GATE_STANDARD_ERRORS = ("gate_coef_se_", "gate_intercept_se_")
-# Fitted attributes of a gated fit, removed when the estimator is refitted without a gate.
-_GATE_ATTRIBUTES = (
-    "gate_coef_",
-    "gate_intercept_",
-    "log_likelihood_",
-    "bic_",
-    "log_likelihood_history_",
-    "gate_n_iter_",
-    "gate_converged_",
-    "gate_start_",
-    "gate_on_features_",
-    "n_concomitant_in_",
-    "weights_",
-    "noise_variance_",
-)
-# The maximum-likelihood fit beside the lines (standard errors, grouped auto) and its errors,
-# removed whenever the estimator is refitted.
-_MIXTURE_ATTRIBUTES = (
-    "ml_coef_",
-    "ml_intercept_",
-    "ml_start_",
-    "coef_se_",
-    "intercept_se_",
-    "weights_se_",
-    "noise_variance_se_",
-    "covariance_",
-)
-
-
-@dataclass(frozen=True)
-class _GatedFit:
-    """Gated EM's result with the gate's design and scaling (standardized units)."""
-
-    em: GatedEMResult
-    scaling: GateScaling
-    design: FloatArray
-    start: str
-    """``"lines"`` (the algorithm's) or ``"em restart"``: where the kept gated EM started."""
-
-
-def _fit_gate(ctx: FitContext, columns: FloatArray, theta: FloatArray) -> _GatedFit:
-    """Gated EM from the fitted lines and from the best of a batch of EM restarts, in the
-    fit's scaled units; the start that ends with the higher likelihood is kept."""
-    scaling, design = GateScaling.of(columns, ctx.sample_weight)
-    floor = _GATE_VARIANCE_FLOOR * float(np.var(ctx.y)) + np.finfo(np.float64).tiny
-    # The lowest min-loss lines need not lie near the likelihood's highest maximum (a line
-    # through the rows two components share fits them well but explains neither): EM
-    # restarts from random partitions, as flexmix starts, give a second start.
-    restarts = em_batch(
-        ctx.Z,
-        ctx.y,
-        random_partition_lines(ctx, _GATE_EM_RESTARTS),
-        max_iter=_GATE_MAX_ITER,
-        tol=_GATE_RESTART_TOL,
-        deadline=ctx.deadline,
-        variance_floor=floor,
-        sample_weight=ctx.sample_weight,
-    )
-    best_restart = int(np.argmax([history[-1] for history in restarts.log_likelihood_histories]))
-    results = gated_em_batch(
-        ctx.Z,
-        ctx.y,
-        design,
-        np.stack([theta, restarts.thetas[best_restart]]),
-        max_iter=_GATE_MAX_ITER,
-        tol=_GATE_TOL,
-        variance_floor=floor,
-        deadline=ctx.deadline,
-        sample_weight=ctx.sample_weight,
-    )
-    chosen = int(np.argmax([result.log_likelihood_history[-1] for result in results]))
-    return _GatedFit(
-        em=results[chosen],
-        scaling=scaling,
-        design=design,
-        start=("lines", "em restart")[chosen],
-    )
-
-
-def _finish_gate(ctx: FitContext, gate: _GatedFit) -> None:
-    """Newton's method from gated EM's fit to the gated likelihood's maximum to working
-    precision (gated EM stops at a change of 1e-8 per row; standard errors belong to the
-    maximum): ``gate.em`` is updated in place, its last log-likelihood appended. Where Newton
-    cannot finish (the information is not positive definite) gated EM's fit stays."""
-    em_fit = gate.em
-    start = GatedParameters(
-        theta=em_fit.theta, variances=em_fit.variances, beta=em_fit.beta - em_fit.beta[0]
-    )
-    finished = gated_maximum_likelihood(ctx.Z, ctx.y, gate.design, start)
-    if finished is None:
-        return
-    evaluated, params, _ = finished
-    em_fit.theta, em_fit.variances, em_fit.beta = params.theta, params.variances, params.beta
-    em_fit.log_likelihood_history = [
-        *em_fit.log_likelihood_history,
-        evaluated.log_likelihood / ctx.Z.shape[0],
-    ]
-
-
-def gate_parameter_count(n_components: int, n_params: int, n_concomitant: int) -> int:
-    """Free parameters of a gated mixture: each line's coefficients (``n_params``, intercept
-    included) and noise variance, and the gate's ``n_components - 1`` free rows."""
-    return n_components * (n_params + 1) + (n_components - 1) * (n_concomitant + 1)
-
-
-class DegenerateFitWarning(UserWarning):
-    """Some fitted lines own too few training rows to be estimated (a degenerate fit)."""
-
-
-def minimum_rows_per_line(n_params: int) -> int:
-    """Rows a line must own: one more than its coefficients, so its noise has a residual."""
-    return n_params + 1
-
-
-def _warn_if_degenerate(rows_per_line: FloatArray, n_params: int) -> None:
-    """Warn when a line owns fewer rows than its coefficients need, plus one for its noise."""
-    needed = minimum_rows_per_line(n_params)
-    owned = np.rint(rows_per_line).astype(int)
-    few = np.flatnonzero(owned < needed)
-    if few.size == 0:
-        return
-    k = owned.size
-    warnings.warn(
-        f"{few.size} of the {k} lines own fewer than the {needed} training rows a line with "
-        f"{n_params} coefficients needs (they own {', '.join(str(owned[j]) for j in few)} "
-        f"rows): such lines fit a handful of rows exactly and say nothing about new ones; "
-        f"fit fewer lines (n_components) or give more rows (at least {k * needed} for "
-        f"{k} lines)",
-        DegenerateFitWarning,
-        stacklevel=2,
-    )
-
-
-def _warn_if_unconverged(
-    algorithm: str, result: SolverResult, params: dict[str, Any], deadline: float | None
-) -> None:
-    """Warn, saying what to change, when ``max_iter`` (not the time budget) stopped the fit."""
-    max_iter = params.get("max_iter")
-    if result.converged or max_iter is None or result.n_iter < max_iter:
-        return
-    if params["tol"] == 0:
-        # tol=0 asks for exactly max_iter iterations (the paper's fixed T).
-        return
-    if deadline is not None and time.monotonic() > deadline:
-        return
-    history, quantity = result.loss_history, "min-loss"
-    change = abs(history[-2] - history[-1]) / max(abs(history[-2]), np.finfo(float).tiny)
-    how = "relative"
-    if isinstance(result, EMResult) and result.log_likelihood_history:
-        history, quantity = result.log_likelihood_history, "mean log-likelihood per row"
-        change, how = abs(history[-2] - history[-1]), "absolute"
-    what = {
-        "auto": "the polish of the best candidate by classical AM",
-        "em": "EM",
-        "am-classic": "classical AM",
-    }.get(algorithm, "gradient AM")
-    advice = f"raise max_iter (now {max_iter})"
-    if algorithm in ("am", "subsample+am") and params.get("step_size") != "auto":
-        advice += ", or use step_size='auto'"
-    elif algorithm == "em":
-        advice += f" or tol (now {params['tol']:g})"
-    warnings.warn(
-        f"{what} stopped at max_iter={max_iter} before converging: the {quantity} still changed "
-        f"by {change:.2g} ({how}) in the last iteration, above tol={params['tol']:g}; "
-        f"{advice}",
-        ConvergenceWarning,
-        stacklevel=3,
-    )
-
-
-class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
+class MixtureOfLinearRegressions(InferenceMethods, GatedPredictions, BaseEstimator):  # type: ignore[misc]
     """Mixture of k linear regressions with list-decoded predictions.
 
     Fits k lines ``y ~ <x, coef_j> + intercept_j`` that minimise the min-loss
@@ -765,20 +406,9 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
                 n_samples, n_features + bool(self.fit_intercept), int(self.n_components)
             )
         if algorithm == "subsample-exhaustive":
-            k = int(self.n_components)
-            largest = largest_enumerable_size(
-                k, MAX_EXHAUSTIVE_PARTITIONS, limit=DEFAULT_EXHAUSTIVE_SIZE_LIMIT
+            params["subsample_size"] = exhaustive_subsample_size(
+                int(self.n_components), params["subsample_size"]
             )
-            if params["subsample_size"] is None:
-                params["subsample_size"] = largest
-            size = params["subsample_size"]
-            if capped_stirling2(size, k, MAX_EXHAUSTIVE_PARTITIONS) > MAX_EXHAUSTIVE_PARTITIONS:
-                raise ValueError(
-                    f"subsample-exhaustive would try more than {MAX_EXHAUSTIVE_PARTITIONS:,} "
-                    f"partitions (the cap) of subsample_size={size} rows into {k} parts; use "
-                    f"subsample_size <= {largest}, or algorithm='subsample', which tries "
-                    f"n_partitions random partitions"
-                )
         return params
 
     def fit(
@@ -838,149 +468,49 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             not fit groups), or the parameter that is wrong.
         """
         started = time.monotonic()
-        X_arr, y_arr = check_X_y(X, y)
-        weights = None if sample_weight is None else check_sample_weight(sample_weight, len(y_arr))
-        group_labels: NDArray[Any] | None = None
-        codes: NDArray[np.intp] | None = None
-        if concomitant is not None and not self.gating:
-            raise ValueError(
-                "concomitant columns were given but gating=False: set gating=True to let the "
-                "mixing probabilities depend on them"
-            )
-        gate_columns = (
-            None if concomitant is None else check_concomitant(concomitant, n_samples=len(y_arr))
+        data = check_fit_data(
+            X,
+            y,
+            sample_weight,
+            groups,
+            concomitant,
+            algorithm=self.algorithm,
+            standard_errors=bool(self.standard_errors),
+            gating=bool(self.gating),
         )
-        if groups is not None:
-            if self.algorithm not in GROUPED_ALGORITHMS:
-                raise ValueError(
-                    f"groups: algorithm={self.algorithm!r} does not fit groups; use one of "
-                    f"{', '.join(repr(name) for name in GROUPED_ALGORITHMS)}"
-                )
-            if self.standard_errors:
-                raise ValueError(
-                    "groups: standard errors are computed for ungrouped rows only; fit with "
-                    "standard_errors=False"
-                )
-            group_labels, codes = check_groups(groups, len(y_arr))
-        if weights is not None:
-            kept = weights > 0
-            if not kept.all():
-                # A row of weight zero is a row that is not there.
-                X_arr, y_arr, weights = X_arr[kept], y_arr[kept], weights[kept]
-                if gate_columns is not None:
-                    gate_columns = gate_columns[kept]
-                if codes is not None and group_labels is not None:
-                    present, codes = np.unique(codes[kept], return_inverse=True)
-                    group_labels, codes = group_labels[present], codes.ravel()
-            if np.all(weights == weights[0]):
-                weights = None
-        grouping = None if codes is None else Grouping.of(codes)
-        n_samples, n_features = X_arr.shape
-        params = self.resolved_parameters(n_samples, n_features)
-        if self.gating and grouping is not None:
+        params = self.resolved_parameters(*data.X.shape)
+        if self.gating and data.grouping is not None:
             raise ValueError("groups: a gated fit takes no groups")
-        if self.gating and weights is not None and self.standard_errors:
+        if self.gating and data.weights is not None and self.standard_errors:
             raise ValueError(
                 "standard_errors: a gated fit with sample weights has no standard errors; "
                 "leave out one of them"
             )
-        for name in (*_GATE_ATTRIBUTES, *_MIXTURE_ATTRIBUTES):
-            if hasattr(self, name):
-                delattr(self, name)
-        scaling, Z, y_scaled = _Scaling.of(X_arr, y_arr, bool(self.fit_intercept), weights)
-        if params.get("init") is not None:
-            params["init"] = scaling.to_scaled(params["init"])
-        budget = params.get("time_budget")
-        ctx = FitContext(
-            Z=Z,
-            y=y_scaled,
-            n_components=int(self.n_components),
-            n_features=n_features,
-            params=params,
-            rng=as_generator(self.random_state),
-            deadline=None if budget is None else started + budget,
-            started=started,
-            loss_scale=scaling.y_scale**2,
-            progress=progress,
-            sample_weight=weights,
-            grouping=grouping,
-        )
+        remove_optional_results(self)
+        scaling, ctx = self._fit_context(data, params, started, progress)
         with single_threaded_blas():
-            result = _SOLVERS[self.algorithm](ctx)
-            if _ends_in_least_squares(self.algorithm):
-                before = result.loss
-                result.theta = refit_exactly_until_stable(
-                    ctx.Z,
-                    ctx.y,
-                    result.theta,
-                    deadline=ctx.deadline,
-                    sample_weight=weights,
-                    grouping=grouping,
-                )
-                after = _scaled_loss(ctx, result.theta)
-                if after < before * (1.0 - 1e-9):
-                    result.loss_history = [*result.loss_history, after]
-            mixture = None
-            if isinstance(result, AutoResult) and grouping is not None:
-                mixture = grouped_mixture(ctx, result.theta, result.em_restart)
-            gate = None
-            if self.gating:
-                gate = _fit_gate(ctx, X_arr if gate_columns is None else gate_columns, result.theta)
-                if self.standard_errors:
-                    _finish_gate(ctx, gate)
-                result.theta = gate.em.theta
-
-        coef, intercept = scaling.to_caller(result.theta)
-        _, labels = assign_many(
-            ctx.Z, ctx.y, result.theta[None], sample_weight=weights, grouping=grouping
-        )
-        row_weight = np.ones(n_samples) if weights is None else weights
-        shares = np.bincount(labels[0], weights=row_weight, minlength=ctx.n_components).astype(
-            np.float64
-        ) / float(row_weight.sum())
-        rows_per_line = np.bincount(labels[0], minlength=ctx.n_components)
-        order = component_order(coef, intercept, shares, weighted_mean(X_arr.T, weights))
-        self.coef_ = coef[order]
-        self.intercept_ = intercept[order]
-        self.shares_ = shares[order]
-        self.loss_history_ = _in_caller_units(result.loss_history, ctx.loss_scale)
-        self.train_loss_ = weighted_min_loss(
-            y_arr, predict_lines(X_arr, self.coef_, self.intercept_), weights, grouping
-        )
-        self.n_iter_ = result.n_iter
-        self.n_candidates_ = result.n_candidates
-        self.converged_ = result.converged
-        self.n_features_in_ = n_features
+            result, mixture, gate = self._solve(ctx, data)
+        row_lines, order = self._set_lines(data, ctx, scaling, result)
         if isinstance(result, EMResult):
-            assert result.weights is not None and result.variances is not None
-            self.weights_ = result.weights[order]
-            self.noise_variance_ = _in_caller_units(result.variances[order], ctx.loss_scale)
+            em_mixture(result, order, ctx.loss_scale).set_on(self)
         if mixture is not None:
-            self._set_mixture(mixture, order, scaling, n_samples if weights is None else weights)
+            observations = data.y.size if data.weights is None else data.weights
+            grouped_maximum_likelihood(mixture, order, scaling, observations).set_on(self)
         if isinstance(result, AutoResult):
             self.candidates_ = [
                 candidate.to_dict(ctx.loss_scale) for candidate in result.candidates
             ]
-        for grouped_attribute in ("group_labels_", "group_line_", "group_posterior_"):
-            if hasattr(self, grouped_attribute):
-                delattr(self, grouped_attribute)
-        if grouping is not None and group_labels is not None:
-            self._set_groups(ctx, result, group_labels, labels[0], order)
+        if data.grouping is not None and data.group_labels is not None:
+            grouped_fit(ctx, result, data.group_labels, row_lines, order).set_on(self)
         if gate is not None:
-            self._set_gate(gate, order, ctx, scaling, on_features=gate_columns is None)
-        _warn_if_unconverged(self.algorithm, result, params, ctx.deadline)
-        _warn_if_degenerate(rows_per_line[order].astype(np.float64), ctx.Z.shape[1])
-        for name in _GATE_STANDARD_ERRORS:
-            if hasattr(self, name):
-                delattr(self, name)
+            on_features = data.gate_columns is None
+            gate_result(gate, order, ctx, scaling, on_features=on_features).set_on(self)
+        warn_if_unconverged(self.algorithm, result, params, ctx.deadline)
+        rows_per_line = np.bincount(row_lines, minlength=ctx.n_components)
+        warn_if_degenerate(rows_per_line[order].astype(np.float64), ctx.Z.shape[1])
         if self.standard_errors:
             with single_threaded_blas():
-                if gate is None:
-                    self._set_standard_errors(
-                        ctx.Z, ctx.y, result.theta[order], scaling, ctx.sample_weight, ctx.rng
-                    )
-                else:
-                    self._set_gate_standard_errors(gate, order, ctx, scaling)
+                self._set_standard_errors(ctx, scaling, result.theta[order], gate, order)
         ctx.report(
             1.0,
             iteration=result.n_iter,
@@ -990,369 +520,123 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
         )
         return self
 
-    def _set_mixture(
+    def _fit_context(
         self,
-        mixture: EMResult,
-        order: NDArray[np.intp],
-        scaling: _Scaling,
-        observations: int | FloatArray,
-    ) -> None:
-        """The maximum-likelihood mixture of a grouped ``auto`` fit (scaled, each line at its
-        min-loss line's index) in the output order and the caller's units; ``observations``
-        is the number of rows, or their weights."""
-        assert mixture.weights is not None and mixture.variances is not None
-        assert mixture.log_likelihood_history
-        coef, intercept = scaling.to_caller(mixture.theta)
-        self.ml_coef_, self.ml_intercept_ = coef[order], intercept[order]
-        self.weights_ = mixture.weights[order]
-        self.noise_variance_ = _in_caller_units(mixture.variances[order], scaling.y_scale**2)
-        # The density of y in the caller's units is the scaled one over y_scale, row by row.
-        total = float(np.sum(observations))
-        self.log_likelihood_ = total * (
-            mixture.log_likelihood_history[-1] - float(np.log(scaling.y_scale))
+        data: FitData,
+        params: dict[str, Any],
+        started: float,
+        progress: ProgressCallback | None,
+    ) -> tuple[Scaling, FitContext]:
+        """The fit's scaling and what every algorithm reads: the rows in scaled units, the
+        resolved parameters (``init`` scaled), the random generator and the deadline."""
+        scaling, Z, y_scaled = Scaling.of(data.X, data.y, bool(self.fit_intercept), data.weights)
+        if params.get("init") is not None:
+            params["init"] = scaling.to_scaled(params["init"])
+        budget = params.get("time_budget")
+        ctx = FitContext(
+            Z=Z,
+            y=y_scaled,
+            n_components=int(self.n_components),
+            n_features=data.X.shape[1],
+            params=params,
+            rng=as_generator(self.random_state),
+            deadline=None if budget is None else started + budget,
+            started=started,
+            loss_scale=scaling.y_scale**2,
+            progress=progress,
+            sample_weight=data.weights,
+            grouping=data.grouping,
         )
+        return scaling, ctx
 
-    def _set_groups(
-        self,
-        ctx: FitContext,
-        result: SolverResult,
-        group_labels: NDArray[Any],
-        row_lines: NDArray[np.intp],
-        order: NDArray[np.intp],
-    ) -> None:
-        """The fitted groups: their labels, each one's line and, for EM, its posterior."""
-        assert ctx.grouping is not None
-        position = np.argsort(order)
-        group_line = np.zeros(ctx.grouping.n_groups, dtype=np.intp)
-        group_line[ctx.grouping.codes] = position[row_lines]
-        self.group_labels_ = group_labels
-        self.group_line_ = group_line
-        if isinstance(result, EMResult):
-            assert result.weights is not None and result.variances is not None
-            expectation = e_step(
+    def _solve(
+        self, ctx: FitContext, data: FitData
+    ) -> tuple[SolverResult, EMResult | None, GatedFit | None]:
+        """The algorithm's lines (scaled), then the least-squares refit ``auto`` ends in, the
+        maximum-likelihood mixture of a grouped ``auto`` fit and, with ``gating``, the gate
+        (whose lines become the fit's)."""
+        result = _SOLVERS[self.algorithm](ctx)
+        if _ends_in_least_squares(self.algorithm):
+            before = result.loss
+            result.theta = refit_exactly_until_stable(
                 ctx.Z,
                 ctx.y,
-                result.theta[None],
-                result.weights[None],
-                result.variances[None],
+                result.theta,
+                deadline=ctx.deadline,
                 sample_weight=ctx.sample_weight,
                 grouping=ctx.grouping,
             )
-            self.group_posterior_ = expectation.unit_posteriors[0][order].T
+            after = _scaled_loss(ctx, result.theta)
+            if after < before * (1.0 - 1e-9):
+                result.loss_history = [*result.loss_history, after]
+        mixture = None
+        if isinstance(result, AutoResult) and ctx.grouping is not None:
+            mixture = grouped_mixture(ctx, result.theta, result.em_restart)
+        gate = None
+        if self.gating:
+            columns = data.X if data.gate_columns is None else data.gate_columns
+            gate = fit_gate(ctx, columns, result.theta)
+            if self.standard_errors:
+                finish_gate(ctx, gate)
+            result.theta = gate.em.theta
+        return result, mixture, gate
+
+    def _set_lines(
+        self, data: FitData, ctx: FitContext, scaling: Scaling, result: SolverResult
+    ) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+        """The fitted lines and their shares in the documented order, with the trace of the
+        fit; returns each row's line (before ordering) and the order."""
+        coef, intercept = scaling.to_caller(result.theta)
+        _, labels = assign_many(
+            ctx.Z, ctx.y, result.theta[None], sample_weight=data.weights, grouping=data.grouping
+        )
+        row_weight = np.ones(data.y.size) if data.weights is None else data.weights
+        shares = np.bincount(labels[0], weights=row_weight, minlength=ctx.n_components).astype(
+            np.float64
+        ) / float(row_weight.sum())
+        order = component_order(coef, intercept, shares, weighted_mean(data.X.T, data.weights))
+        self.coef_ = coef[order]
+        self.intercept_ = intercept[order]
+        self.shares_ = shares[order]
+        self.loss_history_ = in_caller_units(result.loss_history, ctx.loss_scale)
+        self.train_loss_ = weighted_min_loss(
+            data.y,
+            predict_lines(data.X, self.coef_, self.intercept_),
+            data.weights,
+            data.grouping,
+        )
+        self.n_iter_ = result.n_iter
+        self.n_candidates_ = result.n_candidates
+        self.converged_ = result.converged
+        self.n_features_in_ = data.X.shape[1]
+        return labels[0], order
 
     def _set_standard_errors(
         self,
-        Z: FloatArray,
-        y: FloatArray,
-        theta: FloatArray,
-        scaling: _Scaling,
-        sample_weight: FloatArray | None,
-        rng: np.random.Generator,
-    ) -> None:
-        """The maximum-likelihood fit at the highest maximum found from ``theta`` (scaled
-        lines, in the output order), EM restarts and flexmix-like random partitions
-        (:func:`~mixreg._likelihood.best_maximum_likelihood`), and its standard errors, in the
-        caller's units; rows count ``sample_weight`` times."""
-        fit = best_maximum_likelihood(Z, y, theta, rng=rng, sample_weight=sample_weight)
-        params = fit.params
-        evaluated = (
-            likelihood_pass(Z, y, params, sample_weight=sample_weight)
-            if fit.at_maximum is None
-            else fit.at_maximum
-        )
-        variance_scale = scaling.y_scale**2
-        coef, intercept = scaling.to_caller(params.theta)
-        self.ml_coef_, self.ml_intercept_ = coef, intercept
-        self.ml_start_ = fit.start
-        self.weights_ = params.weights
-        self.noise_variance_ = _in_caller_units(params.variances, variance_scale)
-        # The density of y in the caller's units is the scaled one over y_scale, row by row.
-        n_observations = y.size if sample_weight is None else float(sample_weight.sum())
-        self.log_likelihood_ = evaluated.log_likelihood - n_observations * np.log(scaling.y_scale)
-        jacobian = caller_jacobian(params, scaling.line_jacobian(), variance_scale)
-        self.covariance_ = self._covariance_or_nan(evaluated.information, jacobian)
-        k = coef.shape[0]
-        n_line = theta.shape[1] + 1
-        se = np.sqrt(np.maximum(np.diag(self.covariance_), 0.0))
-        self._set_line_standard_errors(se[: k * n_line].reshape(k, n_line))
-        self.weights_se_ = se[k * n_line :]
-
-    def _set_gate_standard_errors(
-        self, gate: _GatedFit, order: NDArray[np.intp], ctx: FitContext, scaling: _Scaling
-    ) -> None:
-        """Standard errors of a gated fit (its lines, noise variances and gate, at the maximum
-        :func:`_finish_gate` reached) from the gated mixture's observed information, in the
-        caller's units; the mixture weights, the gate's mean probabilities, have none."""
-        beta = gate.em.beta[order]
-        params = GatedParameters(
-            theta=gate.em.theta[order], variances=gate.em.variances[order], beta=beta - beta[0]
-        )
-        evaluated = gated_likelihood_pass(ctx.Z, ctx.y, gate.design, params)
-        self.ml_coef_, self.ml_intercept_ = self.coef_, self.intercept_
-        variance_scale = scaling.y_scale**2
-        jacobian = gated_caller_jacobian(
-            params, scaling.line_jacobian(), variance_scale, gate.scaling
-        )
-        self.covariance_ = self._covariance_or_nan(evaluated.information, jacobian)
-        k, n_params = params.theta.shape
-        n_line = n_params + 1
-        se = np.sqrt(np.maximum(np.diag(self.covariance_), 0.0))
-        self._set_line_standard_errors(se[: k * n_line].reshape(k, n_line))
-        self.weights_se_ = np.full(k, np.nan)
-        # The reference row is fixed at zero: no error.
-        by_row = np.zeros((k, gate.design.shape[1]))
-        by_row[1:] = se[k * n_line :].reshape(k - 1, gate.design.shape[1])
-        self.gate_coef_se_ = by_row[:, :-1]
-        self.gate_intercept_se_ = by_row[:, -1]
-
-    def _covariance_or_nan(self, information: FloatArray, jacobian: FloatArray) -> FloatArray:
-        """The covariance in the caller's units, or NaN (with a warning) where the observed
-        information is singular."""
-        scaled_covariance = covariance_from_information(information)
-        if scaled_covariance is None:
-            warnings.warn(
-                "the observed information of the mixture is singular at its maximum-likelihood "
-                "fit (a line owns almost no rows, or two lines coincide): its standard errors "
-                "do not exist and are NaN; fit fewer lines (n_components)",
-                StandardErrorWarning,
-                stacklevel=3,
-            )
-            return np.full((jacobian.shape[0],) * 2, np.nan)
-        covariance: FloatArray = jacobian @ scaled_covariance @ jacobian.T
-        return covariance
-
-    def _set_line_standard_errors(self, by_line: FloatArray) -> None:
-        """Each line's coefficients', intercept's and noise variance's errors, from the rows
-        of ``by_line`` (per line: coefficients, intercept when fitted, noise variance)."""
-        n_features = self.n_features_in_
-        self.coef_se_ = by_line[:, :n_features]
-        self.intercept_se_ = (
-            by_line[:, n_features] if self.fit_intercept else np.zeros(by_line.shape[0])
-        )
-        self.noise_variance_se_ = by_line[:, -1]
-
-    def _check_standard_errors(self) -> None:
-        self._check_fitted()
-        if not hasattr(self, "coef_se_"):
-            raise NotFittedError(
-                "This MixtureOfLinearRegressions has no standard errors; fit it with "
-                "standard_errors=True."
-            )
-
-    def confidence_intervals(self, level: float = 0.95) -> dict[str, FloatArray]:
-        """Wald intervals ``estimate -/+ z_(1+level)/2 * se`` of the maximum-likelihood fit.
-
-        Returns
-        -------
-        intervals : dict
-            ``coef`` of shape (n_components, n_features, 2), ``intercept``, ``weights`` and
-            ``noise_variance`` of shape (n_components, 2): lower and upper bounds (NaN where
-            the standard error does not exist: the weights of a gated fit, its gate's mean
-            probabilities, have none). A gated fit adds ``gate_coef`` of shape
-            (n_components, n_concomitant, 2) and ``gate_intercept`` of shape
-            (n_components, 2); the reference component's are (0, 0).
-        """
-        self._check_standard_errors()
-        critical = normal_quantile(check_level(level))
-        pairs = {
-            "coef": (self.ml_coef_, self.coef_se_),
-            "intercept": (self.ml_intercept_, self.intercept_se_),
-            "weights": (self.weights_, self.weights_se_),
-            "noise_variance": (self.noise_variance_, self.noise_variance_se_),
-        }
-        if hasattr(self, "gate_coef_se_"):
-            pairs["gate_coef"] = (self.gate_coef_, self.gate_coef_se_)
-            pairs["gate_intercept"] = (self.gate_intercept_, self.gate_intercept_se_)
-        return {
-            name: np.stack([estimate - critical * se, estimate + critical * se], axis=-1)
-            for name, (estimate, se) in pairs.items()
-        }
-
-    def summary(
-        self,
-        level: float = 0.95,
-        feature_names: Sequence[str] | None = None,
-        concomitant_names: Sequence[str] | None = None,
-    ) -> InferenceSummary:
-        """Per line, estimate, std. error, z value, Pr(>|z|) and interval of every coefficient
-        (as R's ``summary(refit(m))``), then of its weight and noise variance; for a gated fit
-        also the gate's rows (``gate_rows``), as R lists a concomitant model. ``str()`` of the
-        result prints it as R does. ``concomitant_names`` names the columns of a gate fitted
-        on ``concomitant`` (a gate on the features takes ``feature_names``)."""
-        self._check_standard_errors()
-        names = (
-            [f"x{column}" for column in range(self.n_features_in_)]
-            if feature_names is None
-            else [str(name) for name in feature_names]
-        )
-        if len(names) != self.n_features_in_:
-            raise ValueError(
-                f"feature_names has {len(names)} names for {self.n_features_in_} features"
-            )
-        table = summary_table(
-            feature_names=names,
-            fit_intercept=bool(self.fit_intercept),
-            coef=self.ml_coef_,
-            intercept=self.ml_intercept_,
-            weights=self.weights_,
-            noise_variance=self.noise_variance_,
-            coef_se=self.coef_se_,
-            intercept_se=self.intercept_se_,
-            weights_se=self.weights_se_,
-            noise_variance_se=self.noise_variance_se_,
-            level=check_level(level),
-            log_likelihood=float(self.log_likelihood_),
-        )
-        if not hasattr(self, "gate_coef_se_"):
-            return replace(table, start=getattr(self, "ml_start_", None))
-        n_columns = self.gate_coef_.shape[1]
-        if self.gate_on_features_:
-            gate_names = names
-        elif concomitant_names is None:
-            gate_names = [f"z{column}" for column in range(n_columns)]
-        else:
-            gate_names = [str(name) for name in concomitant_names]
-        if len(gate_names) != n_columns:
-            raise ValueError(
-                f"concomitant_names has {len(gate_names)} names for the gate's {n_columns} columns"
-            )
-        return replace(
-            table,
-            gate_rows=gate_summary_rows(
-                concomitant_names=gate_names,
-                gate_coef=self.gate_coef_,
-                gate_intercept=self.gate_intercept_,
-                gate_coef_se=self.gate_coef_se_,
-                gate_intercept_se=self.gate_intercept_se_,
-                level=table.level,
-            ),
-        )
-
-    def bootstrap(
-        self,
-        X: ArrayLike,
-        y: ArrayLike,
-        n_bootstrap: int = 200,
-        kind: str = "parametric",
-        random_state: Any = None,
-        level: float = 0.95,
-        progress: ProgressCallback | None = None,
-    ) -> BootstrapResult:
-        """Bootstrap standard errors and percentile intervals of the maximum-likelihood fit.
-
-        The fitted lines are polished to the maximum-likelihood fit (as for
-        ``standard_errors``); each of ``n_bootstrap`` replicates (``kind="parametric"``: new
-        targets drawn from that mixture at the same rows; ``"empirical"``: rows drawn with
-        replacement) is refitted by EM from it, and its lines are matched to the fitted ones by
-        the Hungarian assignment on their parameters, so line j of every replicate is line j.
-
-        Parameters
-        ----------
-        X, y : the training data
-        progress : callable, optional
-            ``progress(fraction, info)`` after every replicate (``info["iteration"]`` is the
-            number of replicates done); an exception raised by it stops the bootstrap.
-
-        Returns
-        -------
-        BootstrapResult
-            Also kept as ``bootstrap_``.
-        """
-        self._check_fitted()
-        if (
-            isinstance(n_bootstrap, bool)
-            or not isinstance(n_bootstrap, numbers.Integral)
-            or n_bootstrap < 2
-        ):
-            raise ValueError(f"n_bootstrap must be an integer >= 2; got {n_bootstrap!r}")
-        level = check_level(level)
-        X_arr, y_arr = check_X_y(X, y)
-        check_X(X_arr, n_features=self.n_features_in_)
-        scaling, Z, y_scaled = _Scaling.of(X_arr, y_arr, bool(self.fit_intercept))
-        lines = np.column_stack([self.coef_, self.intercept_]) if self.fit_intercept else self.coef_
-        with single_threaded_blas():
-            if hasattr(self, "ml_coef_") and hasattr(self, "ml_start_"):
-                # The maximum-likelihood fit the standard errors belong to, polished again on
-                # these rows.
-                ml_lines = (
-                    np.column_stack([self.ml_coef_, self.ml_intercept_])
-                    if self.fit_intercept
-                    else self.ml_coef_
-                )
-                fitted = maximum_likelihood_polish(
-                    Z,
-                    y_scaled,
-                    scaling.to_scaled(ml_lines),
-                    weights=self.weights_,
-                    variances=self.noise_variance_ / scaling.y_scale**2,
-                ).params
-            else:
-                fitted = best_maximum_likelihood(
-                    Z, y_scaled, scaling.to_scaled(lines), rng=as_generator(random_state)
-                ).params
-
-            def report(done: int, total: int) -> None:
-                if progress is not None:
-                    progress(
-                        done / total,
-                        {"iteration": done, "candidates_tried": None, "best_loss": None},
-                    )
-
-            replicates = bootstrap_replicates(
-                Z,
-                y_scaled,
-                fitted,
-                n_bootstrap=int(n_bootstrap),
-                kind=kind,
-                rng=as_generator(random_state),
-                progress=report,
-            )
-        k, n_params = fitted.theta.shape
-        coef, intercept = scaling.to_caller(replicates.theta.reshape(-1, n_params))
-        self.bootstrap_ = BootstrapResult.of(
-            kind=kind,
-            level=level,
-            coef=coef.reshape(int(n_bootstrap), k, -1),
-            intercept=intercept.reshape(int(n_bootstrap), k),
-            weights=replicates.weights,
-            noise_variance=_in_caller_units(replicates.variances, scaling.y_scale**2),
-            converged=replicates.converged,
-        )
-        return self.bootstrap_
-
-    def _set_gate(
-        self,
-        gate: _GatedFit,
-        order: NDArray[np.intp],
         ctx: FitContext,
-        scaling: _Scaling,
-        *,
-        on_features: bool,
+        scaling: Scaling,
+        theta: FloatArray,
+        gate: GatedFit | None,
+        order: NDArray[np.intp],
     ) -> None:
-        """The gated fit's attributes, components in the estimator's order."""
-        beta = gate.em.beta[order]
-        # The softmax is unchanged by a common shift: the first component becomes the reference.
-        beta -= beta[0]
-        n_gate_params = gate.design.shape[1]
-        n_observations = float(
-            gate.design.shape[0] if ctx.sample_weight is None else ctx.sample_weight.sum()
-        )
-        k = beta.shape[0]
-        self.gate_coef_, self.gate_intercept_ = gate.scaling.to_caller(beta)
-        self.weights_ = weighted_mean(np.exp(log_gate(gate.design, beta)).T, ctx.sample_weight)
-        self.noise_variance_ = _in_caller_units(gate.em.variances[order], ctx.loss_scale)
-        # The density of y is that of the scaled target divided by the scale.
-        self.log_likelihood_history_ = np.asarray(gate.em.log_likelihood_history) - float(
-            np.log(scaling.y_scale)
-        )
-        self.log_likelihood_ = float(n_observations * self.log_likelihood_history_[-1])
-        n_parameters = gate_parameter_count(k, ctx.Z.shape[1], n_gate_params - 1)
-        self.bic_ = -2.0 * self.log_likelihood_ + n_parameters * float(np.log(n_observations))
-        self.gate_n_iter_ = gate.em.n_iter
-        self.gate_converged_ = gate.em.converged
-        self.gate_start_ = gate.start
-        self.gate_on_features_ = on_features
-        self.n_concomitant_in_ = n_gate_params - 1
+        """The maximum-likelihood fit the standard errors belong to and the errors, from the
+        scaled lines ``theta`` in the output order (or the gate's fit)."""
+        if gate is None:
+            mixture, errors = mixture_standard_errors(
+                ctx, theta, scaling, self.n_features_in_, bool(self.fit_intercept)
+            )
+        else:
+            mixture, errors = gate_standard_errors(
+                gate,
+                order,
+                ctx,
+                scaling,
+                coef=self.coef_,
+                intercept=self.intercept_,
+                fit_intercept=bool(self.fit_intercept),
+            )
+        mixture.set_on(self)
+        errors.set_on(self)
 
     def to_dict(
         self,
@@ -1455,109 +739,6 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             raise NotFittedError(
                 "This MixtureOfLinearRegressions is not fitted yet; call fit(X, y) first."
             )
-
-    def _gate_columns(self, X: FloatArray, Z: ArrayLike | None) -> FloatArray:
-        """The columns the gate reads for rows ``X``: the features, or the checked ``Z``."""
-        if not hasattr(self, "gate_coef_"):
-            raise ValueError(
-                "this model has no gate: fit it with gating=True for mixing probabilities "
-                "that depend on each row"
-            )
-        if self.gate_on_features_:
-            if Z is not None:
-                raise ValueError(
-                    "this model's gate reads the features: pass no concomitant columns (Z)"
-                )
-            return X
-        if Z is None:
-            raise ValueError(
-                f"this model's gate reads {self.n_concomitant_in_} concomitant columns: pass "
-                f"them as Z"
-            )
-        return check_concomitant(Z, n_samples=X.shape[0], n_columns=self.n_concomitant_in_)
-
-    def _lines_and_gate(self, X: ArrayLike, Z: ArrayLike | None) -> tuple[FloatArray, FloatArray]:
-        """Every line's value (n, k) and the log mixing probabilities (n, k) of rows X."""
-        self._check_fitted()
-        X_arr = check_X(X, n_features=self.n_features_in_)
-        columns = self._gate_columns(X_arr, Z)
-        log_probabilities = log_softmax(columns @ self.gate_coef_.T + self.gate_intercept_)
-        return predict_lines(X_arr, self.coef_, self.intercept_), log_probabilities
-
-    def predict_proba(self, X: ArrayLike, Z: ArrayLike | None = None) -> FloatArray:
-        """The gate's mixing probabilities of every line for every row (gated models).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        Z : array-like of shape (n_samples, n_concomitant), optional
-            The concomitant columns, when the gate was fitted on them.
-
-        Returns
-        -------
-        probabilities : ndarray of shape (n_samples, n_components)
-            Rows sum to 1.
-        """
-        _, log_probabilities = self._lines_and_gate(X, Z)
-        return np.exp(log_probabilities)
-
-    def predict_expected(self, X: ArrayLike, Z: ArrayLike | None = None) -> FloatArray:
-        """The gate-weighted mean of the k lines' values: ``sum_j pi_j(z) <x, coef_j> + b_j``.
-
-        Returns
-        -------
-        expected : ndarray of shape (n_samples,)
-        """
-        values, log_probabilities = self._lines_and_gate(X, Z)
-        expected: FloatArray = np.einsum("ij,ij->i", values, np.exp(log_probabilities))
-        return expected
-
-    def most_likely_component(self, X: ArrayLike, Z: ArrayLike | None = None) -> NDArray[np.intp]:
-        """Index of the line of largest mixing probability for each row (ties to the lowest)."""
-        _, log_probabilities = self._lines_and_gate(X, Z)
-        most_likely: NDArray[np.intp] = np.argmax(log_probabilities, axis=1)
-        return most_likely
-
-    def predict_most_likely(self, X: ArrayLike, Z: ArrayLike | None = None) -> FloatArray:
-        """The value of each row's most likely line (see :meth:`most_likely_component`).
-
-        Returns
-        -------
-        most_likely : ndarray of shape (n_samples,)
-        """
-        values, log_probabilities = self._lines_and_gate(X, Z)
-        chosen = np.argmax(log_probabilities, axis=1)
-        most_likely: FloatArray = values[np.arange(values.shape[0]), chosen]
-        return most_likely
-
-    def gated_log_likelihood(
-        self,
-        X: ArrayLike,
-        y: ArrayLike,
-        Z: ArrayLike | None = None,
-        sample_weight: ArrayLike | None = None,
-    ) -> float:
-        """Total log-likelihood of (X, y) under the gated mixture (held-out rows, for instance).
-
-        ``sum_i w_i log sum_j pi_j(z_i) N(y_i; <x_i, coef_j> + intercept_j, noise_variance_j)``,
-        with every ``w_i = 1`` without ``sample_weight``.
-        """
-        self._check_fitted()
-        X_arr, y_arr = check_X_y(X, y)
-        X_arr = check_X(X_arr, n_features=self.n_features_in_)
-        columns = self._gate_columns(X_arr, Z)
-        ones = np.ones((X_arr.shape[0], 1))
-        _, row_log_likelihood = gated_log_densities(
-            np.hstack([X_arr, ones]),
-            y_arr,
-            np.hstack([columns, ones]),
-            np.column_stack([self.coef_, self.intercept_]),
-            self.noise_variance_,
-            np.column_stack([self.gate_coef_, self.gate_intercept_]),
-        )
-        if sample_weight is None:
-            return float(row_log_likelihood.sum())
-        return float(row_log_likelihood @ check_sample_weight(sample_weight, len(y_arr)))
 
     def predict(self, X: ArrayLike) -> FloatArray:
         """List-decoded predictions: one column per line.

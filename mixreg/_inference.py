@@ -1,4 +1,4 @@
-"""Standard errors of a mixture of regressions: the observed information and the bootstrap.
+"""Standard errors of a mixture of regressions: the observed information and the polish.
 
 The model is the Gaussian mixture of regressions ``y | z ~ sum_j pi_j N(<z, theta_j>, s_j^2)``.
 Its parameters are packed into one vector, per line ``theta_j`` then ``eta_j = log s_j^2``,
@@ -15,7 +15,9 @@ and ``g_i = sum_j tau_ij s_ij`` the row's score,
     -d^2 l / d psi^2 = sum_i [ g_i g_i^T - sum_j tau_ij (s_ij s_ij^T + H_ij) ],
 
 accumulated over row blocks with matrix products (no loop over rows), each row weighted by
-an optional frequency weight.
+an optional frequency weight. The maximum-likelihood polish (EM, then Newton's method with
+this information) reaches the fit the errors belong to. The gated mixture's information is in
+:mod:`mixreg._gated_inference`, the bootstrap in :mod:`mixreg._bootstrap`.
 """
 
 from __future__ import annotations
@@ -32,13 +34,12 @@ from scipy.optimize import linear_sum_assignment
 from scipy.special import ndtr, ndtri
 
 from ._em import EMResult, em
-from ._gate import GateScaling
 
 FloatArray = NDArray[np.float64]
 
 # Elements of a row block's per-line score array (rows x lines x parameters): 1 MiB, so that
 # a block's arrays stay in cache between the elementwise steps and the products that read them.
-_BLOCK_ELEMENTS = 1 << 17
+BLOCK_ELEMENTS = 1 << 17
 # The EM polish that reaches the maximum-likelihood fit: change of the mean log-likelihood
 # per row (scaled units) at which it stops, and its cap on iterations.
 POLISH_TOL = 1e-10
@@ -97,7 +98,7 @@ class MixtureParameters:
 
 
 def _block_rows(n_components: int, n_params: int) -> int:
-    return max(1, _BLOCK_ELEMENTS // (n_components * (n_params + 1)))
+    return max(1, BLOCK_ELEMENTS // (n_components * (n_params + 1)))
 
 
 def _row_weights(sample_weight: FloatArray | None, n_samples: int) -> FloatArray:
@@ -128,7 +129,7 @@ def _posteriors(
     return residuals, joint / total, (top + np.log(total))[:, 0]
 
 
-def _line_scores(Z: FloatArray, residuals: FloatArray, variances: FloatArray) -> FloatArray:
+def line_scores(Z: FloatArray, residuals: FloatArray, variances: FloatArray) -> FloatArray:
     """Gradient of ``log f_j(y_i | z_i)`` in ``(theta_j, eta_j)``: shape (rows, k, p + 1)."""
     n_rows, n_components = residuals.shape
     scaled = residuals / variances
@@ -158,7 +159,7 @@ def row_scores(Z: FloatArray, y: FloatArray, params: MixtureParameters) -> Float
         Laid out as :meth:`MixtureParameters.to_vector`.
     """
     residuals, posteriors, _ = _posteriors(Z, y, params)
-    per_line = posteriors[:, :, None] * _line_scores(Z, residuals, params.variances)
+    per_line = posteriors[:, :, None] * line_scores(Z, residuals, params.variances)
     logits = posteriors[:, 1:] - params.weights[1:]
     return np.column_stack([per_line.reshape(y.size, -1), logits])
 
@@ -295,205 +296,6 @@ def observed_information(
     return likelihood_pass(Z, y, params, sample_weight).information
 
 
-@dataclass(frozen=True)
-class GatedParameters:
-    """Lines, noise variances and gate of a gated mixture of regressions (flexmix's
-    concomitant model), in the scaled units of the lines and the gate's design.
-
-    The packed vector is, per line, ``theta_j`` then ``eta_j = log s_j^2``, then the gate's
-    free rows ``beta_1, ..., beta_{k-1}`` (row 0 is the reference, fixed at zero), each over
-    the gate's design columns (standardized concomitant columns, then the constant).
-
-    Attributes
-    ----------
-    theta : ndarray of shape (n_components, n_params)
-    variances : ndarray of shape (n_components,)
-    beta : ndarray of shape (n_components, n_gate_params)
-        With ``beta[0] == 0``.
-    """
-
-    theta: FloatArray
-    variances: FloatArray
-    beta: FloatArray
-
-    @property
-    def n_components(self) -> int:
-        return int(self.theta.shape[0])
-
-    def to_vector(self) -> FloatArray:
-        """The packed vector ``(theta_0, eta_0, ..., theta_{k-1}, eta_{k-1}, beta_1, ..)``."""
-        per_line = np.column_stack([self.theta, np.log(self.variances)])
-        return np.concatenate([per_line.ravel(), self.beta[1:].ravel()])
-
-    @classmethod
-    def from_vector(
-        cls, vector: FloatArray, n_components: int, n_gate_params: int
-    ) -> GatedParameters:
-        """Unpack :meth:`to_vector`'s layout."""
-        n_gate = (n_components - 1) * n_gate_params
-        n_line = (vector.size - n_gate) // n_components
-        per_line = vector[: n_components * n_line].reshape(n_components, n_line)
-        beta = np.zeros((n_components, n_gate_params))
-        beta[1:] = vector[n_components * n_line :].reshape(n_components - 1, n_gate_params)
-        return cls(theta=per_line[:, :-1].copy(), variances=np.exp(per_line[:, -1]), beta=beta)
-
-
-def _gated_posteriors(
-    Z: FloatArray, y: FloatArray, W: FloatArray, params: GatedParameters
-) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """Residuals, posteriors and gate probabilities of each line, each row's log-likelihood.
-
-    Returns
-    -------
-    residuals, posteriors, gate : ndarray of shape (n_rows, n_components)
-    row_log_likelihood : ndarray of shape (n_rows,)
-    """
-    residuals = y[:, None] - Z @ params.theta.T
-    log_gate = W @ params.beta.T
-    log_gate -= log_gate.max(axis=1, keepdims=True)
-    log_gate -= np.log(np.exp(log_gate).sum(axis=1, keepdims=True))
-    log_joint = (
-        log_gate
-        - 0.5 * np.log(2.0 * np.pi * params.variances)
-        - residuals * residuals / (2.0 * params.variances)
-    )
-    top = log_joint.max(axis=1, keepdims=True)
-    joint = np.exp(log_joint - top)
-    total = joint.sum(axis=1, keepdims=True)
-    return residuals, joint / total, np.exp(log_gate), (top + np.log(total))[:, 0]
-
-
-def gated_log_likelihood(
-    Z: FloatArray, y: FloatArray, W: FloatArray, params: GatedParameters
-) -> float:
-    """The log-likelihood of the gated mixture, summed over rows."""
-    return float(_gated_posteriors(Z, y, W, params)[3].sum())
-
-
-def gated_row_scores(
-    Z: FloatArray, y: FloatArray, W: FloatArray, params: GatedParameters
-) -> FloatArray:
-    """Each row's gradient of its log-likelihood in :class:`GatedParameters`' packed layout.
-
-    Returns
-    -------
-    scores : ndarray of shape (n_rows, n_packed)
-    """
-    residuals, posteriors, gate, _ = _gated_posteriors(Z, y, W, params)
-    per_line = posteriors[:, :, None] * _line_scores(Z, residuals, params.variances)
-    # d log pi_j / d beta_m = (delta_jm - pi_m) w, so the row's gate score is (tau_m - pi_m) w.
-    gate_scores = (posteriors - gate)[:, 1:, None] * W[:, None, :]
-    return np.column_stack([per_line.reshape(y.size, -1), gate_scores.reshape(y.size, -1)])
-
-
-def gated_likelihood_pass(
-    Z: FloatArray, y: FloatArray, W: FloatArray, params: GatedParameters
-) -> LikelihoodPass:
-    """The log-likelihood of the gated mixture, its gradient and minus its Hessian in
-    :class:`GatedParameters`' packed layout, in one pass over blocks of rows.
-
-    Louis's identity as :func:`likelihood_pass`, with the gate in place of the mixing logits:
-    ``log pi_j(w)`` has gradient ``(e_j - pi)`` times ``w`` in the free rows, and Hessian
-    ``-(diag(pi) - pi pi^T)`` times ``w w^T`` whatever the line, so its terms are, per row,
-    weighted Gram matrices of the gate's design (and, with the lines' scores, of both designs).
-    """
-    n_samples, n_params = Z.shape
-    k, n_gate_params = params.beta.shape
-    n_line = n_params + 1
-    n_free = k - 1
-    n_lines_packed = k * n_line
-    n_packed = n_lines_packed + n_free * n_gate_params
-    information = np.zeros((n_packed, n_packed))
-    score = np.zeros(n_packed)
-    total_log_likelihood = 0.0
-    variances = params.variances
-    block = max(1, _BLOCK_ELEMENTS // max(1, n_packed))
-    for start in range(0, n_samples, block):
-        Z_block, W_block = Z[start : start + block], W[start : start + block]
-        residuals, posteriors, gate, row_log_likelihood = _gated_posteriors(
-            Z_block, y[start : start + block], W_block, params
-        )
-        n_rows = Z_block.shape[0]
-        total_log_likelihood += float(row_log_likelihood.sum())
-        scaled = residuals / variances
-        standardized = residuals * scaled
-        # Each line's score s_ij (theta then eta) and the row's score g_i.
-        line_scores = np.empty((n_rows, k, n_line))
-        np.multiply(scaled[:, :, None], Z_block[:, None, :], out=line_scores[:, :, :-1])
-        line_scores[:, :, -1] = 0.5 * (standardized - 1.0)
-        row_score = np.empty((n_rows, n_packed))
-        row_score[:, :n_lines_packed] = (posteriors[:, :, None] * line_scores).reshape(n_rows, -1)
-        row_score[:, n_lines_packed:] = (
-            (posteriors - gate)[:, 1:, None] * W_block[:, None, :]
-        ).reshape(n_rows, -1)
-        score += row_score.sum(axis=0)
-        information += row_score.T @ row_score
-        # Minus sum_j tau_ij (s_ij s_ij^T + H_ij), block by block.
-        for line in range(k):
-            own = slice(line * n_line, (line + 1) * n_line)
-            tau = posteriors[:, line]
-            # Lines: (s^2 - r^2) / s^4 z z^T, r / s^2 (3 - r^2 / s^2) / 2 z and
-            # r^2 / (2 s^2) - (r^2 / s^2 - 1)^2 / 4, as in likelihood_pass.
-            curvature = tau * (1.0 - standardized[:, line]) / variances[line]
-            cross = tau * scaled[:, line] * (1.5 - 0.5 * standardized[:, line])
-            information[own.start : own.stop - 1, own.start : own.stop - 1] += (
-                Z_block * curvature[:, None]
-            ).T @ Z_block
-            cross_theta = cross @ Z_block
-            information[own.start : own.stop - 1, own.stop - 1] += cross_theta
-            information[own.stop - 1, own.start : own.stop - 1] += cross_theta
-            information[own.stop - 1, own.stop - 1] += float(
-                tau @ (0.5 * standardized[:, line] - 0.25 * (standardized[:, line] - 1.0) ** 2)
-            )
-            # Line and gate: -sum_i tau_ij s_ij (delta_jm - pi_im) w_i^T for every free m.
-            offsets = (np.arange(1, k) == line)[None, :] - gate[:, 1:]  # (rows, k - 1)
-            weighted = (tau[:, None, None] * line_scores[:, line, :, None]) * offsets[:, None, :]
-            cross_gate = np.einsum("iam,ib->amb", weighted, W_block, optimize=True).reshape(
-                n_line, -1
-            )
-            information[own, n_lines_packed:] -= cross_gate
-            information[n_lines_packed:, own] -= cross_gate.T
-        # Gate and gate, block (m, l): -sum_i c_iml w_i w_i^T with
-        # c_iml = sum_j tau_ij (e_j - pi_i)_m (e_j - pi_i)_l - (diag(pi_i) - pi_i pi_i^T)_ml
-        #       = delta_ml (tau_im - pi_im) - tau_im pi_il - pi_im tau_il + 2 pi_im pi_il.
-        tau_free, pi_free = posteriors[:, 1:], gate[:, 1:]
-        coupling = (
-            -tau_free[:, :, None] * pi_free[:, None, :]
-            - pi_free[:, :, None] * tau_free[:, None, :]
-            + 2.0 * pi_free[:, :, None] * pi_free[:, None, :]
-        )
-        coupling[:, np.arange(n_free), np.arange(n_free)] += tau_free - pi_free
-        gate_block = np.einsum("iml,ia,ib->malb", coupling, W_block, W_block, optimize=True)
-        information[n_lines_packed:, n_lines_packed:] -= gate_block.reshape(
-            n_free * n_gate_params, n_free * n_gate_params
-        )
-    return LikelihoodPass(log_likelihood=total_log_likelihood, score=score, information=information)
-
-
-def gated_maximum_likelihood(
-    Z: FloatArray, y: FloatArray, W: FloatArray, start: GatedParameters
-) -> tuple[LikelihoodPass, GatedParameters, int] | None:
-    """Newton's method (:func:`newton_maximize`) on the gated mixture's log-likelihood from a
-    fit gated EM brought near a maximum: the maximum to working precision, with the pass (the
-    log-likelihood, score and information) there and the number of steps; None where the
-    information is not positive definite or no step helps."""
-    k, n_gate_params = start.beta.shape
-
-    def unpack(vector: FloatArray) -> GatedParameters:
-        return GatedParameters.from_vector(vector, k, n_gate_params)
-
-    finished = newton_maximize(
-        lambda vector: gated_likelihood_pass(Z, y, W, unpack(vector)),
-        lambda vector: gated_log_likelihood(Z, y, W, unpack(vector)),
-        start.to_vector(),
-        float(y.size),
-    )
-    if finished is None:
-        return None
-    evaluated, vector, steps = finished
-    return evaluated, unpack(vector), steps
-
-
 def covariance_from_information(information: FloatArray) -> FloatArray | None:
     """The inverse of the information, or None when it is singular or not positive definite
     (a line with no rows, lines that coincide): then no standard error exists."""
@@ -524,44 +326,14 @@ def caller_jacobian(
     k, n_params = params.theta.shape
     n_line = n_params + 1
     jacobian = np.zeros((k * n_line + k, k * n_line + k - 1))
-    _lines_jacobian(jacobian, params.variances, line_jacobian, variance_scale)
+    fill_lines_jacobian(jacobian, params.variances, line_jacobian, variance_scale)
     pi = params.weights
     softmax = np.diag(pi) - np.outer(pi, pi)  # d pi_j / d logit_m
     jacobian[k * n_line :, k * n_line :] = softmax[:, 1:]
     return jacobian
 
 
-def gated_caller_jacobian(
-    params: GatedParameters,
-    line_jacobian: FloatArray,
-    variance_scale: float,
-    gate_scaling: GateScaling,
-) -> FloatArray:
-    """Jacobian of the caller's parameters of a gated mixture in the packed ones.
-
-    The caller's vector is, per line, as :func:`caller_jacobian`'s, then every free row of the
-    gate: its slopes on the raw concomitant columns (``beta / scale``) and its intercept
-    (``beta_0 - sum(beta * mean / scale)``), both linear in the standardized row.
-
-    Returns
-    -------
-    jacobian : ndarray of shape (n_packed, n_packed)
-    """
-    k, n_params = params.theta.shape
-    n_gate_params = params.beta.shape[1]
-    n_lines = k * (n_params + 1)
-    n_packed = n_lines + (k - 1) * n_gate_params
-    jacobian = np.zeros((n_packed, n_packed))
-    _lines_jacobian(jacobian, params.variances, line_jacobian, variance_scale)
-    row = np.zeros((n_gate_params, n_gate_params))
-    row[:-1, :-1] = np.diag(1.0 / gate_scaling.scale)
-    row[-1, :-1] = -gate_scaling.mean / gate_scaling.scale
-    row[-1, -1] = 1.0
-    jacobian[n_lines:, n_lines:] = np.kron(np.eye(k - 1), row)
-    return jacobian
-
-
-def _lines_jacobian(
+def fill_lines_jacobian(
     jacobian: FloatArray, variances: FloatArray, line_jacobian: FloatArray, variance_scale: float
 ) -> None:
     """Fill the lines' diagonal blocks of a caller Jacobian (see :func:`caller_jacobian`)."""
@@ -754,158 +526,6 @@ def match_lines(reference: FloatArray, lines: FloatArray) -> NDArray[np.intp]:
     _, order = linear_sum_assignment(cost)
     matched: NDArray[np.intp] = order.astype(np.intp)
     return matched
-
-
-BOOTSTRAP_KINDS = ("parametric", "empirical")
-BootstrapProgress = Callable[[int, int], None]
-
-
-@dataclass(frozen=True)
-class BootstrapReplicates:
-    """Every replicate's maximum-likelihood fit, relabelled to the fitted lines (scaled units).
-
-    Attributes
-    ----------
-    theta : ndarray of shape (n_bootstrap, n_components, n_params)
-    weights, variances : ndarray of shape (n_bootstrap, n_components)
-    converged : ndarray of shape (n_bootstrap,)
-    """
-
-    theta: FloatArray
-    weights: FloatArray
-    variances: FloatArray
-    converged: NDArray[np.bool_]
-
-
-def bootstrap_replicates(
-    Z: FloatArray,
-    y: FloatArray,
-    fitted: MixtureParameters,
-    *,
-    n_bootstrap: int,
-    kind: str,
-    rng: np.random.Generator,
-    progress: BootstrapProgress | None = None,
-    max_iter: int = POLISH_MAX_ITER,
-    tol: float = POLISH_TOL,
-    newton_finish: bool = True,
-) -> BootstrapReplicates:
-    """Refit ``n_bootstrap`` resampled data sets by the polish started from the fitted lines.
-
-    ``kind="parametric"`` draws new targets at the same rows from the fitted mixture (each
-    row's line from the weights, then Gaussian noise of that line's variance);
-    ``kind="empirical"`` draws rows with replacement. Each replicate's lines are matched to the
-    fitted ones (:func:`match_lines`), so line j of every replicate estimates line j.
-    ``progress(done, n_bootstrap)`` is called after every replicate; an exception raised by it
-    stops the bootstrap and propagates (this is how a job is cancelled). ``newton_finish`` as
-    in :func:`maximum_likelihood_polish`.
-    """
-    if kind not in BOOTSTRAP_KINDS:
-        raise ValueError(f"kind must be one of {', '.join(BOOTSTRAP_KINDS)}; got {kind!r}")
-    n_samples = y.size
-    k, n_params = fitted.theta.shape
-    theta = np.empty((n_bootstrap, k, n_params))
-    weights = np.empty((n_bootstrap, k))
-    variances = np.empty((n_bootstrap, k))
-    converged = np.empty(n_bootstrap, dtype=bool)
-    means = Z @ fitted.theta.T
-    spreads = np.sqrt(fitted.variances)
-    for replicate in range(n_bootstrap):
-        if kind == "parametric":
-            lines = rng.choice(k, size=n_samples, p=fitted.weights)
-            rows = np.arange(n_samples)
-            Z_star = Z
-            y_star = means[rows, lines] + spreads[lines] * rng.standard_normal(n_samples)
-        else:
-            rows = rng.integers(0, n_samples, size=n_samples)
-            Z_star, y_star = Z[rows], y[rows]
-        polish = maximum_likelihood_polish(
-            Z_star, y_star, fitted.theta, max_iter=max_iter, tol=tol, newton_finish=newton_finish
-        )
-        order = match_lines(fitted.theta, polish.params.theta)
-        theta[replicate] = polish.params.theta[order]
-        weights[replicate] = polish.params.weights[order]
-        variances[replicate] = polish.params.variances[order]
-        converged[replicate] = polish.converged
-        if progress is not None:
-            progress(replicate + 1, n_bootstrap)
-    return BootstrapReplicates(
-        theta=theta, weights=weights, variances=variances, converged=converged
-    )
-
-
-@dataclass(frozen=True)
-class BootstrapResult:
-    """Bootstrap standard errors and percentile intervals, in the caller's units.
-
-    Attributes
-    ----------
-    kind : {"parametric", "empirical"}
-    n_bootstrap : int
-    level : float
-        Of the percentile intervals.
-    coef_se, intercept_se, weights_se, noise_variance_se : ndarray
-        Standard deviations over the replicates; every ``*_interval`` field has a last axis
-        (lower, upper).
-    n_converged : int
-        Replicates whose EM met its tolerance (the others stopped at its iteration cap).
-    coef, intercept, weights, noise_variance : ndarray
-        Every replicate's estimates (first axis), matched to the fitted lines.
-    """
-
-    kind: str
-    n_bootstrap: int
-    level: float
-    coef_se: FloatArray
-    intercept_se: FloatArray
-    weights_se: FloatArray
-    noise_variance_se: FloatArray
-    coef_interval: FloatArray
-    intercept_interval: FloatArray
-    weights_interval: FloatArray
-    noise_variance_interval: FloatArray
-    n_converged: int
-    coef: FloatArray
-    intercept: FloatArray
-    weights: FloatArray
-    noise_variance: FloatArray
-
-    @classmethod
-    def of(
-        cls,
-        *,
-        kind: str,
-        level: float,
-        coef: FloatArray,
-        intercept: FloatArray,
-        weights: FloatArray,
-        noise_variance: FloatArray,
-        converged: NDArray[np.bool_],
-    ) -> BootstrapResult:
-        """Standard deviations and ``(1 -/+ level) / 2`` quantiles over the replicates."""
-        quantiles = [(1.0 - level) / 2.0, (1.0 + level) / 2.0]
-
-        def interval(values: FloatArray) -> FloatArray:
-            return np.moveaxis(np.quantile(values, quantiles, axis=0), 0, -1)
-
-        return cls(
-            kind=kind,
-            n_bootstrap=int(coef.shape[0]),
-            level=level,
-            coef_se=coef.std(axis=0, ddof=1),
-            intercept_se=intercept.std(axis=0, ddof=1),
-            weights_se=weights.std(axis=0, ddof=1),
-            noise_variance_se=noise_variance.std(axis=0, ddof=1),
-            coef_interval=interval(coef),
-            intercept_interval=interval(intercept),
-            weights_interval=interval(weights),
-            noise_variance_interval=interval(noise_variance),
-            n_converged=int(converged.sum()),
-            coef=coef,
-            intercept=intercept,
-            weights=weights,
-            noise_variance=noise_variance,
-        )
 
 
 def two_sided_p_value(z: FloatArray) -> FloatArray:

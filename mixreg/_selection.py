@@ -18,16 +18,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._estimator import (
-    DegenerateFitWarning,
-    MixtureOfLinearRegressions,
-    _Scaling,
-    minimum_rows_per_line,
-)
+from ._estimator import MixtureOfLinearRegressions
+from ._fit_warnings import DegenerateFitWarning, minimum_rows_per_line
 from ._inference import MixtureParameters
 from ._likelihood import best_maximum_likelihood, split_starts
 from ._loss import Grouping, predict_lines, single_threaded_blas, weighted_mean
 from ._lstsq import refit_exactly
+from ._scaling import Scaling
 from ._validation import check_groups, check_sample_weight, check_X_y
 
 FloatArray = NDArray[np.float64]
@@ -131,7 +128,7 @@ def mixture_score(
     n_samples = X_arr.shape[0]
     n_observations = float(n_samples if weights is None else weights.sum())
     n_components, n_features = coef_arr.shape
-    scaling, Z, y_scaled = _Scaling.of(X_arr, y_arr, fit_intercept, weights)
+    scaling, Z, y_scaled = Scaling.of(X_arr, y_arr, fit_intercept, weights)
     lines = np.column_stack([coef_arr, intercept_arr]) if fit_intercept else coef_arr
     starts: list[tuple[str, MixtureParameters]] = []
     if (
@@ -268,7 +265,7 @@ def check_n_components_list(
     """The k values of a sweep, in increasing order, or ValueError naming what is wrong.
 
     With ``n_samples`` and ``n_params`` (features plus the intercept), a k whose lines cannot
-    each own :func:`~mixreg.minimum_rows_per_line` training rows is refused too.
+    each own :func:`~mixreg.service_support.minimum_rows_per_line` training rows is refused too.
     """
     if isinstance(n_components, str | bytes) or not isinstance(n_components, Sequence):
         raise ValueError(f"n_components must be a list of integers; got {n_components!r}")
@@ -303,7 +300,7 @@ def check_n_components_list(
 
 def too_many_lines(n_components: int, n_samples: int, n_params: int) -> bool:
     """Whether ``n_components`` lines cannot each own enough of ``n_samples`` rows to be fitted
-    and have a noise estimate (:func:`~mixreg.minimum_rows_per_line`)."""
+    and have a noise estimate (:func:`~mixreg.service_support.minimum_rows_per_line`)."""
     return n_components > 1 and n_components * minimum_rows_per_line(n_params) > n_samples
 
 
@@ -330,7 +327,7 @@ def select_n_components(
     y : array-like of shape (n_samples,)
     n_components : sequence of int, default=(1, 2, 3, 4, 5)
         The numbers of lines to try; each at most once. A k whose lines cannot each own
-        :func:`~mixreg.minimum_rows_per_line` rows is skipped with a
+        :func:`~mixreg.service_support.minimum_rows_per_line` rows is skipped with a
         :class:`~mixreg.DegenerateFitWarning` naming it.
     sample_weight : array-like of shape (n_samples,), optional
         Row weights of every fit and score (:func:`mixture_score`: the BIC counts the total

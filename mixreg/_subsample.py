@@ -13,6 +13,12 @@ from ._loss import CandidateScorer, assign, weighted_mean
 from ._lstsq import lstsq_by_labels, refit_exactly
 from ._ransac import ransac_lines
 
+# Algorithm 2 refuses to enumerate more partitions than this.
+MAX_EXHAUSTIVE_PARTITIONS = 100_000
+# With one line there is one partition of any sub-sample: its default size is then the other
+# sub-sample algorithms' default.
+DEFAULT_EXHAUSTIVE_SIZE_LIMIT = 150
+
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.intp]
 ChunkCallback = Callable[[int, float], None]
@@ -85,6 +91,27 @@ def largest_enumerable_size(n_components: int, cap: int, limit: int) -> int:
         if row[n_components] > cap:
             break
         size += 1
+    return size
+
+
+def exhaustive_subsample_size(n_components: int, subsample_size: int | None) -> int:
+    """The sub-sample size of Algorithm 2: ``subsample_size``, or by default the largest whose
+    partitions into ``n_components`` parts number at most :data:`MAX_EXHAUSTIVE_PARTITIONS`.
+
+    Raises ValueError, saying what to use instead, when ``subsample_size`` has more.
+    """
+    k = n_components
+    largest = largest_enumerable_size(
+        k, MAX_EXHAUSTIVE_PARTITIONS, limit=DEFAULT_EXHAUSTIVE_SIZE_LIMIT
+    )
+    size = largest if subsample_size is None else subsample_size
+    if capped_stirling2(size, k, MAX_EXHAUSTIVE_PARTITIONS) > MAX_EXHAUSTIVE_PARTITIONS:
+        raise ValueError(
+            f"subsample-exhaustive would try more than {MAX_EXHAUSTIVE_PARTITIONS:,} "
+            f"partitions (the cap) of subsample_size={size} rows into {k} parts; use "
+            f"subsample_size <= {largest}, or algorithm='subsample', which tries "
+            f"n_partitions random partitions"
+        )
     return size
 
 

@@ -300,3 +300,22 @@ def check_groups(groups: ArrayLike, n_samples: int) -> tuple[NDArray[Any], NDArr
     except TypeError as exc:
         raise ValueError(f"groups must be labels of one comparable type: {exc}") from None
     return unique, codes.astype(np.intp).ravel()
+
+
+def as_generator(random_state: Any) -> np.random.Generator:
+    """The one random generator of a fit.
+
+    ``None`` gives fresh entropy, an int seeds a new generator, a ``Generator`` is used as is
+    and a legacy ``RandomState`` seeds a new generator from its stream.
+    """
+    if random_state is None:
+        return np.random.default_rng()
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        return np.random.default_rng(int(random_state))
+    if isinstance(random_state, np.random.Generator):
+        return random_state
+    if isinstance(random_state, np.random.RandomState):
+        return np.random.default_rng(random_state.randint(0, 2**31 - 1, size=4))
+    raise ValueError(
+        f"random_state must be None, an int, a numpy Generator or RandomState; got {random_state!r}"
+    )

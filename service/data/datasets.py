@@ -1,8 +1,9 @@
 """Uploaded datasets: receive the body by its type, read and check it in blocks, store it.
 
 A file (multipart) or raw body is never held in memory: multipart files are spooled to disk
-by the form parser and raw bodies are streamed to a temporary file; the parsers then read
-them in blocks into a ``StagedDataset``, which is stored chunk by chunk in one unit of work
+by the form parser and raw bodies are streamed to a temporary file; the readers of
+:mod:`service.data.readers` (one per format) then read them in blocks into a ``StagedDataset``
+(:mod:`service.data.staging`), which is stored chunk by chunk in one unit of work
 (docs/adr/0009-datasets-in-row-chunks.md).
 """
 
@@ -26,6 +27,12 @@ from models_store import repository
 from models_store.session import session_scope
 from service.config import Settings
 from service.data import ingest, json_bodies
+from service.data.column_choice import ColumnChoice
+from service.data.readers.csv import read_csv
+from service.data.readers.npy import read_npy_pair
+from service.data.readers.npz import read_npz
+from service.data.readers.parquet import read_parquet
+from service.data.staging import NUMBER, STRING, StagedDataset
 from service.errors import (
     ConflictError,
     DataTooLargeError,
@@ -51,9 +58,9 @@ class TableOptions:
     keep: tuple[str, ...] = ()
     na: str = ingest.NA_ERROR
 
-    def choice(self) -> ingest.ColumnChoice:
+    def choice(self) -> ColumnChoice:
         """The feature columns asked for, and those kept beside them."""
-        return ingest.ColumnChoice(features=self.features, ignore=self.ignore, keep=self.keep)
+        return ColumnChoice(features=self.features, ignore=self.ignore, keep=self.keep)
 
     def check_applies_to(self, file_format: str) -> None:
         """Raise if an option was given that a file of ``file_format`` has no use for."""
@@ -87,10 +94,8 @@ def _texts(values: Sequence[Any]) -> list[str]:
     return [value for value in values if isinstance(value, str)]
 
 
-_READERS: dict[
-    str, Callable[[BinaryFile, TableOptions, ingest.DatasetLimits], ingest.StagedDataset]
-] = {
-    "csv": lambda source, options, limits: ingest.read_csv(
+_READERS: dict[str, Callable[[BinaryFile, TableOptions, ingest.DatasetLimits], StagedDataset]] = {
+    "csv": lambda source, options, limits: read_csv(
         source,
         target=options.target,
         limits=limits,
@@ -98,12 +103,10 @@ _READERS: dict[
         delimiter=options.delimiter,
         na=options.na,
     ),
-    "parquet": lambda source, options, limits: ingest.read_parquet(
+    "parquet": lambda source, options, limits: read_parquet(
         source, target=options.target, limits=limits, choice=options.choice()
     ),
-    "npz": lambda source, options, limits: ingest.read_npz(
-        source, limits=limits, keep=options.keep
-    ),
+    "npz": lambda source, options, limits: read_npz(source, limits=limits, keep=options.keep),
 }
 _SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npz": "npz"}
 MEDIA_TYPES = {
@@ -147,7 +150,7 @@ def file_format(*, filename: str | None, content_type: str | None) -> str:
     )
 
 
-def _reading(read: Callable[[], ingest.StagedDataset]) -> ingest.StagedDataset:
+def _reading(read: Callable[[], StagedDataset]) -> StagedDataset:
     """Run a parser; 413 past a size limit, 422 naming the row, column or array that is wrong."""
     try:
         return read()
@@ -163,11 +166,11 @@ def read_file(
     file_format: str,
     options: TableOptions,
     limits: ingest.DatasetLimits,
-) -> ingest.StagedDataset:
+) -> StagedDataset:
     """Read an uploaded file of a known format (``file_format``) into a staged dataset."""
     reader = _READERS[file_format]
 
-    def read() -> ingest.StagedDataset:
+    def read() -> StagedDataset:
         options.check_applies_to(file_format)
         return reader(source, options, limits)
 
@@ -180,24 +183,22 @@ def read_npy_files(
     *,
     feature_names: Sequence[str] | None,
     limits: ingest.DatasetLimits,
-) -> ingest.StagedDataset:
+) -> StagedDataset:
     """Read the ``.npy`` files ``X`` and ``y`` of a multipart upload into a staged dataset."""
     return _reading(
-        lambda: ingest.read_npy_pair(X_source, y_source, feature_names=feature_names, limits=limits)
+        lambda: read_npy_pair(X_source, y_source, feature_names=feature_names, limits=limits)
     )
 
 
-def stage_parsed(
-    parsed: ingest.ParsedDataset, *, limits: ingest.DatasetLimits
-) -> ingest.StagedDataset:
+def stage_parsed(parsed: ingest.ParsedDataset, *, limits: ingest.DatasetLimits) -> StagedDataset:
     """Stage the arrays of a JSON dataset (already checked by its schema and converted)."""
 
-    def read() -> ingest.StagedDataset:
+    def read() -> StagedDataset:
         kept = {
-            name: ingest.NUMBER if values.dtype == np.float64 else ingest.STRING
+            name: NUMBER if values.dtype == np.float64 else STRING
             for name, values in parsed.extra.items()
         }
-        staged = ingest.StagedDataset(
+        staged = StagedDataset(
             feature_names=parsed.feature_names, target_name=None, limits=limits, kept=kept
         )
         try:
@@ -214,7 +215,7 @@ def stage_parsed(
 class Upload:
     """A received upload: its checked rows (delete them with ``close``) and its name."""
 
-    staged: ingest.StagedDataset
+    staged: StagedDataset
     name: str | None
 
     def close(self) -> None:
@@ -404,7 +405,7 @@ def store_upload(
 Chunk = tuple[ingest.FloatArray, ingest.FloatArray, dict[str, NDArray[Any]]]
 
 
-def stored_chunks(staged: ingest.StagedDataset) -> Iterator[Chunk]:
+def stored_chunks(staged: StagedDataset) -> Iterator[Chunk]:
     """The staged rows cut into the chunks they are stored as, with their kept values: at
     most ``repository.DATASET_CHUNK_BYTES`` of features and kept values each (a text counted
     by its UTF-8 length), so a chunk of long texts holds fewer rows."""

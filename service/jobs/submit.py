@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from mixreg import check_n_components_list
+from mixreg.service_support import check_n_components_list
 from models_store import repository
 from models_store.tables import Dataset, Job
 from service.data import columns, ingest

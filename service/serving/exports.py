@@ -30,7 +30,8 @@ from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.orm import Session
 
-from mixreg import STATUSES, MixtureOfLinearRegressions
+from mixreg import MixtureOfLinearRegressions
+from mixreg.service_support import STATUSES
 from models_store import registry, repository
 from models_store.tables import Model, ModelVersion
 from service import limits

@@ -21,6 +21,7 @@ import orjson
 from numpy.typing import NDArray
 
 from service.data import ingest
+from service.data.readers.npy import NpyHeader, read_npy_header, read_npz_member_header
 
 FloatArray = NDArray[np.float64]
 
@@ -50,14 +51,12 @@ def read_npy_matrix(
     ``check_shape`` sees the declared shape before the data are converted.
     """
     source = io.BytesIO(body)
-    header = ingest.read_npy_header(source, name=name, ndim=2)
+    header = read_npy_header(source, name=name, ndim=2)
     _check_matrix_shape(header, name=name, check_shape=check_shape)
     return _finite_matrix(body, header)
 
 
-def _check_matrix_shape(
-    header: ingest.NpyHeader, *, name: str, check_shape: ShapeCheck | None
-) -> None:
+def _check_matrix_shape(header: NpyHeader, *, name: str, check_shape: ShapeCheck | None) -> None:
     n_rows, n_features = header.shape
     if n_rows == 0:
         raise ingest.IngestError("X is empty; at least one row is required")
@@ -67,7 +66,7 @@ def _check_matrix_shape(
         check_shape(n_rows, n_features, name)
 
 
-def _finite_matrix(data: bytes | bytearray, header: ingest.NpyHeader) -> FloatArray:
+def _finite_matrix(data: bytes | bytearray, header: NpyHeader) -> FloatArray:
     """The (n, d) matrix the ``.npy`` ``data`` (header included) holds, as finite float64."""
     n_rows, n_features = header.shape
     values = np.frombuffer(
@@ -117,13 +116,13 @@ def read_npz_keyed(
                 f"{', '.join(sorted(members)) or 'none'}"
             )
         X_name, keys_name = "the .npz array X", "the .npz array keys"
-        X_header = ingest.read_npz_member_header(archive, members["X"], name=X_name)
+        X_header = read_npz_member_header(archive, members["X"], name=X_name)
         if X_header.dtype.kind not in "biuf" or len(X_header.shape) != 2:
             raise ingest.IngestError(
                 f"{X_name} must be a 2-D array of numbers, got shape {X_header.shape} of "
                 f"{X_header.dtype}"
             )
-        keys_header = ingest.read_npz_member_header(archive, members["keys"], name=keys_name)
+        keys_header = read_npz_member_header(archive, members["keys"], name=keys_name)
         _check_matrix_shape(X_header, name=X_name, check_shape=check_shape)
         _check_decoded(X_header, keys_header, max_decoded_bytes, decoded_setting)
         n_rows = X_header.shape[0]
@@ -141,8 +140,8 @@ def read_npz_keyed(
 
 
 def _check_decoded(
-    X_header: ingest.NpyHeader,
-    keys_header: ingest.NpyHeader,
+    X_header: NpyHeader,
+    keys_header: NpyHeader,
     max_decoded_bytes: int,
     decoded_setting: str,
 ) -> None:
@@ -162,7 +161,7 @@ def _check_decoded(
 
 
 def _decompressed(
-    archive: zipfile.ZipFile, member: str, header: ingest.NpyHeader, *, name: str
+    archive: zipfile.ZipFile, member: str, header: NpyHeader, *, name: str
 ) -> bytearray:
     """The member's bytes, header and data, decompressed in blocks into a buffer of the size
     its header declares; ``IngestError`` if the member holds fewer or more bytes."""

@@ -13,7 +13,8 @@ import numpy as np
 from numpy.typing import NDArray
 from sqlalchemy.orm import Session, sessionmaker
 
-from mixreg import STATUSES, KeyedMixture, gate_probabilities, min_loss, predict_lines
+from mixreg import KeyedMixture, gate_probabilities, min_loss, predict_lines
+from mixreg.service_support import STATUSES
 from models_store import registry, repository
 from models_store.codecs import decode_group_table
 from models_store.session import read_scope, session_scope

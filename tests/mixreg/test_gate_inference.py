@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mixreg import MixtureOfLinearRegressions
-from mixreg._inference import (
+from mixreg._gated_inference import (
     GatedParameters,
     gated_likelihood_pass,
     gated_log_likelihood,

@@ -9,7 +9,7 @@ import pytest
 from scipy.stats import norm
 from sklearn.exceptions import NotFittedError
 
-from mixreg import MixtureOfLinearRegressions, component_order
+from mixreg import MixtureOfLinearRegressions
 from mixreg import _inference as inference
 from mixreg._inference import (
     MixtureParameters,
@@ -21,6 +21,7 @@ from mixreg._inference import (
     observed_information,
     row_scores,
 )
+from mixreg.service_support import component_order
 
 
 def _mixture_rows(rng, n, coef, intercept, noise, weights=None):

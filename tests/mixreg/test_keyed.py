@@ -6,14 +6,9 @@ import time
 import numpy as np
 import pytest
 
-from mixreg import (
-    STATUSES,
-    MixtureOfLinearRegressions,
-    UnknownKeyError,
-    fit_per_key,
-    min_loss,
-)
+from mixreg import MixtureOfLinearRegressions, UnknownKeyError, fit_per_key, min_loss
 from mixreg.datasets import make_shared_accounts
+from mixreg.service_support import STATUSES
 
 
 def _brute_force_min_loss(x, y):

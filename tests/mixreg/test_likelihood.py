@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 import mixreg._auto
 from mixreg import MixtureOfLinearRegressions, min_loss, predict_lines, select_n_components
 from mixreg._em import em_batch
-from mixreg._estimator import _Scaling
 from mixreg._inference import log_likelihood, maximum_likelihood_polish
 from mixreg._likelihood import (
     best_maximum_likelihood,
     random_partition_starts,
     split_starts,
 )
+from mixreg._scaling import Scaling
 from mixreg.datasets import make_realizable
 
 
@@ -40,8 +40,8 @@ def overlapping_lines(seed: int, n: int = 300) -> tuple[np.ndarray, np.ndarray]:
 def test_the_fit_is_at_least_em_from_the_lines_and_every_proper_restart(seed, restarts):
     X, y = overlapping_lines(seed)
     lines = MixtureOfLinearRegressions(3, random_state=seed, n_init=4).fit(X, y)
-    _, Z, y_scaled = _Scaling.of(X, y, True)
-    scaling = _Scaling.of(X, y, True)[0]
+    _, Z, y_scaled = Scaling.of(X, y, True)
+    scaling = Scaling.of(X, y, True)[0]
     theta = scaling.to_scaled(np.column_stack([lines.coef_, lines.intercept_]))
     fit = best_maximum_likelihood(
         Z, y_scaled, theta, rng=np.random.default_rng(seed), n_restarts=restarts
@@ -75,7 +75,7 @@ def flexmix_like(seed: int, n: int = 200) -> tuple[np.ndarray, np.ndarray]:
 def test_the_fit_finds_a_higher_maximum_than_em_from_the_min_loss_lines(seed):
     X, y = flexmix_like(seed)
     model = MixtureOfLinearRegressions(3, random_state=0, standard_errors=True).fit(X, y)
-    scaling, Z, y_scaled = _Scaling.of(X, y, True)
+    scaling, Z, y_scaled = Scaling.of(X, y, True)
     theta = scaling.to_scaled(np.column_stack([model.coef_, model.intercept_]))
     alone = maximum_likelihood_polish(Z, y_scaled, theta).params
     alone_total = log_likelihood(Z, y_scaled, alone) - len(y) * np.log(scaling.y_scale)
@@ -90,7 +90,7 @@ def test_the_fit_finds_a_higher_maximum_than_em_from_the_min_loss_lines(seed):
 
 def test_a_split_start_keeps_the_likelihood_of_the_smaller_mixture_to_second_order():
     X, y, *_ = make_realizable(2000, 2, 2, noise=0.3, random_state=1)
-    scaling, Z, y_scaled = _Scaling.of(X, y, True)
+    scaling, Z, y_scaled = Scaling.of(X, y, True)
     model = MixtureOfLinearRegressions(2, random_state=0).fit(X, y)
     theta = scaling.to_scaled(np.column_stack([model.coef_, model.intercept_]))
     two = best_maximum_likelihood(Z, y_scaled, theta, rng=np.random.default_rng(0))

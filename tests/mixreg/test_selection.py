@@ -8,16 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from mixreg import (
-    MixtureOfLinearRegressions,
-    check_n_components_list,
-    mixture_score,
-    select_n_components,
-    sweep_warm_start,
-)
+from mixreg import MixtureOfLinearRegressions, mixture_score, select_n_components
 from mixreg._loss import predict_lines, row_min_losses
 from mixreg._selection import one_more_line
 from mixreg.datasets import make_realizable
+from mixreg.service_support import check_n_components_list, sweep_warm_start
 
 
 def hard_reading(X, y, coef, intercept, floor):

@@ -17,9 +17,9 @@ from mixreg import (
     ALGORITHMS,
     DegenerateFitWarning,
     MixtureOfLinearRegressions,
-    check_n_components_list,
     min_loss,
 )
+from mixreg.service_support import check_n_components_list
 
 pytestmark = pytest.mark.timeout(240)
 

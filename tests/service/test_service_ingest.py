@@ -9,6 +9,8 @@ import pytest
 
 from service.data import ingest
 from service.data.ingest import IngestError
+from service.data.readers import csv as csv_reader
+from service.data.readers import npz as npz_reader
 
 
 def npz_bytes(**arrays) -> bytes:
@@ -18,7 +20,7 @@ def npz_bytes(**arrays) -> bytes:
 
 
 def test_csv_with_a_named_target_column():
-    parsed = ingest.parse_csv(b"a,target,b\n1,10,2\n3.5,-1e3,4\n\n", target="target")
+    parsed = csv_reader.parse_csv(b"a,target,b\n1,10,2\n3.5,-1e3,4\n\n", target="target")
     np.testing.assert_array_equal(parsed.X, [[1.0, 2.0], [3.5, 4.0]])
     np.testing.assert_array_equal(parsed.y, [10.0, -1000.0])
     assert parsed.feature_names == ["a", "b"]
@@ -27,7 +29,7 @@ def test_csv_with_a_named_target_column():
 
 
 def test_csv_accepts_a_byte_order_mark_and_padded_cells():
-    parsed = ingest.parse_csv("\ufeff x , y \n 1 , 2 \n".encode(), target="y")
+    parsed = csv_reader.parse_csv("\ufeff x , y \n 1 , 2 \n".encode(), target="y")
     assert parsed.feature_names == ["x"]
     np.testing.assert_array_equal(parsed.y, [2.0])
 
@@ -76,7 +78,7 @@ def test_csv_accepts_a_byte_order_mark_and_padded_cells():
 )
 def test_bad_csv(content, target, message):
     with pytest.raises(IngestError) as error:
-        ingest.parse_csv(content, target=target)
+        csv_reader.parse_csv(content, target=target)
     assert str(error.value) == message
 
 
@@ -117,7 +119,7 @@ def test_bad_json_arrays(X, y, names, message):
 
 def test_npz_with_feature_names():
     X = np.arange(6, dtype=np.int32).reshape(3, 2)
-    parsed = ingest.parse_npz(
+    parsed = npz_reader.parse_npz(
         npz_bytes(X=X, y=np.array([1.0, 2.0, 3.0]), feature_names=np.array(["u", "v"]))
     )
     np.testing.assert_array_equal(parsed.X, X)
@@ -153,16 +155,16 @@ def test_npz_with_feature_names():
 )
 def test_bad_npz(arrays, message):
     with pytest.raises(IngestError) as error:
-        ingest.parse_npz(npz_bytes(**arrays))
+        npz_reader.parse_npz(npz_bytes(**arrays))
     assert str(error.value) == message
 
 
 def test_npz_with_object_arrays_is_refused_without_unpickling():
     content = npz_bytes(X=np.array([[1, "a"]], dtype=object), y=np.ones(1))
     with pytest.raises(IngestError, match=r"^NPZ array 'X' must hold numbers, got dtype object$"):
-        ingest.parse_npz(content)
+        npz_reader.parse_npz(content)
 
 
 def test_a_file_that_is_not_npz():
     with pytest.raises(IngestError, match=r"^file is not a readable NPZ archive"):
-        ingest.parse_npz(b"a,b\n1,2\n")
+        npz_reader.parse_npz(b"a,b\n1,2\n")

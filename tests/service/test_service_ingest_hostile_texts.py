@@ -17,7 +17,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.data import ingest
-from service.data.ingest import ColumnChoice, DatasetLimits, DatasetTooLargeError, IngestError
+from service.data.column_choice import ColumnChoice
+from service.data.ingest import DatasetLimits, DatasetTooLargeError, IngestError
+from service.data.readers import csv as csv_reader
+from service.data.readers import npz as npz_reader
+from service.data.readers import parquet as parquet_reader
 
 SETTING = "MIXREG_MAX_TEXT_CELL_CHARS"
 
@@ -68,9 +72,9 @@ def test_a_long_csv_cell_is_refused_by_either_reader(client: TestClient, monkeyp
     if not fast:
 
         def refuse(*args, **kwargs):
-            raise ingest._FastPathRefusedError
+            raise csv_reader._FastPathRefusedError
 
-        monkeypatch.setattr(ingest, "_stage_csv_fast", refuse)
+        monkeypatch.setattr(csv_reader, "_stage_csv_fast", refuse)
     rows = "".join(f"{i},{i % 3},k{i}\n" for i in range(50))
     rows += f"50,1,{'k' * 2000}\n"
     response = client.post(
@@ -108,7 +112,7 @@ def test_npz_kept_arrays_count_with_the_rows_towards_the_decoded_size():
     np.savez(buffer, X=np.ones((1000, 1)), y=np.ones(1000), g=np.array(["abcdefghij"] * 1000))
     limits = DatasetLimits(max_decoded_bytes=50_000)
     with pytest.raises(DatasetTooLargeError, match="40,000 bytes of kept columns"):
-        ingest.read_npz(io.BytesIO(buffer.getvalue()), limits=limits, keep=["g"])
+        npz_reader.read_npz(io.BytesIO(buffer.getvalue()), limits=limits, keep=["g"])
 
 
 def test_wide_enough_npz_strings_are_read_back_block_by_block(monkeypatch):
@@ -117,7 +121,9 @@ def test_wide_enough_npz_strings_are_read_back_block_by_block(monkeypatch):
     buffer = io.BytesIO()
     np.savez(buffer, X=np.arange(500.0)[:, None], y=np.ones(500), g=texts, w=np.arange(500))
     limits = DatasetLimits(max_text_cell_chars=8)
-    with ingest.read_npz(io.BytesIO(buffer.getvalue()), limits=limits, keep=["g", "w"]) as staged:
+    with npz_reader.read_npz(
+        io.BytesIO(buffer.getvalue()), limits=limits, keep=["g", "w"]
+    ) as staged:
         parsed = staged.to_parsed()
     assert parsed.extra["g"].tolist() == [str(t) if t else None for t in texts]
     np.testing.assert_array_equal(parsed.extra["w"], np.arange(500.0))
@@ -137,7 +143,7 @@ def test_dictionary_parquet_texts_are_read_back_in_slices(monkeypatch):
     )
     sink = io.BytesIO()
     pq.write_table(table, sink)
-    with ingest.read_parquet(
+    with parquet_reader.read_parquet(
         io.BytesIO(sink.getvalue()),
         target="y",
         choice=ColumnChoice(keep=("g",)),
@@ -152,7 +158,7 @@ def test_a_too_long_text_is_named_in_a_later_block():
     limits = DatasetLimits(max_text_cell_chars=4)
     rows = "".join(f"{i},1,abc\n" for i in range(10)) + "10,1,abcdef\n"
     with pytest.raises(IngestError, match="6 characters in data row 11"):
-        ingest.read_csv(
+        csv_reader.read_csv(
             io.BytesIO(f"x,y,t\n{rows}".encode()),
             target="y",
             limits=limits,
@@ -165,7 +171,8 @@ import io, json, resource, sys
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from service.data import ingest
+from service.data import column_choice, ingest
+from service.data.readers import parquet as parquet_reader
 n_rows = 200_000
 table = pa.table({
     "x": np.arange(n_rows, dtype=np.float64) % 10,
@@ -181,8 +188,8 @@ del table, sink
 limits = ingest.DatasetLimits(max_decoded_bytes=256 * 2**20)  # no cap on a text's length
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 try:
-    ingest.read_parquet(
-        io.BytesIO(data), target="y", limits=limits, choice=ingest.ColumnChoice(keep=("g",))
+    parquet_reader.read_parquet(
+        io.BytesIO(data), target="y", limits=limits, choice=column_choice.ColumnChoice(keep=("g",))
     ).close()
     outcome = "read"
 except ingest.DatasetTooLargeError as exc:
@@ -212,13 +219,14 @@ def test_a_dictionary_parquet_is_refused_before_its_texts_are_expanded():
 
 PEAK_OF_A_PLAIN_PARQUET = """
 import json, resource, sys
-from service.data import ingest
+from service.data import column_choice, ingest
+from service.data.readers import parquet as parquet_reader
 limits = ingest.DatasetLimits(max_decoded_bytes=64 * 2**20)  # no cap on a text's length
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 try:
     with open(sys.argv[1], "rb") as source:
-        ingest.read_parquet(
-            source, target="y", limits=limits, choice=ingest.ColumnChoice(keep=("g",))
+        parquet_reader.read_parquet(
+            source, target="y", limits=limits, choice=column_choice.ColumnChoice(keep=("g",))
         ).close()
     outcome = "read"
 except ingest.DatasetTooLargeError as exc:

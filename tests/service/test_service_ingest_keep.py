@@ -12,20 +12,24 @@ import pyarrow.parquet as pq
 import pytest
 
 from models_store import repository
-from service.data import datasets, ingest
-from service.data.ingest import ColumnChoice, DatasetLimits, DatasetTooLargeError, IngestError
+from service.data import datasets, ingest, staging
+from service.data.column_choice import ColumnChoice
+from service.data.ingest import DatasetLimits, DatasetTooLargeError, IngestError
+from service.data.readers import csv as csv_reader
+from service.data.readers import npz as npz_reader
+from service.data.readers import parquet as parquet_reader
 
 CSV = b"user,a,w,y,note\n u1 ,1,0.5,10,x\n7,2,,20,\nu3,3,nan,30,z\n"
 
 
-def read_csv(data: bytes, **options) -> ingest.StagedDataset:
+def read_csv(data: bytes, **options) -> staging.StagedDataset:
     keep = options.pop("keep", ())
-    return ingest.read_csv(
+    return csv_reader.read_csv(
         io.BytesIO(data), target="y", choice=ColumnChoice(keep=tuple(keep), **options)
     )
 
 
-def parsed(staged: ingest.StagedDataset) -> ingest.ParsedDataset:
+def parsed(staged: staging.StagedDataset) -> ingest.ParsedDataset:
     with staged:
         return staged.to_parsed()
 
@@ -54,9 +58,9 @@ def test_the_exact_csv_reader_keeps_the_same_columns_as_the_fast_one(monkeypatch
     fast = parsed(read_csv(CSV, keep=["user", "w", "note"]))
 
     def refuse(*args, **kwargs):
-        raise ingest._FastPathRefusedError
+        raise csv_reader._FastPathRefusedError
 
-    monkeypatch.setattr(ingest, "_stage_csv_fast", refuse)
+    monkeypatch.setattr(csv_reader, "_stage_csv_fast", refuse)
     exact = parsed(read_csv(CSV, keep=["user", "w", "note"]))
     np.testing.assert_array_equal(exact.X, fast.X)
     for name in ("user", "note"):
@@ -65,7 +69,7 @@ def test_the_exact_csv_reader_keeps_the_same_columns_as_the_fast_one(monkeypatch
 
 
 def test_a_csv_column_turns_to_text_in_a_later_block(monkeypatch):
-    monkeypatch.setattr(ingest, "CSV_BLOCK_BYTES", 64)
+    monkeypatch.setattr(csv_reader, "CSV_BLOCK_BYTES", 64)
     rows = "".join(f"{i},{i}.5,{i}\n" for i in range(40))
     data = f"a,g,y\n{rows}9,id-x,1\n".encode()
     with read_csv(data, keep=["g"]) as staged:
@@ -116,7 +120,7 @@ def test_parquet_keeps_text_numbers_and_dictionaries_with_their_missing_values()
             "y": [1.0, 2.0, 3.0],
         }
     )
-    staged = ingest.read_parquet(
+    staged = parquet_reader.read_parquet(
         parquet_bytes(table), target="y", choice=ColumnChoice(keep=("id", "user", "city"))
     )
     with staged:
@@ -135,7 +139,9 @@ def test_parquet_keeps_text_numbers_and_dictionaries_with_their_missing_values()
 def test_parquet_refuses_to_keep_a_column_of_another_type():
     table = pa.table({"a": [1.0], "flag": [True], "y": [1.0]})
     with pytest.raises(IngestError, match="keep names the Parquet column 'flag', which holds bool"):
-        ingest.read_parquet(parquet_bytes(table), target="y", choice=ColumnChoice(keep=("flag",)))
+        parquet_reader.read_parquet(
+            parquet_bytes(table), target="y", choice=ColumnChoice(keep=("flag",))
+        )
 
 
 def npz_bytes(**arrays) -> io.BytesIO:
@@ -149,7 +155,7 @@ def test_npz_keeps_named_arrays():
     source = npz_bytes(
         X=np.eye(3), y=np.arange(3.0), g=np.array(["a", "", "ccc"]), w=np.array([1, 2, 3])
     )
-    with ingest.read_npz(source, keep=["g", "w"]) as staged:
+    with npz_reader.read_npz(source, keep=["g", "w"]) as staged:
         assert staged.extra_columns == [
             {"name": "g", "type": "string"},
             {"name": "w", "type": "number"},
@@ -178,7 +184,7 @@ def test_npz_keeps_named_arrays():
 )
 def test_npz_refuses_a_kept_array_that_is_missing_or_of_the_wrong_shape(arrays, keep, message):
     with pytest.raises(IngestError) as caught:
-        ingest.read_npz(npz_bytes(X=np.eye(3), y=np.ones(3), **arrays), keep=keep)
+        npz_reader.read_npz(npz_bytes(X=np.eye(3), y=np.ones(3), **arrays), keep=keep)
     assert str(caught.value) == message
 
 
@@ -214,13 +220,13 @@ def test_the_decoded_size_limit_counts_kept_bytes():
     with read_csv(data, keep=["t"]) as staged:
         assert staged.n_rows == 10
     limits = DatasetLimits(max_decoded_bytes=plain + 10 * 20)
-    with ingest.read_csv(
+    with csv_reader.read_csv(
         io.BytesIO(data), target="y", limits=limits, choice=ColumnChoice(keep=("t",))
     ) as staged:
         assert staged.n_rows == 10
     too_small = DatasetLimits(max_decoded_bytes=plain + 10 * 20 - 1)
     with pytest.raises(DatasetTooLargeError, match=r"and 200 bytes of kept columns; at most 359"):
-        ingest.read_csv(
+        csv_reader.read_csv(
             io.BytesIO(data), target="y", limits=too_small, choice=ColumnChoice(keep=("t",))
         )
 
@@ -230,8 +236,8 @@ def test_stored_chunks_are_bounded_by_the_bytes_of_kept_text(monkeypatch):
     rng = np.random.default_rng(3)
     lengths = rng.integers(0, 200, 300)
     texts = np.array(["x" * int(length) for length in lengths], dtype=object)
-    staged = ingest.StagedDataset(
-        feature_names=["a"], target_name="y", kept={"t": ingest.STRING, "w": ingest.NUMBER}
+    staged = staging.StagedDataset(
+        feature_names=["a"], target_name="y", kept={"t": staging.STRING, "w": staging.NUMBER}
     )
     with staged:
         for start in range(0, 300, 70):  # blocks of another size than the chunks

@@ -15,7 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.data import ingest
+from service.data import ingest, staging
+from service.data.readers import csv as csv_reader
+from service.data.readers import npy as npy_reader
+from service.data.readers import npz as npz_reader
+from service.data.readers import parquet as parquet_reader
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -28,7 +32,7 @@ PROPERTY = settings(
 LIMITS = ingest.DatasetLimits(max_rows=50, max_features=8)
 
 
-def outcome(read) -> ingest.StagedDataset | ingest.IngestError:
+def outcome(read) -> staging.StagedDataset | ingest.IngestError:
     """The staged rows a parser returns, or the ``IngestError`` it raises (anything else
     propagates and fails the test)."""
     try:
@@ -78,13 +82,13 @@ def csv_documents(draw) -> tuple[bytes, str | None]:
 @given(csv_documents())
 def test_csv_of_any_shape_is_read_or_refused_with_a_message(document):
     data, target = document
-    outcome(lambda: ingest.read_csv(io.BytesIO(data), target=target, limits=LIMITS))
+    outcome(lambda: csv_reader.read_csv(io.BytesIO(data), target=target, limits=LIMITS))
 
 
 @PROPERTY
 @given(st.binary(max_size=400), st.sampled_from([None, "y", "a"]))
 def test_csv_of_any_bytes_is_read_or_refused_with_a_message(data, target):
-    outcome(lambda: ingest.read_csv(io.BytesIO(data), target=target, limits=LIMITS))
+    outcome(lambda: csv_reader.read_csv(io.BytesIO(data), target=target, limits=LIMITS))
 
 
 @PROPERTY
@@ -97,7 +101,7 @@ def test_csv_of_any_bytes_is_read_or_refused_with_a_message(data, target):
 )
 def test_a_csv_of_numbers_is_read_exactly(rows):
     text = "a,b,y\n" + "".join(",".join(repr(value) for value in row) + "\n" for row in rows)
-    with ingest.read_csv(io.BytesIO(text.encode()), target="y", limits=LIMITS) as staged:
+    with csv_reader.read_csv(io.BytesIO(text.encode()), target="y", limits=LIMITS) as staged:
         X, y = next(staged.blocks(100))
     expected = np.array(rows)
     np.testing.assert_array_equal(X, expected[:, :2])
@@ -144,7 +148,7 @@ def npz_bytes(arrays: dict[str, np.ndarray], *, compressed: bool) -> bytes:
 )
 def test_npz_of_any_arrays_is_read_or_refused_with_a_message(arrays, compressed):
     data = npz_bytes(arrays, compressed=compressed)
-    outcome(lambda: ingest.read_npz(io.BytesIO(data), limits=LIMITS))
+    outcome(lambda: npz_reader.read_npz(io.BytesIO(data), limits=LIMITS))
 
 
 VALID_NPZ = npz_bytes(
@@ -171,13 +175,13 @@ def damaged(draw, original: bytes) -> bytes:
 @PROPERTY
 @given(damaged(VALID_NPZ))
 def test_a_damaged_npz_is_read_or_refused_with_a_message(data):
-    outcome(lambda: ingest.read_npz(io.BytesIO(data), limits=LIMITS))
+    outcome(lambda: npz_reader.read_npz(io.BytesIO(data), limits=LIMITS))
 
 
 @PROPERTY
 @given(st.binary(max_size=300))
 def test_npz_of_any_bytes_is_refused_with_a_message(data):
-    result = outcome(lambda: ingest.read_npz(io.BytesIO(data), limits=LIMITS))
+    result = outcome(lambda: npz_reader.read_npz(io.BytesIO(data), limits=LIMITS))
     assert isinstance(result, ingest.IngestError)
 
 
@@ -190,7 +194,7 @@ def test_an_npz_whose_member_claims_a_huge_array_is_refused_before_allocating():
     with zipfile.ZipFile(archive, "w") as zipped:
         zipped.writestr("X.npy", header.getvalue())
         zipped.writestr("y.npy", header.getvalue())
-    result = outcome(lambda: ingest.read_npz(io.BytesIO(archive.getvalue()), limits=LIMITS))
+    result = outcome(lambda: npz_reader.read_npz(io.BytesIO(archive.getvalue()), limits=LIMITS))
     assert isinstance(result, ingest.IngestError)
 
 
@@ -214,7 +218,7 @@ VALID_X, VALID_Y = npy_bytes(np.arange(8.0).reshape(4, 2)), npy_bytes(np.arange(
 )
 def test_npy_pairs_of_any_bytes_are_read_or_refused_with_a_message(X_data, y_data, names):
     outcome(
-        lambda: ingest.read_npy_pair(
+        lambda: npy_reader.read_npy_pair(
             io.BytesIO(X_data), io.BytesIO(y_data), feature_names=names, limits=LIMITS
         )
     )
@@ -249,7 +253,7 @@ def parquet_tables(draw) -> bytes:
 @PROPERTY
 @given(parquet_tables(), st.sampled_from([None, "y", "x", "target"]))
 def test_parquet_of_any_columns_is_read_or_refused_with_a_message(data, target):
-    outcome(lambda: ingest.read_parquet(io.BytesIO(data), target=target, limits=LIMITS))
+    outcome(lambda: parquet_reader.read_parquet(io.BytesIO(data), target=target, limits=LIMITS))
 
 
 VALID_PARQUET = parquet_bytes(
@@ -260,13 +264,13 @@ VALID_PARQUET = parquet_bytes(
 @PROPERTY
 @given(st.one_of(damaged(VALID_PARQUET), st.binary(max_size=300)))
 def test_a_damaged_parquet_file_is_read_or_refused_with_a_message(data):
-    outcome(lambda: ingest.read_parquet(io.BytesIO(data), target="y", limits=LIMITS))
+    outcome(lambda: parquet_reader.read_parquet(io.BytesIO(data), target="y", limits=LIMITS))
 
 
 def test_the_limits_are_errors_of_the_documented_kind():
     rows = "".join(f"{index},{index}\n" for index in range(LIMITS.max_rows + 1))
     result = outcome(
-        lambda: ingest.read_csv(io.BytesIO(f"a,y\n{rows}".encode()), target="y", limits=LIMITS)
+        lambda: csv_reader.read_csv(io.BytesIO(f"a,y\n{rows}".encode()), target="y", limits=LIMITS)
     )
     assert isinstance(result, ingest.DatasetTooLargeError)
     assert "MIXREG_MAX_ROWS" in str(result)

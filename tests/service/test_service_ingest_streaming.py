@@ -14,8 +14,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from service.data import ingest
+from service.data import column_choice, ingest, staging
 from service.data.ingest import DatasetLimits, DatasetTooLargeError, IngestError
+from service.data.readers import csv as csv_reader
+from service.data.readers import npy as npy_reader
+from service.data.readers import npz as npz_reader
+from service.data.readers import parquet as parquet_reader
 
 
 def bits(a) -> np.ndarray:
@@ -50,7 +54,7 @@ def npy_bytes(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def staged_arrays(staged: ingest.StagedDataset) -> tuple[np.ndarray, np.ndarray]:
+def staged_arrays(staged: staging.StagedDataset) -> tuple[np.ndarray, np.ndarray]:
     with staged:
         parsed = staged.to_parsed()
     return parsed.X, parsed.y
@@ -59,15 +63,15 @@ def staged_arrays(staged: ingest.StagedDataset) -> tuple[np.ndarray, np.ndarray]
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Parse in blocks of a few hundred bytes, so a small file spans many blocks."""
-    monkeypatch.setattr(ingest, "CSV_BLOCK_BYTES", 512)
-    monkeypatch.setattr(ingest, "_TEXT_BLOCK_BYTES", 7)
+    monkeypatch.setattr(csv_reader, "CSV_BLOCK_BYTES", 512)
+    monkeypatch.setattr(csv_reader, "_TEXT_BLOCK_BYTES", 7)
     monkeypatch.setattr(ingest, "BLOCK_BYTES", 800)
 
 
 @pytest.mark.parametrize("line_end", ["\n", "\r\n", "\r"])
 def test_csv_in_many_blocks_reads_every_value_bit_exact(small_blocks, line_end):
     X, y = awkward_data()
-    staged = ingest.read_csv(io.BytesIO(csv_bytes(X, y, line_end=line_end)), target="y")
+    staged = csv_reader.read_csv(io.BytesIO(csv_bytes(X, y, line_end=line_end)), target="y")
     assert (staged.feature_names, staged.target_name) == (["x0", "x1", "x2"], "y")
     X_read, y_read = staged_arrays(staged)
     np.testing.assert_array_equal(bits(X_read), bits(X))
@@ -78,7 +82,7 @@ def test_csv_rows_the_fast_reader_refuses_are_read_by_the_csv_module(small_block
     # Blank-looking lines, a quoted value and Python's number syntax: the exact reader
     # accepts what the csv module and float() accept.
     content = b'a, y\n1_000,2\n   \n,\n"3.5",4\n'
-    X, y = staged_arrays(ingest.read_csv(io.BytesIO(content), target="y"))
+    X, y = staged_arrays(csv_reader.read_csv(io.BytesIO(content), target="y"))
     np.testing.assert_array_equal(X, [[1000.0], [3.5]])
     np.testing.assert_array_equal(y, [2.0, 4.0])
 
@@ -104,7 +108,7 @@ def test_csv_rows_the_fast_reader_refuses_are_read_by_the_csv_module(small_block
 def test_a_bad_value_deep_in_a_csv_is_named_by_its_line(small_blocks, tail, message):
     content = b"a,y\n" + b"1,2\n" * 2000 + tail
     with pytest.raises(IngestError) as error:
-        ingest.read_csv(io.BytesIO(content), target="y")
+        csv_reader.read_csv(io.BytesIO(content), target="y")
     assert str(error.value) == message
 
 
@@ -119,7 +123,7 @@ def test_parquet_of_integers_and_floats_in_several_row_groups():
             "x1": pa.array(single),
         }
     )
-    staged = ingest.read_parquet(
+    staged = parquet_reader.read_parquet(
         io.BytesIO(parquet_bytes(table, row_group_size=64)), target="target"
     )
     assert (staged.feature_names, staged.target_name) == (["count", "x0", "x1"], "target")
@@ -168,7 +172,7 @@ GOOD_PARQUET = parquet_bytes(pa.table({"a": [1.0, 2.0, 3.0], "y": [0.5, 1.5, 2.5
 )
 def test_bad_parquet(content, target, message):
     with pytest.raises(IngestError) as error:
-        ingest.read_parquet(io.BytesIO(content), target=target)
+        parquet_reader.read_parquet(io.BytesIO(content), target=target)
     assert str(error.value).startswith(message)
 
 
@@ -181,7 +185,7 @@ def test_npy_pairs_in_any_layout_read_bit_exact(small_blocks, layout):
         "big-endian": X.astype(">f8"),
         "int32": np.arange(2000, dtype=np.int32).reshape(500, 4),
     }[layout]
-    staged = ingest.read_npy_pair(
+    staged = npy_reader.read_npy_pair(
         io.BytesIO(npy_bytes(stored)), io.BytesIO(npy_bytes(y)), feature_names=["a", "b", "c", "d"]
     )
     assert staged.feature_names == ["a", "b", "c", "d"]
@@ -214,12 +218,12 @@ def test_npy_pairs_in_any_layout_read_bit_exact(small_blocks, layout):
 def test_bad_npy_pairs(X_file, y_file, message):
     if message is None:  # booleans are numbers to numpy: accepted as 0 and 1
         X, _ = staged_arrays(
-            ingest.read_npy_pair(io.BytesIO(X_file), io.BytesIO(y_file), feature_names=None)
+            npy_reader.read_npy_pair(io.BytesIO(X_file), io.BytesIO(y_file), feature_names=None)
         )
         np.testing.assert_array_equal(X, np.ones((2, 2)))
         return
     with pytest.raises(IngestError) as error:
-        ingest.read_npy_pair(io.BytesIO(X_file), io.BytesIO(y_file), feature_names=None)
+        npy_reader.read_npy_pair(io.BytesIO(X_file), io.BytesIO(y_file), feature_names=None)
     assert str(error.value).startswith(message)
 
 
@@ -227,28 +231,30 @@ def test_limits_stop_an_upload_and_name_the_setting(small_blocks):
     content = b"a,b,y\n" + b"1,2,3\n" * 2000
     limits = DatasetLimits(max_rows=1999)
     with pytest.raises(DatasetTooLargeError) as error:
-        ingest.read_csv(io.BytesIO(content), target="y", limits=limits)
+        csv_reader.read_csv(io.BytesIO(content), target="y", limits=limits)
     assert str(error.value) == (
         "the dataset has more than 1,999 rows; at most 1,999 are accepted (MIXREG_MAX_ROWS)"
     )
     with pytest.raises(DatasetTooLargeError) as error:
-        ingest.read_csv(io.BytesIO(content), target="y", limits=DatasetLimits(max_features=1))
+        csv_reader.read_csv(io.BytesIO(content), target="y", limits=DatasetLimits(max_features=1))
     assert str(error.value) == (
         "the dataset has 2 features; at most 1 are accepted (MIXREG_MAX_FEATURES)"
     )
     parquet = parquet_bytes(pa.table({"a": np.ones(50), "y": np.ones(50)}))
     with pytest.raises(DatasetTooLargeError, match="MIXREG_MAX_ROWS"):
-        ingest.read_parquet(io.BytesIO(parquet), target="y", limits=DatasetLimits(max_rows=49))
+        parquet_reader.read_parquet(
+            io.BytesIO(parquet), target="y", limits=DatasetLimits(max_rows=49)
+        )
     X_file, y_file = npy_bytes(np.ones((50, 3))), npy_bytes(np.ones(50))
     with pytest.raises(DatasetTooLargeError, match="MIXREG_MAX_ROWS"):
-        ingest.read_npy_pair(
+        npy_reader.read_npy_pair(
             io.BytesIO(X_file), io.BytesIO(y_file), feature_names=None, limits=DatasetLimits(10)
         )
 
 
 def test_staged_rows_read_back_in_blocks_of_any_size():
     X, y = awkward_data(n_rows=103)
-    with ingest.StagedDataset(feature_names=["a", "b", "c"], target_name="y") as staged:
+    with staging.StagedDataset(feature_names=["a", "b", "c"], target_name="y") as staged:
         for start in range(0, 103, 10):
             staged.append(X[start : start + 10], y[start : start + 10])
         assert staged.n_rows == 103
@@ -259,7 +265,7 @@ def test_staged_rows_read_back_in_blocks_of_any_size():
 
 
 def test_a_staged_block_is_checked_with_its_rows_counted_over_the_upload():
-    with ingest.StagedDataset(feature_names=["a"], target_name=None) as staged:
+    with staging.StagedDataset(feature_names=["a"], target_name=None) as staged:
         staged.append(np.ones((5, 1)), np.ones(5))
         with pytest.raises(IngestError, match=r"^X row 6 is too large"):
             staged.append(np.array([[0.0], [1e200]]), np.ones(2))
@@ -282,14 +288,14 @@ def test_a_csv_is_read_the_same_way_every_time_while_pyarrow_still_reads_ahead(
 ):
     # pyarrow refuses the block with 'x'; the exact reader must then read the file from its
     # first byte to that line, whatever pyarrow's thread still reads from the same file.
-    monkeypatch.setattr(ingest, "CSV_BLOCK_BYTES", 4096)
-    monkeypatch.setattr(ingest, "_TEXT_BLOCK_BYTES", 1024)
+    monkeypatch.setattr(csv_reader, "CSV_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(csv_reader, "_TEXT_BLOCK_BYTES", 1024)
     path = tmp_path / "upload.csv"
     path.write_bytes(b"a,y\n" + b"1,2\n" * 8000 + b"1,x\n" + b"1,2\n" * 40_000)
     messages = []
     for _ in range(3):
         with BusyMachineFile(io.FileIO(path, "r+")) as source, pytest.raises(IngestError) as error:
-            ingest.read_csv(source, target="y")
+            csv_reader.read_csv(source, target="y")
         messages.append(str(error.value))
     assert messages == ["CSV line 8002, column 'y': 'x' is not a number"] * 3
 
@@ -297,7 +303,7 @@ def test_a_csv_is_read_the_same_way_every_time_while_pyarrow_still_reads_ahead(
 def test_a_line_of_millions_of_fields_is_counted_without_splitting_it():
     content = b"a,y\n" + b"1," * 2_000_000 + b"1\n"
     with pytest.raises(IngestError) as error:
-        ingest.read_csv(io.BytesIO(content), target="y")
+        csv_reader.read_csv(io.BytesIO(content), target="y")
     assert str(error.value) == "CSV line 2 has 2000001 fields, expected 2"
 
 
@@ -307,7 +313,9 @@ def test_a_wide_header_is_refused_by_the_feature_limit_at_once():
     assert len(content) > 4_000_000
     started = time.perf_counter()
     with pytest.raises(DatasetTooLargeError) as error:
-        ingest.read_csv(io.BytesIO(content), target="y", limits=DatasetLimits(max_features=1000))
+        csv_reader.read_csv(
+            io.BytesIO(content), target="y", limits=DatasetLimits(max_features=1000)
+        )
     assert time.perf_counter() - started < 5
     assert str(error.value) == (
         "the dataset has 300,000 features; at most 1,000 are accepted (MIXREG_MAX_FEATURES)"
@@ -321,7 +329,7 @@ def test_a_header_of_repeated_names_is_checked_in_linear_time():
     content = (",".join([*names, "y"]) + "\n").encode()
     started = time.perf_counter()
     with pytest.raises(IngestError) as error:
-        ingest.read_csv(io.BytesIO(content), target="y")
+        csv_reader.read_csv(io.BytesIO(content), target="y")
     assert time.perf_counter() - started < 5
     assert str(error.value).startswith("CSV header repeats the column 'column_7'; columns are ")
     assert str(error.value).endswith("(199,982 more)")
@@ -335,22 +343,24 @@ def test_every_format_is_bounded_by_its_decoded_bytes(small_blocks):
     )
     X, y = np.ones((100, 2), dtype=np.int8), np.ones(100, dtype=np.int8)
     with pytest.raises(DatasetTooLargeError) as error:
-        ingest.read_npy_pair(
+        npy_reader.read_npy_pair(
             io.BytesIO(npy_bytes(X)), io.BytesIO(npy_bytes(y)), feature_names=None, limits=limits
         )
     assert str(error.value) == message
     archive = io.BytesIO()
     np.savez_compressed(archive, X=X, y=y)
     with pytest.raises(DatasetTooLargeError) as error:
-        ingest.read_npz(io.BytesIO(archive.getvalue()), limits=limits)
+        npz_reader.read_npz(io.BytesIO(archive.getvalue()), limits=limits)
     assert str(error.value) == message
     parquet = parquet_bytes(pa.table({"a": X[:, 0], "b": X[:, 1], "y": y}))
     with pytest.raises(DatasetTooLargeError) as error:
-        ingest.read_parquet(io.BytesIO(parquet), target="y", limits=limits)
+        parquet_reader.read_parquet(io.BytesIO(parquet), target="y", limits=limits)
     assert str(error.value) == message  # from the footer, before any row is decoded
     with pytest.raises(DatasetTooLargeError, match="MIXREG_MAX_DECODED_BYTES"):
-        ingest.read_csv(io.BytesIO(b"a,b,y\n" + b"1,1,1\n" * 100), target="y", limits=limits)
-    staged = ingest.read_csv(io.BytesIO(b"a,b,y\n" + b"1,1,1\n" * 99), target="y", limits=limits)
+        csv_reader.read_csv(io.BytesIO(b"a,b,y\n" + b"1,1,1\n" * 100), target="y", limits=limits)
+    staged = csv_reader.read_csv(
+        io.BytesIO(b"a,b,y\n" + b"1,1,1\n" * 99), target="y", limits=limits
+    )
     with staged:
         assert staged.n_rows == 99
 
@@ -362,7 +372,7 @@ def test_an_npz_member_is_refused_by_its_header_before_its_data_is_read():
     limits = DatasetLimits(max_rows=1_000_000)
     started = time.perf_counter()
     with pytest.raises(DatasetTooLargeError, match="MIXREG_MAX_ROWS"):
-        ingest.read_npz(io.BytesIO(archive.getvalue()), limits=limits)
+        npz_reader.read_npz(io.BytesIO(archive.getvalue()), limits=limits)
     assert time.perf_counter() - started < 0.5
 
 
@@ -371,7 +381,7 @@ def test_npz_arrays_in_either_order_read_bit_exact(small_blocks, archive_of):
     X, y = awkward_data(n_rows=500, n_features=4)
     archive = io.BytesIO()
     archive_of(archive, X=np.asfortranarray(X), y=y, feature_names=np.array(list("abcd")))
-    X_read, y_read = staged_arrays(ingest.read_npz(io.BytesIO(archive.getvalue())))
+    X_read, y_read = staged_arrays(npz_reader.read_npz(io.BytesIO(archive.getvalue())))
     np.testing.assert_array_equal(bits(X_read), bits(X))
     np.testing.assert_array_equal(bits(y_read), bits(y))
 
@@ -379,7 +389,7 @@ def test_npz_arrays_in_either_order_read_bit_exact(small_blocks, archive_of):
 PEAK_OF_A_FORTRAN_NPY = """
 import resource, sys, tempfile
 import numpy as np
-from service.data import ingest
+from service.data.readers import npy as npy_reader
 X = np.asfortranarray(np.ones((1_000_000, 20), dtype=np.int8))  # 20 MB
 y = np.ones(1_000_000, dtype=np.int8)
 with tempfile.TemporaryFile() as X_file, tempfile.TemporaryFile() as y_file:
@@ -387,7 +397,7 @@ with tempfile.TemporaryFile() as X_file, tempfile.TemporaryFile() as y_file:
     np.save(y_file, y)
     del X
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    with ingest.read_npy_pair(X_file, y_file, feature_names=None) as staged:
+    with npy_reader.read_npy_pair(X_file, y_file, feature_names=None) as staged:
         assert staged.n_rows == 1_000_000
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print((after - before) * 1024)
@@ -416,12 +426,14 @@ def test_na_drop_leaves_out_rows_with_an_empty_feature_or_target(small_blocks, f
     gaps = b",5,6,u2\n7,,,u3\n\n" + b"8,9,10,\n" * 300 + b"11,12,,u4\n"
     content = b"a,b,y,id\n" + first_row + gaps
     with pytest.raises(IngestError) as error:
-        ingest.read_csv(io.BytesIO(content), target="y", choice=ingest.ColumnChoice(keep=("id",)))
+        csv_reader.read_csv(
+            io.BytesIO(content), target="y", choice=column_choice.ColumnChoice(keep=("id",))
+        )
     assert str(error.value).startswith("CSV line 3, column 'a' is empty;")
     assert "na=drop" in str(error.value)
 
-    staged = ingest.read_csv(
-        io.BytesIO(content), target="y", choice=ingest.ColumnChoice(keep=("id",)), na="drop"
+    staged = csv_reader.read_csv(
+        io.BytesIO(content), target="y", choice=column_choice.ColumnChoice(keep=("id",)), na="drop"
     )
     # A gap in a kept column keeps its row; the blank line is skipped as ever, not counted.
     assert staged.dropped_rows == {"a": 1, "b": 1, "y": 2}
@@ -433,4 +445,4 @@ def test_na_drop_leaves_out_rows_with_an_empty_feature_or_target(small_blocks, f
 
 def test_na_takes_error_or_drop():
     with pytest.raises(IngestError, match="na must be one of error, drop, got 'skip'"):
-        ingest.read_csv(io.BytesIO(b"a,y\n1,2\n"), target="y", na="skip")
+        csv_reader.read_csv(io.BytesIO(b"a,y\n1,2\n"), target="y", na="skip")

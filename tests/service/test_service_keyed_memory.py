@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-import mixreg
+from mixreg import service_support
 from models_store import repository
 from models_store.session import session_scope
 from service.jobs.training import holdout_split, keyed_global_sample, plan_shards, run_job
@@ -59,9 +59,9 @@ def test_a_plan_from_blocks_of_keys_is_that_of_the_whole_column(text):
 
     plan = plan_shards(lambda: iter(blocks), 10)
 
-    missing = mixreg.missing_keys(keys)
+    missing = service_support.missing_keys(keys)
     assert plan.rows_without_key == int(missing.sum())
-    distinct = np.unique(mixreg.key_array(keys[~missing]))
+    distinct = np.unique(service_support.key_array(keys[~missing]))
     np.testing.assert_array_equal(plan.distinct, distinct)
     assert [n_keys for n_keys, _ in plan.shards] == [10, 10, 10, 10, 10, distinct.size - 50]
     for position, (_, rows) in enumerate(plan.shards):

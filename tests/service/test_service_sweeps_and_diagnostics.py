@@ -144,7 +144,7 @@ def previous_plus_one_line(
     X: np.ndarray, y: np.ndarray, coef: np.ndarray, intercept: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """The lines of a fit plus the least-squares line of the 1 / (k + 1) share of the rows they
-    fit worst, written out here beside ``mixreg.sweep_warm_start``."""
+    fit worst, written out here beside ``mixreg.service_support.sweep_warm_start``."""
     residuals = row_min_losses(y, predict_lines(X, coef, intercept))
     worst = np.argsort(residuals, kind="stable")[-(len(y) // (len(intercept) + 1)) :]
     line, *_ = np.linalg.lstsq(np.column_stack([X[worst], np.ones(len(worst))]), y[worst])

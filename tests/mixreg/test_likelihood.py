@@ -137,7 +137,7 @@ def test_a_sampled_fit_is_at_least_the_samples_maximum_from_the_lines_polished_o
     # on all rows, may be higher than EM from the lines on all rows (the twin below).
     X, y = overlapping_lines(seed, n=400)
     lines = MixtureOfLinearRegressions(3, random_state=seed).fit(X, y)
-    scaling, Z, y_scaled = _Scaling.of(X, y, True)
+    scaling, Z, y_scaled = Scaling.of(X, y, True)
     theta = scaling.to_scaled(np.column_stack([lines.coef_, lines.intercept_]))
     with mock.patch("mixreg._likelihood.ML_SAMPLE_ROWS", 150):
         fit = best_maximum_likelihood(

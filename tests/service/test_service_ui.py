@@ -117,3 +117,27 @@ def test_the_page_shows_jobs_and_models_a_page_at_a_time(
     assert "models 3 to 3 of 3 (page 2 of 2)" in second
     assert "jobs 3 to 3 of 3" in client.get("/ui", params={"jobs_page": 2}).text
     assert client.get("/ui", params={"models_page": 0}).status_code == 422
+
+
+def test_the_home_page_names_registered_models_their_versions_and_aliases(
+    client, run_queued_jobs, data
+):
+    X, y = data
+    first = fit(client, run_queued_jobs, X, y, k=2, registered_model="reco")
+    second = fit(client, run_queued_jobs, X, y, k=2, registered_model="reco")
+    plain = fit(client, run_queued_jobs, X, y, k=2)
+    for alias, version in (("production", 1), ("staging", 2), ("champion", 2)):
+        moved = client.put(f"/registered-models/reco/aliases/{alias}", json={"version": version})
+        assert moved.status_code in (200, 201), moved.text
+    page = client.get("/ui").text
+
+    def card(model_id: str) -> str:
+        start = page.index(f'id="model-{model_id}"')
+        return page[start : page.index("</article>", start)]
+
+    assert 'reco version 1 <span class="alias">@production</span></p>' in card(first["id"])
+    assert (
+        'reco version 2 <span class="alias">@champion</span> <span class="alias">@staging</span>'
+        in card(second["id"])
+    )
+    assert 'class="registered"' not in card(plain["id"])

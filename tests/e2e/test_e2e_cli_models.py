@@ -7,6 +7,7 @@ keyed fields."""
 from __future__ import annotations
 
 import csv
+import io
 import re
 import time
 from collections.abc import Iterator
@@ -254,3 +255,39 @@ def test_cancel_stops_a_running_job(live: Server, tmp_path: Path):
     assert again.stdout.strip() == f"job {job_id} cancelled"
     unknown = mixreg("cancel", "f" * 32, url=live.base_url)
     assert unknown.returncode == 1 and "404" in unknown.stderr
+
+
+def test_a_dataframe_upload_keeps_its_target_name_for_predict_by_alias(
+    live: Server, tmp_path: Path
+):
+    pd = pytest.importorskip("pandas")
+    X, y = mixture_data(n_rows=150, seed=6)
+    frame = pd.DataFrame(X, columns=["a", "b", "c"])
+    frame["rating"] = y
+    frame["user"] = [f"u{index}" for index in range(len(y))]
+    with Client(live.base_url) as client:
+        dataset = client.upload(frame, target="rating", keep=["user"])
+        assert dataset.target_name == "rating" and dataset.feature_names == ["a", "b", "c"]
+        job = client.fit(dataset, k=2, registered_model="ratings", params={"n_init": 4})
+        job.wait(timeout=120)
+        client.set_alias("ratings", "production", 1)
+    data = tmp_path / "ratings.csv"
+    frame.to_csv(data, index=False)
+    predicted = mixreg(
+        "predict", "ratings@production", str(data), "--keep", "user", url=live.base_url
+    )
+    assert predicted.returncode == 0, predicted.stderr
+    header = predicted.stdout.splitlines()[0]
+    assert header == "user,component_0,component_1,best,min_loss"
+
+    # The name of y cannot be a feature's.
+    body = io.BytesIO()
+    np.savez(body, X=X, y=y, feature_names=np.array(["a", "b", "c"]))
+    refused = live.request(
+        "POST",
+        "/datasets",
+        files={"file": ("data.npz", body.getvalue(), "application/x-npz")},
+        data={"target": "b"},
+    )
+    assert refused.status_code == 422, refused.text
+    assert "target 'b' names the NPZ's array y" in refused.json()["detail"]

@@ -141,3 +141,34 @@ def test_the_home_page_names_registered_models_their_versions_and_aliases(
         in card(second["id"])
     )
     assert 'class="registered"' not in card(plain["id"])
+
+
+def test_a_keyed_models_long_title_stays_inside_its_picture(drawn):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((50, 2))
+    title = (
+        f"model {'a1' * 16}, global model of the keys of account_identifier: k=3, auto, "
+        f"holdout min-loss 0.01234"
+    )
+    picture = plots.ModelPicture(
+        title=title,
+        coef=np.array([[1.0, 2.0], [-1.0, 0.5], [0.0, 1.0]]),
+        intercept=np.zeros(3),
+        feature_names=["a", "b"],
+        target_name="rating",
+        loss_history=[3.0, 2.0, 1.5],
+        X=X,
+        y=X @ [1.0, 2.0],
+        n_rows=50,
+        shares=np.array([0.5, 0.3, 0.2]),
+        n_iter=2,
+        converged=True,
+    )
+    plots.render_model(picture)
+    figure = drawn[-1]
+    figure.canvas.draw()
+    suptitle = figure.get_suptitle()
+    # Every word kept, on lines that fit.
+    assert suptitle.split() == title.split() and "\n" in suptitle
+    extent = figure._suptitle.get_window_extent(figure.canvas.get_renderer())
+    assert extent.x0 >= 0 and extent.x1 <= figure.bbox.width

@@ -709,8 +709,9 @@ def onnx_keyed_model(lines: StoredLines, *, dtype: OnnxType) -> bytes:
     ``[n]`` (int64 or string, as the model's keys), output ``predictions`` ``[n, k]``: each
     row by its key's lines, a key without lines (unknown, skipped or failed) by the global
     model's, as ``unknown_keys: global`` predicts. A ``LabelEncoder`` (ONNX-ML) maps a key to
-    its position, a ``Gather`` takes that position's lines. 409 when the lines exceed what
-    one ONNX file can hold."""
+    its position, a ``Gather`` takes that position's lines. 409 when the lines (float64, as
+    in every graph: a ``float32`` graph casts ``X`` in and the predictions out, see
+    :func:`onnx_model`) exceed what one ONNX file can hold."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -718,7 +719,7 @@ def onnx_keyed_model(lines: StoredLines, *, dtype: OnnxType) -> bytes:
     assert keyed is not None
     element = {"float64": TensorProto.DOUBLE, "float32": TensorProto.FLOAT}[dtype]
     n_keys, n_components, n_features = keyed.coef.shape
-    size = (n_keys + 1) * n_components * (n_features + 1) * np.dtype(dtype).itemsize
+    size = (n_keys + 1) * n_components * (n_features + 1) * np.dtype(np.float64).itemsize
     if size > MAX_ONNX_BYTES:
         raise ConflictError(
             f"model {lines.model_id} has {n_keys:,} keys whose lines take {size:,} bytes: more "
@@ -726,8 +727,13 @@ def onnx_keyed_model(lines: StoredLines, *, dtype: OnnxType) -> bytes:
             f"GET /models/{lines.model_id}/export (a .zip of every key's lines)"
         )
     # The global model is the last position, the one every key without lines maps to.
-    coef = np.concatenate([keyed.coef, lines.coef[None]]).astype(dtype)
-    intercept = np.concatenate([keyed.intercept, lines.intercept[None]]).astype(dtype)
+    coef = np.concatenate([keyed.coef, lines.coef[None]]).astype(np.float64)
+    intercept = np.concatenate([keyed.intercept, lines.intercept[None]]).astype(np.float64)
+    x_input, predictions = ONNX_INPUT, ONNX_OUTPUT
+    casts: list[Any] = []
+    if dtype == "float32":
+        x_input, predictions = "X_double", "predictions_double"
+        casts.append(helper.make_node("Cast", [ONNX_INPUT], [x_input], to=TensorProto.DOUBLE))
     with_lines = np.flatnonzero(keyed.status <= STATUSES.index("k1"))
     integer_keys = keyed.keys.dtype.kind in "iu"
     key_values = keyed.keys[with_lines].tolist()
@@ -746,14 +752,17 @@ def onnx_keyed_model(lines: StoredLines, *, dtype: OnnxType) -> bytes:
     )
     nodes = [
         encoder,
+        *casts,
         helper.make_node("Gather", ["coef", "key_position"], ["row_coef"], axis=0),
-        helper.make_node("Unsqueeze", [ONNX_INPUT, "last_axis"], ["X_column"]),
+        helper.make_node("Unsqueeze", [x_input, "last_axis"], ["X_column"]),
         # (n, k, d) @ (n, d, 1): each row's k predictions.
         helper.make_node("MatMul", ["row_coef", "X_column"], ["products_column"]),
         helper.make_node("Squeeze", ["products_column", "last_axis"], ["products"]),
         helper.make_node("Gather", ["intercept", "key_position"], ["row_intercept"], axis=0),
-        helper.make_node("Add", ["products", "row_intercept"], [ONNX_OUTPUT]),
+        helper.make_node("Add", ["products", "row_intercept"], [predictions]),
     ]
+    if dtype == "float32":
+        nodes.append(helper.make_node("Cast", [predictions], [ONNX_OUTPUT], to=element))
     inputs = [
         helper.make_tensor_value_info(ONNX_INPUT, element, ["n", n_features]),
         helper.make_tensor_value_info(

@@ -268,3 +268,35 @@ def test_a_float32_graph_keeps_its_accuracy_on_features_far_from_zero(client, ru
     expected = predictions(client, model_id, X32.astype(np.float64))
     assert np.abs(expected).max() < 10
     np.testing.assert_allclose(onnx_predictions, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_a_keyed_float32_graph_keeps_its_accuracy_on_years():
+    """Each key's lines on years near 2000: float32 arithmetic would miss by 1e-5."""
+    rng = np.random.default_rng(3)
+    n_keys, k = 3, 2
+    slopes = rng.uniform(-0.05, 0.05, (n_keys + 1, k, 2))
+    centre = np.array([1995.0, 20_000.0])
+    # Lines through a modest value at the centre: big intercepts cancelling big terms.
+    intercept = rng.uniform(-1, 1, (n_keys + 1, k)) - slopes @ centre
+    keyed = KeyedMixture(
+        keys=np.array([10, 20, 30]),
+        coef=slopes[:n_keys],
+        intercept=intercept[:n_keys],
+        shares=np.full((n_keys, k), 0.5),
+        min_loss=np.zeros(n_keys),
+        n_rows=np.full(n_keys, 10),
+        status=np.zeros(n_keys, dtype=np.int8),
+    )
+    lines = StoredLines(
+        model_id="m", coef=slopes[-1], intercept=intercept[-1], split_by="acct", keyed=keyed
+    )
+    session = onnxruntime.InferenceSession(
+        exports.onnx_keyed_model(lines, dtype="float32"), providers=["CPUExecutionProvider"]
+    )
+    X = np.column_stack([rng.integers(1960, 2025, 200), rng.integers(19_000, 21_000, 200)])
+    keys = rng.choice([10, 20, 30, 99], 200)
+    (got,) = session.run(None, {"X": X.astype(np.float32), "key": keys.astype(np.int64)})
+    position = np.select([keys == 10, keys == 20, keys == 30], [0, 1, 2], default=n_keys)
+    expected = np.einsum("nkd,nd->nk", slopes[position], X) + intercept[position]
+    assert got.dtype == np.float32 and np.abs(expected).max() < 100
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)

@@ -1,16 +1,26 @@
 # Two stages: the project is built and installed into a virtual environment in the first, and
 # only that environment is copied into the second, so no layer of the image holds the sources.
-FROM python:3.11-slim AS build
+# Both stages start from the same base image, pinned by digest (a tag can move); `make
+# image-digests` prints the digests the tags point at today, to move the pins on purpose.
+FROM python:3.11-slim@sha256:9c900dea9e8fb7e16277c179b555cc72d29a352dbc33cff48ad5a0412fd5bfc7 AS build
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 RUN python -m venv /opt/mixreg
-# The build context is trimmed by .dockerignore; requirements.lock pins every dependency.
+# Every wheel the server runs, each checked against its sha256 in requirements-image.lock
+# (requirements.lock's versions; `make lock` writes both): a file that differs is refused.
+COPY requirements-image.lock /tmp/requirements-image.lock
+RUN /opt/mixreg/bin/pip install --require-hashes --no-deps --only-binary :all: \
+        --requirement /tmp/requirements-image.lock
+# The project itself, built with the setuptools just installed and nothing downloaded; then
+# pip check proves the locked wheels are all it needs. The build context is trimmed by
+# .dockerignore.
 COPY . /src
-RUN /opt/mixreg/bin/pip install --constraint /src/requirements.lock '/src[server]'
+RUN /opt/mixreg/bin/pip install --no-deps --no-index --no-build-isolation /src \
+    && /opt/mixreg/bin/pip check
 
-FROM python:3.11-slim
+FROM python:3.11-slim@sha256:9c900dea9e8fb7e16277c179b555cc72d29a352dbc33cff48ad5a0412fd5bfc7
 
 ENV PYTHONUNBUFFERED=1 \
     PATH=/opt/mixreg/bin:$PATH \

@@ -40,6 +40,28 @@ lock: ## pin every dependency anew in requirements.lock (from a fresh virtual en
 	  .lock-venv/bin/python -m pip freeze --exclude-editable; } > requirements.lock.new
 	mv requirements.lock.new requirements.lock
 	rm -rf .lock-venv
+	$(MAKE) --no-print-directory lock-image
+
+# The image's platform: CPython 3.11 on x86-64 glibc Linux (python:3.11-slim).
+IMAGE_WHEELS := --only-binary :all: --python-version 3.11 --implementation cp \
+	--abi cp311 --abi abi3 --abi none --platform manylinux_2_28_x86_64 \
+	--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform linux_x86_64
+
+.PHONY: lock-image
+lock-image: ## hash the image's wheels (requirements.lock's versions) into requirements-image.lock
+	rm -rf .lock-wheels
+	$(PYTHON) -m pip download --quiet $(IMAGE_WHEELS) --constraint requirements.lock \
+		--dest .lock-wheels '.[server]' 'setuptools>=68'
+	$(PYTHON) deploy/image_lock.py .lock-wheels requirements.lock > requirements-image.lock.new
+	mv requirements-image.lock.new requirements-image.lock
+	rm -rf .lock-wheels
+
+.PHONY: image-digests
+image-digests: ## print the digests the base images' tags point at now (to move the pins)
+	@for image in python:3.11-slim postgres:16 caddy:2; do \
+		printf '%s@' "$$image"; \
+		docker buildx imagetools inspect "$$image" --format '{{json .Manifest.Digest}}' | tr -d '"'; \
+	done
 
 .PHONY: test
 # Two processes, a test file in one at a time (its servers and fixtures stay together): most

@@ -359,6 +359,11 @@ class AsyncClient:
         """A registered model: its latest version and where its aliases point."""
         return await self._drive(_core.get_registered_model(name))
 
+    async def list_registered_models(self, *, limit: int | None = None) -> list[RegisteredModel]:
+        """The registered models (all, or the first ``limit``): each one's latest version and
+        where its aliases point."""
+        return await self._drive(_core.list_registered_models(limit))
+
     async def list_versions(self, name: str, *, limit: int | None = None) -> list[ModelVersion]:
         """A registered model's versions, newest first (all, or the first ``limit``)."""
         return await self._drive(_core.list_versions(name, limit))

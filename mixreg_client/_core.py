@@ -506,6 +506,12 @@ def get_registered_model(name: str) -> Operation[RegisteredModel]:
     return RegisteredModel.from_json(_json(_response((yield call))))
 
 
+def list_registered_models(limit: int | None) -> Operation[list[RegisteredModel]]:
+    """Registered models, with their latest version and aliases."""
+    items = yield from _paged("/registered-models", {}, limit)
+    return [RegisteredModel.from_json(item) for item in items]
+
+
 def list_versions(name: str, limit: int | None) -> Operation[list[ModelVersion]]:
     """A registered model's versions, newest first."""
     items = yield from _paged(f"/registered-models/{_segment(name)}/versions", {}, limit)

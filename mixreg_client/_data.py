@@ -255,14 +255,16 @@ def dataframe_upload(
         "data.npz",
         _npz(X, values[target], features, kept),
         "application/x-npz",
-        _kept_form(name, kept),
+        _kept_form(name, kept, target),
         dropped,
     )
 
 
-def _kept_form(name: str | None, kept: dict[str, Any]) -> dict[str, str | list[str]]:
-    """The form fields of an NPZ upload whose ``kept`` arrays are extra columns."""
-    return {**_form(name), "keep": list(kept)} if kept else _form(name)
+def _kept_form(name: str | None, kept: dict[str, Any], target: str) -> dict[str, str | list[str]]:
+    """The form fields of an NPZ upload of a table: its ``target`` column's name (the array
+    ``y``) and its ``kept`` arrays, the extra columns."""
+    form: dict[str, str | list[str]] = {**_form(name), "target": target}
+    return {**form, "keep": list(kept)} if kept else form
 
 
 def parquet_upload(
@@ -296,7 +298,7 @@ def parquet_upload(
         "data.npz",
         _npz(X, values[target], features, kept),
         "application/x-npz",
-        _kept_form(name, kept),
+        _kept_form(name, kept, target),
         dropped,
     )
 

@@ -67,6 +67,10 @@ class Progress:
     candidates_tried: int | None
     best_min_loss: float | None
     n_components: int | None
+    keys_done: int | None = None
+    """A keyed fit's keys fitted so far (None for other fits)."""
+    n_keys: int | None = None
+    """A keyed fit's keys in all, once counted (None for other fits)."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Progress:
@@ -77,6 +81,37 @@ class Progress:
             candidates_tried=_optional_int(data.get("candidates_tried")),
             best_min_loss=_optional_float(data.get("best_min_loss")),
             n_components=_optional_int(data.get("n_components")),
+            keys_done=_optional_int(data.get("keys_done")),
+            n_keys=_optional_int(data.get("n_keys")),
+        )
+
+
+@dataclass(frozen=True)
+class KeyedSummary:
+    """A keyed fit's keys: how many, their rows, their counts by status (``fitted``, ``k1``,
+    ``skipped``, ``failed``), why failed keys failed and quantiles of their min-loss."""
+
+    n_keys: int
+    n_rows: int
+    rows_without_key: int
+    keys_by_status: dict[str, int]
+    failures: dict[str, str]
+    min_loss_quantiles: dict[str, float]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> KeyedSummary | None:
+        """Read the server's JSON (None: not a keyed fit)."""
+        if data is None:
+            return None
+        return cls(
+            n_keys=int(data["n_keys"]),
+            n_rows=int(data["n_rows"]),
+            rows_without_key=int(data["rows_without_key"]),
+            keys_by_status={key: int(count) for key, count in data["keys_by_status"].items()},
+            failures=dict(data["failures"]),
+            min_loss_quantiles={
+                name: float(value) for name, value in data["min_loss_quantiles"].items()
+            },
         )
 
 
@@ -145,6 +180,10 @@ class Job:
     started_at: str | None
     finished_at: str | None
     raw: dict[str, Any] = field(repr=False, compare=False)
+    split_by: str | None = None
+    """A keyed fit's key column (None for other fits)."""
+    keyed: KeyedSummary | None = None
+    """A keyed fit's keys, once it succeeded."""
 
     @property
     def done(self) -> bool:
@@ -174,6 +213,8 @@ class Job:
             started_at=data.get("started_at"),
             finished_at=data.get("finished_at"),
             raw=data,
+            split_by=data.get("split_by"),
+            keyed=KeyedSummary.from_json(data.get("keyed")),
         )
 
 
@@ -207,6 +248,9 @@ class ModelSummary:
     job_id: str | None
     created_at: str
     raw: dict[str, Any] = field(repr=False, compare=False)
+    split_by: str | None = None
+    """A keyed model's key column: predictions need a key per row (its lines are the global
+    model's, for keys it does not know); None for other models."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ModelSummary:
@@ -232,6 +276,7 @@ def _summary_fields(data: dict[str, Any]) -> dict[str, Any]:
         "dataset_id": data["dataset_id"],
         "job_id": data.get("job_id"),
         "created_at": data["created_at"],
+        "split_by": data.get("split_by"),
     }
 
 
@@ -251,6 +296,14 @@ class Model(ModelSummary):
     gate: dict[str, Any] | None = None
     """A gated model's gate: ``concomitant``, ``coef``, ``intercept``, ``noise_variance``,
     ``log_likelihood``, ``bic`` and the ``holdout`` metrics (None without a gate)."""
+    keyed: KeyedSummary | None = None
+    """A keyed model's keys: counts by status, failures, min-loss quantiles (None otherwise)."""
+
+    @property
+    def gated_bic(self) -> float | None:
+        """A gated model's BIC, of its gated mixture (``bic`` is of the lines with constant
+        shares); None without a gate."""
+        return None if self.gate is None else float(self.gate["bic"])
 
     @property
     def coef(self) -> NDArray[np.float64]:
@@ -297,7 +350,21 @@ class Model(ModelSummary):
                 {"component": gate_row["component"], "parameter": f"gate:{name}", **item}
                 for name, item in named
             ]
-        return EstimatesTable(rows=rows, level=float(uncertainty["level"]))
+        return EstimatesTable(
+            rows=rows, level=float(uncertainty["level"]), note=self._estimates_note(uncertainty)
+        )
+
+    def _estimates_note(self, uncertainty: dict[str, Any]) -> str:
+        """Which fit the estimates are of: the gated mixture's lines are the lines it serves;
+        without a gate, the maximum-likelihood mixture is not the min-loss lines served."""
+        if self.gate is not None:
+            return "maximum-likelihood estimates of the gated mixture: the lines it serves"
+        log_likelihood = uncertainty.get("log_likelihood")
+        at = "" if log_likelihood is None else f" (log-likelihood {float(log_likelihood):.6g})"
+        return (
+            f"maximum-likelihood estimates of the Gaussian mixture{at}, not the served "
+            f"min-loss lines"
+        )
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Model:
@@ -322,6 +389,7 @@ class Model(ModelSummary):
             n_train=int(data["n_train"]),
             n_holdout=int(data["n_holdout"]),
             gate=data.get("gate"),
+            keyed=KeyedSummary.from_json(data.get("keyed")),
             raw=data,
         )
 
@@ -351,16 +419,18 @@ class EstimatesTable:
     """A model's estimates with standard errors: ``rows`` (dicts with ``component``,
     ``parameter``, ``estimate``, ``std_error``, ``z_value``, ``p_value``, ``lower``, ``upper``
     and, after a bootstrap, ``bootstrap_std_error``, ``bootstrap_lower``, ``bootstrap_upper``;
-    None where a number does not exist); ``str()`` prints it per line, as R does."""
+    None where a number does not exist); ``str()`` prints it per line, as R does, after
+    ``note``: which fit the estimates are of."""
 
     rows: list[dict[str, Any]]
     level: float
+    note: str = ""
 
     def __str__(self) -> str:
         def cell(value: Any, spec: str) -> str:
             return "NA" if value is None else format(value, spec)
 
-        lines = [f"intervals at {self.level:.0%}"]
+        lines = [f"intervals at {self.level:.0%}"] + ([self.note] if self.note else [])
         for component in sorted({row["component"] for row in self.rows}):
             lines += [
                 "",

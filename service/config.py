@@ -31,6 +31,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MIXREG_", extra="ignore")
 
     database_url: str = "sqlite:///./mixreg.db"
+    # A file whose content (one line) is the database password, set into database_url: the
+    # password stays out of the environment and of compose files (a Docker secret).
+    database_password_file: Path | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     worker: Literal["embedded", "procrastinate"] = "embedded"
@@ -120,6 +123,25 @@ class Settings(BaseSettings):
     job_retention_days: float | None = Field(default=None, ge=0)
     model_retention_days: float | None = Field(default=None, ge=0)
     dataset_retention_days: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _read_database_password(self) -> Self:
+        if self.database_password_file is None:
+            return self
+        try:
+            password = self.database_password_file.read_text().strip()
+        except OSError as error:
+            raise ValueError(
+                f"MIXREG_DATABASE_PASSWORD_FILE {self.database_password_file} cannot be read: "
+                f"{error.strerror}"
+            ) from error
+        if not password:
+            raise ValueError(
+                f"MIXREG_DATABASE_PASSWORD_FILE {self.database_password_file} is empty"
+            )
+        url = make_url(self.database_url).set(password=password)
+        self.database_url = url.render_as_string(hide_password=False)
+        return self
 
     @model_validator(mode="after")
     def _check_worker(self) -> Self:

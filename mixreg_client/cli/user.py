@@ -1,4 +1,5 @@
-"""``mixreg fit | predict | models | jobs | show``: a user's commands, through the client.
+"""``mixreg fit | predict | models | jobs | show | alias``: a user's commands, through the
+client (``cancel`` and ``registered`` are in :mod:`mixreg_client.cli.registry`).
 
 These commands talk to a running server over HTTP with :mod:`mixreg_client`, like any other
 user's script; they never touch the database. Exit codes: 0 done; 1 the server refused the
@@ -155,6 +156,8 @@ def _status_line(job: Job) -> str:
     parts: list[str] = [job.status]
     if progress.n_components is not None and job.k_values and not job.done:
         parts.append(f"k={progress.n_components}")
+    if progress.n_keys is not None:
+        parts.append(f"{progress.keys_done or 0:,} of {progress.n_keys:,} keys")
     if progress.best_min_loss is not None:
         parts.append(f"best min-loss {_format_number(progress.best_min_loss)}")
     return ", ".join(parts)
@@ -232,6 +235,7 @@ def _read_dataset_source(args: argparse.Namespace, client: Client) -> str:
             features=args.features,
             ignore=args.ignore,
             delimiter=args.delimiter,
+            keep=_kept_columns(args),
             na=args.na,
         )
     except (ValueError, OSError, ImportError) as exc:
@@ -245,6 +249,21 @@ def _read_dataset_source(args: argparse.Namespace, client: Client) -> str:
         counts = ", ".join(f"'{column}' {count}" for column, count in dataset.dropped_rows.items())
         print(f"left out rows with a missing value, per column: {counts}", file=sys.stderr)
     return dataset.id
+
+
+def _kept_columns(args: argparse.Namespace) -> list[str]:
+    """The columns the upload keeps beside the features: --keep's, and those the fit reads
+    (weights, groups, the key, the gate's columns), which are then never features."""
+    named = [args.weights, args.groups, args.split_by]
+    if args.gating is not None and args.gating != ["features"]:
+        named += args.gating
+    kept = list(args.keep or [])
+    return kept + [name for name in named if name is not None and name not in kept]
+
+
+def _gating(columns: list[str] | None) -> str | list[str] | None:
+    """--gate features (the gate reads the features) or the columns it reads."""
+    return "features" if columns == ["features"] else columns
 
 
 def _as_flags(message: str) -> str:
@@ -276,6 +295,15 @@ def _fit(args: argparse.Namespace) -> int:
             name=args.name,
             registered_model=args.register,
             init_model=args.init_model,
+            weights=args.weights,
+            groups=args.groups,
+            standard_errors=args.standard_errors,
+            n_bootstrap=args.bootstrap,
+            bootstrap=args.bootstrap_kind,
+            gating=_gating(args.gating),
+            split_by=args.split_by,
+            small_keys=args.small_keys,
+            fit_intercept=not args.no_intercept,
         )
         if args.no_wait:
             print(handle.id)
@@ -329,10 +357,25 @@ def _line_equation(model: Model, index: int) -> str:
     return "y = " + " + ".join(terms).replace("+ -", "- ")
 
 
-def _print_model(console: Console, model: Model, *, job: Job | None = None) -> None:
+def _aliases_of(client: Client, model: ModelSummary) -> list[str]:
+    """The aliases that point at a registered model's version (none for other models)."""
+    if model.registered_model is None:
+        return []
+    registered = client.get_registered_model(model.registered_model)
+    return sorted(
+        alias for alias, version in registered.aliases.items() if version == model.version
+    )
+
+
+def _print_model(
+    console: Console, model: Model, *, job: Job | None = None, aliases: Sequence[str] = ()
+) -> None:
     console.print(f"model {model.id}")
     if model.registered_model is not None:
-        console.print(f"  version           {model.registered_model}/versions/{model.version}")
+        pointed = "".join(f", {model.registered_model}@{alias}" for alias in aliases)
+        console.print(
+            f"  version           {model.registered_model}/versions/{model.version}{pointed}"
+        )
     if job is not None:
         console.print(f"  job               {job.id} ({job.status})")
     console.print(
@@ -348,14 +391,52 @@ def _print_model(console: Console, model: Model, *, job: Job | None = None) -> N
         f"  holdout min-loss  {_format_number(model.holdout_min_loss)}"
         f"   (one-line baseline {_format_number(baseline)}: {verdict})"
     )
-    console.print(f"  BIC               {_format_number(model.bic, 6)}")
-    for index, component in enumerate(model.components):
+    if model.gate is None:
+        console.print(f"  BIC               {_format_number(model.bic, 6)}")
+    else:
         console.print(
-            f"  line {index}            {_line_equation(model, index)}"
-            f"   (share {component.share:.2f})"
+            f"  BIC               {_format_number(model.gated_bic, 6)} (of the gated mixture)"
         )
+    if model.split_by is not None:
+        _print_keys(console, model)
+    title = "global line" if model.split_by is not None else "line"
+    for index, component in enumerate(model.components):
+        share = "gate's mean probability" if model.gate is not None else "share"
+        console.print(
+            f"  {f'{title} {index}':<18}{_line_equation(model, index)}"
+            f"   ({share} {component.share:.2f})"
+        )
+    if model.gate is not None:
+        _print_gate(console, model, model.gate)
     for warning in model.warnings:
         console.print(f"  warning           {warning}")
+
+
+def _print_keys(console: Console, model: Model) -> None:
+    """A keyed model's key column and its keys by status."""
+    keyed = model.keyed
+    if keyed is None:
+        console.print(f"  split by          {model.split_by}")
+        return
+    statuses = ", ".join(f"{count:,} {status}" for status, count in keyed.keys_by_status.items())
+    console.print(f"  split by          {model.split_by}: {keyed.n_keys:,} keys ({statuses})")
+    without = f", {keyed.rows_without_key:,} without a key" if keyed.rows_without_key else ""
+    console.print(f"  keyed rows        {keyed.n_rows:,}{without}")
+    quantiles = keyed.min_loss_quantiles
+    if quantiles:
+        spread = ", ".join(f"{name} {_format_number(value)}" for name, value in quantiles.items())
+        console.print(f"  keys' min-loss    {spread}")
+
+
+def _print_gate(console: Console, model: Model, gate: Mapping[str, Any]) -> None:
+    """A gated model's gate: each line's logit, against the first line (the reference)."""
+    columns = gate.get("concomitant") or model.feature_names
+    console.print(f"  gate              softmax over lines of logits of {', '.join(columns)}")
+    for index, (coef, intercept) in enumerate(zip(gate["coef"], gate["intercept"], strict=True)):
+        terms = [f"{value:.4g}·{name}" for value, name in zip(coef, columns, strict=True)]
+        logit = " + ".join([*terms, f"{intercept:.4g}"]).replace("+ -", "- ")
+        reference = "   (reference)" if index == 0 else ""
+        console.print(f"  gate {index:<13}logit = {logit}{reference}")
 
 
 def _print_sweep(console: Console, job: Job) -> None:
@@ -380,25 +461,39 @@ def _print_sweep(console: Console, job: Job) -> None:
 def _models(args: argparse.Namespace) -> int:
     with _client(args) as client:
         models = client.list_models(limit=args.limit)
+        # Where each registered model's aliases point, read once per registered model.
+        aliases: dict[str, dict[str, int]] = {}
+        for model in models:
+            name = model.registered_model
+            if name is not None and name not in aliases:
+                aliases[name] = client.get_registered_model(name).aliases
     if args.json:
         print(json.dumps([model.raw for model in models], indent=2))
         return EXIT_OK
     table = Table()
-    for column in ("id", "name", "algorithm", "k", "holdout min-loss", "beats baseline", "BIC"):
+    for column in ("id", "name", "registered", "aliases", "algorithm", "k", "split by"):
         table.add_column(column, no_wrap=True)
-    table.add_column("created", no_wrap=True)
+    for column in ("holdout min-loss", "beats baseline", "BIC", "created"):
+        table.add_column(column, no_wrap=True)
     for model in models:
-        table.add_row(*_model_row(model))
+        pointing = aliases.get(model.registered_model or "", {})
+        table.add_row(*_model_row(model, pointing))
     _stdout().print(table if models else "no models yet")
     return EXIT_OK
 
 
-def _model_row(model: ModelSummary) -> list[str]:
+def _model_row(model: ModelSummary, aliases: Mapping[str, int]) -> list[str]:
+    registered = (
+        "" if model.registered_model is None else f"{model.registered_model}/{model.version}"
+    )
     return [
         model.id,
         model.name or "",
+        registered,
+        ",".join(sorted(alias for alias, version in aliases.items() if version == model.version)),
         model.algorithm,
         str(model.n_components),
+        model.split_by or "",
         _format_number(model.holdout_min_loss),
         "yes" if model.beats_baseline else "no",
         _format_number(model.bic, 6),
@@ -448,10 +543,11 @@ def _show(args: argparse.Namespace) -> int:
                     title="Not Found",
                 ) from None
             return _show_job(args, client, job)
+        aliases = _aliases_of(client, model)
     if args.json:
         print(json.dumps(model.raw, indent=2))
     else:
-        _print_model(_stdout(), model)
+        _print_model(_stdout(), model, aliases=aliases)
     return EXIT_OK
 
 
@@ -647,6 +743,69 @@ def _connection_options() -> argparse.ArgumentParser:
     return options
 
 
+def _add_model_options(fit: argparse.ArgumentParser) -> None:
+    """The options of ``POST /fit`` that shape the model: kept columns, weights, groups, a
+    gate, a model per key, standard errors and the intercept."""
+    fit.add_argument(
+        "--keep",
+        type=parse_columns,
+        metavar="A,B,...",
+        help="columns the upload keeps beside the features (never features), such as ids; "
+        "the columns of --weights, --groups, --split-by and --gate are kept without it",
+    )
+    fit.add_argument("--weights", metavar="COLUMN", help="a number column of row weights")
+    fit.add_argument(
+        "--groups",
+        metavar="COLUMN",
+        help="a column of group labels: every row of a group on one line (auto, am-classic, em)",
+    )
+    fit.add_argument(
+        "--gate",
+        dest="gating",
+        type=parse_columns,
+        metavar="features|A,B,...",
+        help="fit a gate, mixing probabilities that depend on each row: 'features' or the "
+        "number columns it reads",
+    )
+    fit.add_argument(
+        "--split-by",
+        metavar="COLUMN",
+        help="fit a mixture per value of this column (a key such as an account) in one job",
+    )
+    fit.add_argument(
+        "--small-keys",
+        choices=["k1", "skip"],
+        help="with --split-by: what keys too small for k lines get (the server's default: k1)",
+    )
+    errors = fit.add_mutually_exclusive_group()
+    errors.add_argument(
+        "--standard-errors",
+        action="store_true",
+        default=None,
+        help="compute the lines' standard errors (by default: up to 20,000 training rows)",
+    )
+    errors.add_argument(
+        "--no-standard-errors",
+        dest="standard_errors",
+        action="store_false",
+        help="compute none",
+    )
+    fit.add_argument(
+        "--bootstrap",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also N bootstrap refits for bootstrap standard errors and intervals",
+    )
+    fit.add_argument(
+        "--bootstrap-kind",
+        choices=["parametric", "empirical"],
+        default="parametric",
+        help="how the bootstrap draws its samples (parametric)",
+    )
+    fit.add_argument("--no-intercept", action="store_true", help="fit lines through the origin")
+
+
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``fit``, ``predict``, ``models``, ``jobs``, ``show`` and ``alias`` to the ``mixreg``
     command."""
@@ -718,6 +877,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="MODEL",
         help="start from this model's lines (an id, name@alias or name/versions/N)",
     )
+    _add_model_options(fit)
     output = fit.add_mutually_exclusive_group()
     output.add_argument("--no-wait", action="store_true", help="print the job id and return")
     output.add_argument("-q", "--quiet", action="store_true", help="print only the model id")
@@ -776,3 +936,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     alias.add_argument("alias", metavar="ALIAS", help="an alias, e.g. production")
     alias.add_argument("version", metavar="VERSION", type=int, nargs="?", help="a version")
     alias.set_defaults(handler=_command(_alias))
+
+    # Imported here: the registry commands use this module's helpers.
+    from mixreg_client.cli import registry
+
+    registry.register(commands, connection)

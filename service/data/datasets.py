@@ -94,6 +94,28 @@ def _texts(values: Sequence[Any]) -> list[str]:
     return [value for value in values if isinstance(value, str)]
 
 
+def _read_npz(
+    source: BinaryFile, options: TableOptions, limits: ingest.DatasetLimits
+) -> StagedDataset:
+    """An NPZ archive; ``target`` names its array ``y`` (a DataFrame's target column, which
+    the client uploads as NPZ), so predictions by the model can name it too."""
+    staged = read_npz(source, limits=limits, keep=options.keep)
+    if options.target is None:
+        return staged
+    try:
+        ingest.check_text(options.target, name="target")
+        if not options.target or options.target in {*staged.feature_names, *staged.kept}:
+            raise ingest.IngestError(
+                f"target '{options.target}' names the NPZ's array y, so it is neither empty, "
+                f"a feature nor a kept column"
+            )
+    except BaseException:
+        staged.close()
+        raise
+    staged.target_name = options.target
+    return staged
+
+
 _READERS: dict[str, Callable[[BinaryFile, TableOptions, ingest.DatasetLimits], StagedDataset]] = {
     "csv": lambda source, options, limits: read_csv(
         source,
@@ -106,7 +128,7 @@ _READERS: dict[str, Callable[[BinaryFile, TableOptions, ingest.DatasetLimits], S
     "parquet": lambda source, options, limits: read_parquet(
         source, target=options.target, limits=limits, choice=options.choice()
     ),
-    "npz": lambda source, options, limits: read_npz(source, limits=limits, keep=options.keep),
+    "npz": lambda source, options, limits: _read_npz(source, options, limits),
 }
 _SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npz": "npz"}
 MEDIA_TYPES = {

@@ -1828,7 +1828,8 @@ def fit_keyed(
     """A keyed fit: the shards planned from the key column (``read_keys``,
     :func:`plan_shards`), the global model of the job's spec on ``split`` (its sample of rows,
     :func:`keyed_global_sample`; a tenth of the progress), then a mixture per key on all rows
-    (:func:`mixreg.fit_per_key`), in shards of ``keys_per_shard`` consecutive keys.
+    (:func:`mixreg.fit_per_key`), in shards of ``keys_per_shard`` consecutive keys. Progress
+    moves through each part in proportion to its rows (:func:`global_progress_share`).
 
     The shards are planned once per job and stored first, so other workers fit shards while
     this process fits the global model; it then claims and fits shards too, each read by
@@ -1848,11 +1849,12 @@ def fit_keyed(
     limits.check_coefficients(plan.distinct.size, max(spec.all_n_components), split.n_features)
     shards.plan(plan.shards)
     distinct, rows_without_key = plan.distinct, plan.rows_without_key
+    share = global_progress_share(split.X_train.shape[0], sum(rows.size for _, rows in plan.shards))
     del plan
 
     def global_progress(fraction: float, info: dict[str, Any]) -> None:
         if progress is not None:
-            progress(fraction * GLOBAL_SHARE, info)
+            progress(fraction * share, info)
 
     fitted = fit_split(split, spec, progress=global_progress)
     counted = {"at": -math.inf, "keys_done": 0}
@@ -1863,7 +1865,7 @@ def fit_keyed(
             return
         if refresh or time.monotonic() - counted["at"] >= wait_s:
             counted["at"], counted["keys_done"] = time.monotonic(), shards.counts().keys_done
-        fraction = GLOBAL_SHARE + (1 - GLOBAL_SHARE) * counted["keys_done"] / max(distinct.size, 1)
+        fraction = share + (1 - share) * counted["keys_done"] / max(distinct.size, 1)
         progress(fraction, {"keys_done": counted["keys_done"], "n_keys": int(distinct.size)})
 
     def fitting(keys_done: int) -> None:
@@ -1906,8 +1908,12 @@ def fit_keyed(
     return fitted, summary
 
 
-GLOBAL_SHARE = 0.1
-"""Share of a keyed fit's progress taken by its global model."""
+def global_progress_share(n_global_rows: int, n_keyed_rows: int) -> float:
+    """Share of a keyed fit's progress taken by its global model: its training rows' share of
+    the rows fitted, as its search and the keys' fits cost about as much per row
+    (bench/RESULTS.md: 82,000 rows/s for the keys, a 10 s search on 1,000,000 rows). A fixed
+    tenth held the bar near 10 % for most of a job whose global model fits every row."""
+    return n_global_rows / max(n_global_rows + n_keyed_rows, 1)
 
 
 def run_shards(

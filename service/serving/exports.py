@@ -618,47 +618,78 @@ def onnx_model(lines: StoredLines, *, dtype: OnnxType) -> bytes:
     ``predictions`` ``[n, k]`` of the same type (``X @ coef.T + intercept``); for a gated
     model also the output ``probabilities`` ``[n, k]`` (the softmax of the gate's logits, of
     ``X`` or of a second input ``concomitant`` ``[n, q]`` when the gate reads dataset
-    columns)."""
+    columns).
+
+    A ``float32`` graph takes and gives float32 but computes in float64 between two casts:
+    the lines' terms on features far from zero (years near 2000) nearly cancel their
+    intercepts, and summed in float32 they lose digits (1.4e-5 absolute on years); in float64
+    each prediction is the float32 rounding of mixreg's prediction of the same rows."""
     # Imported here: building the graph is the only use of onnx, and it is not on any hot path.
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     element = {"float64": TensorProto.DOUBLE, "float32": TensorProto.FLOAT}[dtype]
-    weights = numpy_helper.from_array(
-        np.ascontiguousarray(lines.coef.T, dtype=dtype), name="coef_transposed"
+    # The names the float64 arithmetic reads and writes; float32 casts in and out of them.
+    casts: list[Any] = []
+    x_input, predictions, concomitant, probabilities = (
+        ONNX_INPUT,
+        ONNX_OUTPUT,
+        ONNX_CONCOMITANT,
+        ONNX_PROBABILITIES,
     )
-    intercept = numpy_helper.from_array(lines.intercept.astype(dtype), name="intercept")
+    if dtype == "float32":
+        x_input, predictions = "X_double", "predictions_double"
+        concomitant, probabilities = "concomitant_double", "probabilities_double"
+        casts.append(helper.make_node("Cast", [ONNX_INPUT], [x_input], to=TensorProto.DOUBLE))
+    weights = numpy_helper.from_array(
+        np.ascontiguousarray(lines.coef.T, dtype=np.float64), name="coef_transposed"
+    )
+    intercept = numpy_helper.from_array(lines.intercept.astype(np.float64), name="intercept")
     n_components, n_features = lines.coef.shape
     nodes = [
-        helper.make_node("MatMul", [ONNX_INPUT, "coef_transposed"], ["products"]),
-        helper.make_node("Add", ["products", "intercept"], [ONNX_OUTPUT]),
+        *casts,
+        helper.make_node("MatMul", [x_input, "coef_transposed"], ["products"]),
+        helper.make_node("Add", ["products", "intercept"], [predictions]),
     ]
     inputs = [helper.make_tensor_value_info(ONNX_INPUT, element, ["n", n_features])]
     outputs = [helper.make_tensor_value_info(ONNX_OUTPUT, element, ["n", n_components])]
     initializer = [weights, intercept]
     if lines.gate is not None:
-        gate_input = ONNX_INPUT
+        gate_input = x_input
         if lines.gate.concomitant is not None:
-            gate_input = ONNX_CONCOMITANT
+            gate_input = concomitant
             inputs.append(
                 helper.make_tensor_value_info(
                     ONNX_CONCOMITANT, element, ["n", len(lines.gate.concomitant)]
                 )
             )
+            if dtype == "float32":
+                nodes.append(
+                    helper.make_node(
+                        "Cast", [ONNX_CONCOMITANT], [concomitant], to=TensorProto.DOUBLE
+                    )
+                )
         initializer += [
             numpy_helper.from_array(
-                np.ascontiguousarray(lines.gate.coef.T, dtype=dtype), name="gate_coef_transposed"
+                np.ascontiguousarray(lines.gate.coef.T, dtype=np.float64),
+                name="gate_coef_transposed",
             ),
-            numpy_helper.from_array(lines.gate.intercept.astype(dtype), name="gate_intercept"),
+            numpy_helper.from_array(lines.gate.intercept.astype(np.float64), name="gate_intercept"),
         ]
         nodes += [
             helper.make_node("MatMul", [gate_input, "gate_coef_transposed"], ["gate_products"]),
             helper.make_node("Add", ["gate_products", "gate_intercept"], ["gate_logits"]),
-            helper.make_node("Softmax", ["gate_logits"], [ONNX_PROBABILITIES], axis=1),
+            helper.make_node("Softmax", ["gate_logits"], [probabilities], axis=1),
         ]
         outputs.append(
             helper.make_tensor_value_info(ONNX_PROBABILITIES, element, ["n", n_components])
         )
+        if dtype == "float32":
+            nodes.append(
+                helper.make_node("Cast", [probabilities], [ONNX_PROBABILITIES], to=element)
+            )
+    if dtype == "float32":
+        nodes.append(helper.make_node("Cast", [predictions], [ONNX_OUTPUT], to=element))
     graph = helper.make_graph(nodes, "mixreg", inputs, outputs, initializer=initializer)
     model = helper.make_model(
         graph,
@@ -679,8 +710,9 @@ def onnx_keyed_model(lines: StoredLines, *, dtype: OnnxType) -> bytes:
     ``[n]`` (int64 or string, as the model's keys), output ``predictions`` ``[n, k]``: each
     row by its key's lines, a key without lines (unknown, skipped or failed) by the global
     model's, as ``unknown_keys: global`` predicts. A ``LabelEncoder`` (ONNX-ML) maps a key to
-    its position, a ``Gather`` takes that position's lines. 409 when the lines exceed what
-    one ONNX file can hold."""
+    its position, a ``Gather`` takes that position's lines. 409 when the lines (float64, as
+    in every graph: a ``float32`` graph casts ``X`` in and the predictions out, see
+    :func:`onnx_model`) exceed what one ONNX file can hold."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -688,7 +720,7 @@ def onnx_keyed_model(lines: StoredLines, *, dtype: OnnxType) -> bytes:
     assert keyed is not None
     element = {"float64": TensorProto.DOUBLE, "float32": TensorProto.FLOAT}[dtype]
     n_keys, n_components, n_features = keyed.coef.shape
-    size = (n_keys + 1) * n_components * (n_features + 1) * np.dtype(dtype).itemsize
+    size = (n_keys + 1) * n_components * (n_features + 1) * np.dtype(np.float64).itemsize
     if size > MAX_ONNX_BYTES:
         raise ConflictError(
             f"model {lines.model_id} has {n_keys:,} keys whose lines take {size:,} bytes: more "
@@ -696,8 +728,13 @@ def onnx_keyed_model(lines: StoredLines, *, dtype: OnnxType) -> bytes:
             f"GET /models/{lines.model_id}/export (a .zip of every key's lines)"
         )
     # The global model is the last position, the one every key without lines maps to.
-    coef = np.concatenate([keyed.coef, lines.coef[None]]).astype(dtype)
-    intercept = np.concatenate([keyed.intercept, lines.intercept[None]]).astype(dtype)
+    coef = np.concatenate([keyed.coef, lines.coef[None]]).astype(np.float64)
+    intercept = np.concatenate([keyed.intercept, lines.intercept[None]]).astype(np.float64)
+    x_input, predictions = ONNX_INPUT, ONNX_OUTPUT
+    casts: list[Any] = []
+    if dtype == "float32":
+        x_input, predictions = "X_double", "predictions_double"
+        casts.append(helper.make_node("Cast", [ONNX_INPUT], [x_input], to=TensorProto.DOUBLE))
     with_lines = np.flatnonzero(keyed.status <= STATUSES.index("k1"))
     integer_keys = keyed.keys.dtype.kind in "iu"
     key_values = keyed.keys[with_lines].tolist()
@@ -716,14 +753,17 @@ def onnx_keyed_model(lines: StoredLines, *, dtype: OnnxType) -> bytes:
     )
     nodes = [
         encoder,
+        *casts,
         helper.make_node("Gather", ["coef", "key_position"], ["row_coef"], axis=0),
-        helper.make_node("Unsqueeze", [ONNX_INPUT, "last_axis"], ["X_column"]),
+        helper.make_node("Unsqueeze", [x_input, "last_axis"], ["X_column"]),
         # (n, k, d) @ (n, d, 1): each row's k predictions.
         helper.make_node("MatMul", ["row_coef", "X_column"], ["products_column"]),
         helper.make_node("Squeeze", ["products_column", "last_axis"], ["products"]),
         helper.make_node("Gather", ["intercept", "key_position"], ["row_intercept"], axis=0),
-        helper.make_node("Add", ["products", "row_intercept"], [ONNX_OUTPUT]),
+        helper.make_node("Add", ["products", "row_intercept"], [predictions]),
     ]
+    if dtype == "float32":
+        nodes.append(helper.make_node("Cast", [predictions], [ONNX_OUTPUT], to=element))
     inputs = [
         helper.make_tensor_value_info(ONNX_INPUT, element, ["n", n_features]),
         helper.make_tensor_value_info(

@@ -129,6 +129,7 @@ def test_dataframe_csv_and_parquet_uploads_give_the_same_data(client: Client, tm
 
     for dataset in (from_frame, from_csv, from_parquet):
         assert dataset.n_rows == 40 and dataset.feature_names == ["u", "v", "w"]
+        assert dataset.target_name == "target"
     # The same numbers in each: a fit of each with the same seed finds the same lines.
     models = [
         client.fit(dataset, k=2, params=FAST_FIT, seed=5).wait().model_id

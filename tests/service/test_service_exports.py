@@ -231,3 +231,72 @@ def test_a_keyed_graph_beyond_one_onnx_file_is_a_conflict_naming_the_export(monk
     monkeypatch.setattr(exports, "MAX_ONNX_BYTES", 100)
     with pytest.raises(ConflictError, match=r"more than one ONNX graph holds.*/export"):
         exports.onnx_keyed_model(lines, dtype="float64")
+
+
+def test_a_float32_graph_keeps_its_accuracy_on_features_far_from_zero(client, run_queued_jobs):
+    """Years near 2000, prices in the hundreds and popularity counts in the ten thousands: the
+    lines' terms nearly cancel their intercepts, which a float32 sum misses by 1e-5."""
+    rng = np.random.default_rng(9)
+    n = 400
+    X = np.column_stack(
+        [
+            rng.integers(1960, 2025, n),
+            np.round(rng.uniform(100, 900, n), 2),
+            rng.integers(1_000, 90_000, n),
+        ]
+    )
+    line = rng.integers(0, 2, n)
+    y = np.where(
+        line == 0,
+        0.031 * (X[:, 0] - 1990) + 2e-5 * X[:, 2] - 1,
+        -0.017 * (X[:, 0] - 2010) + 1e-3 * X[:, 1] - 1e-5 * X[:, 2],
+    )
+    y = y + rng.normal(0, 0.01, n)
+    fitted = client.post(
+        "/fit",
+        json={"data": {"X": X.tolist(), "y": y.tolist()}, "k": 2, "algorithm": "am", "seed": 1},
+    )
+    assert fitted.status_code == 202, fitted.text
+    assert run_queued_jobs() == ["succeeded"]
+    model_id = client.get(fitted.json()["url"]).json()["model_id"]
+    response = client.get(f"/models/{model_id}/model.onnx", params={"dtype": "float32"})
+    session = onnxruntime.InferenceSession(response.content, providers=["CPUExecutionProvider"])
+    X32 = X.astype(np.float32)
+    (onnx_predictions,) = session.run(None, {"X": X32})
+    assert onnx_predictions.dtype == np.float32
+    # The rows the graph was given (prices rounded to float32), predicted by mixreg.
+    expected = predictions(client, model_id, X32.astype(np.float64))
+    assert np.abs(expected).max() < 10
+    np.testing.assert_allclose(onnx_predictions, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_a_keyed_float32_graph_keeps_its_accuracy_on_years():
+    """Each key's lines on years near 2000: float32 arithmetic would miss by 1e-5."""
+    rng = np.random.default_rng(3)
+    n_keys, k = 3, 2
+    slopes = rng.uniform(-0.05, 0.05, (n_keys + 1, k, 2))
+    centre = np.array([1995.0, 20_000.0])
+    # Lines through a modest value at the centre: big intercepts cancelling big terms.
+    intercept = rng.uniform(-1, 1, (n_keys + 1, k)) - slopes @ centre
+    keyed = KeyedMixture(
+        keys=np.array([10, 20, 30]),
+        coef=slopes[:n_keys],
+        intercept=intercept[:n_keys],
+        shares=np.full((n_keys, k), 0.5),
+        min_loss=np.zeros(n_keys),
+        n_rows=np.full(n_keys, 10),
+        status=np.zeros(n_keys, dtype=np.int8),
+    )
+    lines = StoredLines(
+        model_id="m", coef=slopes[-1], intercept=intercept[-1], split_by="acct", keyed=keyed
+    )
+    session = onnxruntime.InferenceSession(
+        exports.onnx_keyed_model(lines, dtype="float32"), providers=["CPUExecutionProvider"]
+    )
+    X = np.column_stack([rng.integers(1960, 2025, 200), rng.integers(19_000, 21_000, 200)])
+    keys = rng.choice([10, 20, 30, 99], 200)
+    (got,) = session.run(None, {"X": X.astype(np.float32), "key": keys.astype(np.int64)})
+    position = np.select([keys == 10, keys == 20, keys == 30], [0, 1, 2], default=n_keys)
+    expected = np.einsum("nkd,nd->nk", slopes[position], X) + intercept[position]
+    assert got.dtype == np.float32 and np.abs(expected).max() < 100
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)

@@ -154,3 +154,33 @@ def test_a_keyed_jobs_process_never_holds_every_row(
         assert (model.n_train, model.n_holdout) == (GLOBAL_ROWS - held.sum(), held.sum())
         assert job.keyed_summary["n_keys"] == N_ACCOUNTS
         assert job.keyed_summary["rows_without_key"] == 0
+
+
+def test_a_keyed_jobs_progress_moves_with_the_rows_fitted(
+    accounts_job, migrated_database_url, monkeypatch
+):
+    """The global model fitted on every row takes its rows' share of the bar (16,000 training
+    rows beside the keys' 20,000), not a fixed tenth that then jumps."""
+    reports: list[tuple[float, int | None]] = []
+    update_progress = repository.update_progress
+
+    def recorded(session, **fields):
+        reports.append((fields["fraction"], fields["keys_done"]))
+        return update_progress(session, **fields)
+
+    monkeypatch.setattr(repository, "update_progress", recorded)
+    status = run_job(
+        accounts_job,
+        migrated_database_url,
+        worker_id="w1",
+        keyed_global_rows=N_ROWS,
+        progress_interval_s=0,
+    )
+    assert status == "succeeded"
+    fractions = [fraction for fraction, _ in reports]
+    assert fractions == sorted(fractions)
+    share = 16_000 / (16_000 + N_ROWS)
+    global_part = [fraction for fraction, keys_done in reports if keys_done is None]
+    keyed_part = [fraction for fraction, keys_done in reports if keys_done is not None]
+    assert global_part and max(global_part) <= share + 1e-12
+    assert keyed_part[0] == pytest.approx(share) and keyed_part[-1] == pytest.approx(1.0)

@@ -117,3 +117,58 @@ def test_the_page_shows_jobs_and_models_a_page_at_a_time(
     assert "models 3 to 3 of 3 (page 2 of 2)" in second
     assert "jobs 3 to 3 of 3" in client.get("/ui", params={"jobs_page": 2}).text
     assert client.get("/ui", params={"models_page": 0}).status_code == 422
+
+
+def test_the_home_page_names_registered_models_their_versions_and_aliases(
+    client, run_queued_jobs, data
+):
+    X, y = data
+    first = fit(client, run_queued_jobs, X, y, k=2, registered_model="reco")
+    second = fit(client, run_queued_jobs, X, y, k=2, registered_model="reco")
+    plain = fit(client, run_queued_jobs, X, y, k=2)
+    for alias, version in (("production", 1), ("staging", 2), ("champion", 2)):
+        moved = client.put(f"/registered-models/reco/aliases/{alias}", json={"version": version})
+        assert moved.status_code in (200, 201), moved.text
+    page = client.get("/ui").text
+
+    def card(model_id: str) -> str:
+        start = page.index(f'id="model-{model_id}"')
+        return page[start : page.index("</article>", start)]
+
+    assert 'reco version 1 <span class="alias">@production</span></p>' in card(first["id"])
+    assert (
+        'reco version 2 <span class="alias">@champion</span> <span class="alias">@staging</span>'
+        in card(second["id"])
+    )
+    assert 'class="registered"' not in card(plain["id"])
+
+
+def test_a_keyed_models_long_title_stays_inside_its_picture(drawn):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((50, 2))
+    title = (
+        f"model {'a1' * 16}, global model of the keys of account_identifier: k=3, auto, "
+        f"holdout min-loss 0.01234"
+    )
+    picture = plots.ModelPicture(
+        title=title,
+        coef=np.array([[1.0, 2.0], [-1.0, 0.5], [0.0, 1.0]]),
+        intercept=np.zeros(3),
+        feature_names=["a", "b"],
+        target_name="rating",
+        loss_history=[3.0, 2.0, 1.5],
+        X=X,
+        y=X @ [1.0, 2.0],
+        n_rows=50,
+        shares=np.array([0.5, 0.3, 0.2]),
+        n_iter=2,
+        converged=True,
+    )
+    plots.render_model(picture)
+    figure = drawn[-1]
+    figure.canvas.draw()
+    suptitle = figure.get_suptitle()
+    # Every word kept, on lines that fit.
+    assert suptitle.split() == title.split() and "\n" in suptitle
+    extent = figure._suptitle.get_window_extent(figure.canvas.get_renderer())
+    assert extent.x0 >= 0 and extent.x1 <= figure.bbox.width

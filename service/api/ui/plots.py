@@ -90,6 +90,21 @@ class SweepPicture:
     best_k: int
 
 
+def _suptitle(figure: Any, title: str) -> None:
+    """The figure's title, broken into lines at spaces where it is wider than the figure (a
+    keyed model's title, with its id and key column, ran past both edges)."""
+    import textwrap
+
+    text = figure.suptitle(title)
+    # Measured on the canvas: characters per line in proportion to the room left.
+    renderer = figure.canvas.get_renderer()
+    room = figure.bbox.width * 0.96
+    width = text.get_window_extent(renderer).width
+    if width > room:
+        per_line = max(int(len(title) * room / width), 20)
+        text.set_text(textwrap.fill(title, width=per_line, break_long_words=False))
+
+
 def _colour(index: int) -> str:
     return COMPONENT_COLOURS[index % len(COMPONENT_COLOURS)]
 
@@ -175,7 +190,7 @@ def render_model(picture: ModelPicture) -> bytes:
 
     def draw(figure: Any) -> None:
         data_axes, loss_axes = figure.subplots(1, 2, width_ratios=[3, 2])
-        figure.suptitle(picture.title)
+        _suptitle(figure, picture.title)
         if X.shape[1] == 1:
             x = X[:, 0]
             grid = np.linspace(x.min(), x.max(), 2) if x.size else np.array([0.0, 1.0])
@@ -231,7 +246,7 @@ def render_sweep(picture: SweepPicture) -> bytes:
 
     def draw(figure: Any) -> None:
         loss_axes, bic_axes = figure.subplots(1, 2)
-        figure.suptitle(picture.title)
+        _suptitle(figure, picture.title)
         ks = picture.k_values
         loss_axes.plot(ks, picture.train_min_loss, marker="o", label="train", color=_colour(0))
         holdout = [np.nan if value is None else value for value in picture.holdout_min_loss]

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from models_store import registry, repository
 from models_store.session import read_scope
-from models_store.tables import Job, Model
+from models_store.tables import Job, Model, ModelVersion
 from service.api.deps import SessionFactoryDep
 from service.api.ui import plots, sign_in
 from service.auth.middleware import ApiKeyDep
@@ -231,6 +231,21 @@ def _pager(page: int, per_page: int, total: int) -> dict[str, int]:
     }
 
 
+def _aliases_of_versions(
+    session: Session, versions: dict[str, ModelVersion]
+) -> dict[str, list[str]]:
+    """Model id -> the aliases that point at it, for the models that are versions: the
+    aliases of each registered model are read once."""
+    by_version: dict[tuple[str, int], list[str]] = {}
+    for name in {version.registered_model for version in versions.values()}:
+        for alias in registry.list_aliases(session, name=name):
+            by_version.setdefault((name, alias.version), []).append(alias.alias)
+    return {
+        model_id: by_version.get((version.registered_model, version.version), [])
+        for model_id, version in versions.items()
+    }
+
+
 @pages.get("/ui", response_class=HTMLResponse)
 def overview(
     request: Request,
@@ -251,6 +266,7 @@ def overview(
         job_views = [job_out(job, caller=api_key) for job in jobs]
         versions = registry.versions_of_models(session, model_ids=[model.id for model in models])
         model_views = [model_summary(model, versions.get(model.id)) for model in models]
+        aliases = _aliases_of_versions(session, versions)
     active = counts.get("queued", 0) + counts.get("running", 0)
     return TEMPLATES.TemplateResponse(
         request,
@@ -259,6 +275,7 @@ def overview(
             "jobs": job_views,
             "jobs_total": jobs_total,
             "models": model_views,
+            "aliases": aliases,
             "models_total": models_total,
             "jobs_pager": _pager(jobs_page, PAGE_JOBS, jobs_total),
             "models_pager": _pager(models_page, PAGE_MODELS, models_total),

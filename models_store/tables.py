@@ -437,5 +437,7 @@ class PredictionOutcome(Base):
     # min over the k lines of (y - prediction)^2, and the line that reaches it.
     min_loss: Mapped[float] = mapped_column(Double)
     best_component: Mapped[int]
+    # The model's k: the length of the list the prediction was.
+    n_components: Mapped[int]
     # A gated model's most likely line's squared error (None for other models).
     most_likely_loss: Mapped[float | None] = mapped_column(Double)

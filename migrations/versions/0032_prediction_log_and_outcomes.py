@@ -66,6 +66,7 @@ def upgrade() -> None:
         sa.Column("y", sa.Double(), nullable=False),
         sa.Column("min_loss", sa.Double(), nullable=False),
         sa.Column("best_component", sa.Integer(), nullable=False),
+        sa.Column("n_components", sa.Integer(), nullable=False),
         sa.Column("most_likely_loss", sa.Double(), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_prediction_outcomes")),
         sa.UniqueConstraint(

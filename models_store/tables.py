@@ -398,8 +398,10 @@ class LoggedPrediction(Base):
     alias: Mapped[str | None] = mapped_column(String(REGISTERED_NAME_LENGTH))
     # A keyed prediction's key, as text (an integer key in decimal).
     key: Mapped[str | None] = mapped_column(Text)
-    features: Mapped[list[float]] = mapped_column(JSON)
-    predictions: Mapped[list[float]] = mapped_column(JSON)
+    # The row's features and its k predictions as little-endian float64 bytes: written
+    # without a JSON encoding per row (the log's writer shares the API process's CPU).
+    features: Mapped[bytes] = mapped_column(LargeBinary)
+    predictions: Mapped[bytes] = mapped_column(LargeBinary)
     # A gated model's most likely line for the row.
     most_likely_component: Mapped[int | None]
 

@@ -73,7 +73,7 @@ def record_outcomes(session: Session, values: Sequence[RealisedValue], *, now: d
                 f"outcomes[{position}]: the outcome of request_id '{value.request_id}' row "
                 f"{value.row} was already posted; an outcome is stored once"
             )
-        predictions = np.asarray(prediction.predictions, dtype=np.float64)
+        predictions = np.frombuffer(prediction.predictions, dtype="<f8")
         with np.errstate(over="ignore"):
             squared_errors = (value.y - predictions) ** 2
         best = int(np.argmin(squared_errors))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -54,7 +55,8 @@ class PendingPrediction:
     """A sampled predict request, as the handler hands it over."""
 
     request_id: str
-    logged_at: datetime
+    logged_at: float
+    """Seconds since the Unix epoch (``time.time()``: cheaper than a datetime)."""
     reference: str
     lines: StoredLines
     X: FloatArray
@@ -133,7 +135,7 @@ class PredictionLogger:
             self._pending.append(
                 PendingPrediction(
                     request_id=request_id,
-                    logged_at=datetime.now(UTC),
+                    logged_at=time.time(),
                     reference=reference,
                     lines=lines,
                     X=X,
@@ -246,20 +248,21 @@ def _logged_rows(pending: PendingPrediction) -> list[dict[str, Any]]:
     except ServiceError:
         alias = None
     keys = pending.keys
-    features = pending.X.tolist()
-    values = predictions.tolist()
+    logged_at = datetime.fromtimestamp(pending.logged_at, tz=UTC)
+    features = np.ascontiguousarray(pending.X, dtype="<f8")
+    values = np.ascontiguousarray(predictions, dtype="<f8")
     return [
         {
             "request_id": pending.request_id,
             "row_index": row,
-            "logged_at": pending.logged_at,
+            "logged_at": logged_at,
             "model_id": lines.model_id,
             "registered_model": lines.registered_model,
             "version": lines.version,
             "alias": alias,
             "key": None if keys is None else str(keys[row]),
-            "features": features[row],
-            "predictions": values[row],
+            "features": features[row].tobytes(),
+            "predictions": values[row].tobytes(),
             "most_likely_component": None if most_likely is None else most_likely[row],
         }
         for row in range(len(features))

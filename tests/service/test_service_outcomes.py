@@ -68,8 +68,9 @@ def test_logged_rows_hold_the_answer_and_outcomes_give_its_min_loss(
         assert sorted(rows) == [("batch-1", 0), ("batch-1", 1), ("batch-1", 2)]
         for (_, row), logged in rows.items():
             assert logged.model_id == model_id and logged.alias is None
-            assert logged.features == X[row]
-            assert logged.predictions == predictions[row].tolist()  # bit for bit
+            assert np.frombuffer(logged.features, "<f8").tolist() == X[row]
+            # Bit for bit the answer.
+            assert np.frombuffer(logged.predictions, "<f8").tolist() == predictions[row].tolist()
 
     y = [predictions[0, 0] + 0.5, predictions[1, 1] - 0.1, predictions[2, 0] + 3.0]
     posted = client.post(
@@ -200,8 +201,8 @@ def test_retention_deletes_old_rows_in_bounded_transactions(
             "row_index": 0,
             "logged_at": at,
             "model_id": model_id,
-            "features": [1.0, 2.0],
-            "predictions": [0.0, 1.0],
+            "features": np.array([1.0, 2.0]).tobytes(),
+            "predictions": np.array([0.0, 1.0]).tobytes(),
         }
 
     with session_scope(app_sessionmaker) as session:

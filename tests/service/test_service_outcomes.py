@@ -316,3 +316,96 @@ def test_setting_rates_and_posting_outcomes_need_write_and_metrics_read(sqlite_u
         assert client.put(target, json={"sample_rate": 1}, headers=write).status_code == 404
         assert client.post("/outcomes", json=outcome, headers=write).status_code == 422
         assert client.get("/prediction-log/settings").status_code == 401
+
+
+def test_a_gated_rows_most_likely_line_and_a_keyed_rows_key_are_logged_and_scored(
+    db_sessionmaker,
+):
+    from mixreg import STATUSES, KeyedMixture
+    from service.serving.outcomes import RealisedValue, filter_of, outcome_metrics, record_outcomes
+    from service.serving.prediction import StoredGate, positions_of
+
+    log = PredictionLogger(
+        session_factory=db_sessionmaker,
+        default_rate=1.0,
+        queue_rows=100,
+        flush_interval_s=60,
+        refresh_s=60,
+    )
+    # Lines y = x1 and y = x2; the gate prefers line 0 where x1 > 0.
+    gated = StoredLines(
+        model_id="a" * 32,
+        coef=np.eye(2),
+        intercept=np.zeros(2),
+        gate=StoredGate(
+            coef=np.array([[5.0, 0.0], [-5.0, 0.0]]), intercept=np.zeros(2), concomitant=None
+        ),
+    )
+    keyed_lines = KeyedMixture(
+        keys=np.array(["alice", "bob"], dtype=object),
+        coef=np.array([np.eye(2), 2 * np.eye(2)]),
+        intercept=np.zeros((2, 2)),
+        shares=np.full((2, 2), 0.5),
+        min_loss=np.zeros(2),
+        n_rows=np.array([10, 10]),
+        status=np.array([STATUSES.index("fitted")] * 2),
+    )
+    keyed = StoredLines(
+        model_id="b" * 32,
+        coef=np.eye(2),
+        intercept=np.zeros(2),
+        split_by="user",
+        keyed=keyed_lines,
+        key_positions=positions_of(keyed_lines),
+    )
+    common = {"unknown_keys": "global", "concomitant": None}
+    log.offer(
+        request_id="g",
+        reference="a" * 32,
+        lines=gated,
+        X=np.array([[1.0, 3.0]]),
+        keys=None,
+        **common,
+    )
+    log.offer(
+        request_id="k",
+        reference="b" * 32,
+        lines=keyed,
+        X=np.array([[1.0, 3.0]] * 2),
+        keys=["alice", "bob"],
+        **common,
+    )
+    assert log.flush() == 3
+    now = datetime.now(UTC)
+    with session_scope(db_sessionmaker) as session:
+        stored = record_outcomes(
+            session,
+            [
+                RealisedValue("g", 0, 3.1),  # best: line 1 (0.01); most likely: line 0 (4.41)
+                RealisedValue("k", 0, 1.0),  # alice: [1, 3], line 0 exact
+                RealisedValue("k", 1, 5.0),  # bob: [2, 6], line 1 off by 1
+            ],
+            now=now,
+        )
+    assert stored == 3
+    with session_scope(db_sessionmaker) as session:
+        (gate_window,) = outcome_metrics(
+            session,
+            where=filter_of("a" * 32, None),
+            window="hour",
+            since=now - timedelta(hours=1),
+            until=now,
+            tolerance=0.5,
+        )
+        (bob,) = outcome_metrics(
+            session,
+            where=filter_of("b" * 32, "bob"),
+            window="day",
+            since=now - timedelta(hours=1),
+            until=now,
+            tolerance=0.5,
+        )
+    assert gate_window["min_loss"] == pytest.approx(0.01)
+    assert gate_window["most_likely_loss"] == pytest.approx(4.41)
+    assert gate_window["best_line_share"] == [0.0, 1.0]
+    assert bob["count"] == 1 and bob["min_loss"] == pytest.approx(1.0) and bob["coverage"] == 0.0

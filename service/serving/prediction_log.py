@@ -20,6 +20,7 @@ Sampling is per request (all its rows or none), at the rate set for the referenc
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -99,6 +100,7 @@ class PredictionLogger:
         self._rates: dict[str, float] = {}
         self._pending: deque[PendingPrediction] = deque()
         self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -203,14 +205,20 @@ class PredictionLogger:
         self.flush()
 
     def flush(self) -> int:
-        """Write every queued request in one transaction; the rows written."""
+        """Write every queued request in one transaction; the rows written. A flush that
+        another thread is running is waited for, so what was queued before the call is
+        written when it returns."""
+        with self._flush_lock:
+            return self._flush()
+
+    def _flush(self) -> int:
         with self._lock:
             batch = list(self._pending)
             self._pending.clear()
         if not batch:
             return 0
         n_rows = sum(len(pending.X) for pending in batch)
-        rows: list[dict[str, Any]] = []
+        rows: list[tuple[Any, ...]] = []
         try:
             for pending in batch:
                 rows.extend(_logged_rows(pending))
@@ -228,8 +236,9 @@ class PredictionLogger:
         return n_rows
 
 
-def _logged_rows(pending: PendingPrediction) -> list[dict[str, Any]]:
-    """The log's rows of one request: its answer computed again, as it was answered."""
+def _logged_rows(pending: PendingPrediction) -> list[tuple[Any, ...]]:
+    """The log's rows of one request (``prediction_log.LOGGED_COLUMNS``): its answer computed
+    again, as it was answered."""
     lines = pending.lines
     try:
         predictions = predict_rows(
@@ -243,27 +252,34 @@ def _logged_rows(pending: PendingPrediction) -> list[dict[str, Any]]:
     except ServiceError:  # cannot happen for an answered request; never stop the writer
         logger.exception("a logged request could not be predicted again")
         return []
-    try:
-        alias = parse_reference(pending.reference).alias
-    except ServiceError:
-        alias = None
     keys = pending.keys
     logged_at = datetime.fromtimestamp(pending.logged_at, tz=UTC)
-    features = np.ascontiguousarray(pending.X, dtype="<f8")
-    values = np.ascontiguousarray(predictions, dtype="<f8")
+    alias = _alias_of(pending.reference)
+    # float64 is little-endian on every platform the service runs on; "<f8" makes sure.
+    features = pending.X.astype("<f8", copy=False)
+    values = predictions.astype("<f8", copy=False)
     return [
-        {
-            "request_id": pending.request_id,
-            "row_index": row,
-            "logged_at": logged_at,
-            "model_id": lines.model_id,
-            "registered_model": lines.registered_model,
-            "version": lines.version,
-            "alias": alias,
-            "key": None if keys is None else str(keys[row]),
-            "features": features[row].tobytes(),
-            "predictions": values[row].tobytes(),
-            "most_likely_component": None if most_likely is None else most_likely[row],
-        }
+        (
+            pending.request_id,
+            row,
+            logged_at,
+            lines.model_id,
+            lines.registered_model,
+            lines.version,
+            alias,
+            None if keys is None else str(keys[row]),
+            features[row].tobytes(),
+            values[row].tobytes(),
+            None if most_likely is None else most_likely[row],
+        )
         for row in range(len(features))
     ]
+
+
+@functools.lru_cache(maxsize=1024)
+def _alias_of(reference: str) -> str | None:
+    """The alias ``reference`` names (``production`` of ``name@production``), if any."""
+    try:
+        return parse_reference(reference).alias
+    except ServiceError:
+        return None

@@ -195,8 +195,8 @@ def test_retention_deletes_old_rows_in_bounded_transactions(
     now = datetime.now(UTC)
     old, new = now - timedelta(days=40), now - timedelta(days=1)
 
-    def row(request_id: str, at: datetime) -> dict[str, object]:
-        return {
+    def row(request_id: str, at: datetime) -> tuple[object, ...]:
+        values = {
             "request_id": request_id,
             "row_index": 0,
             "logged_at": at,
@@ -204,6 +204,7 @@ def test_retention_deletes_old_rows_in_bounded_transactions(
             "features": np.array([1.0, 2.0]).tobytes(),
             "predictions": np.array([0.0, 1.0]).tobytes(),
         }
+        return tuple(values.get(column) for column in prediction_log.LOGGED_COLUMNS)
 
     with session_scope(app_sessionmaker) as session:
         prediction_log.insert_logged_rows(

@@ -55,7 +55,9 @@ class Settings:
     outcome_requests: int
 
 
-FULL = Settings(load_seconds=10, connections=(1, 8), rounds=3, outcome_requests=5000)
+# Short runs, many rounds in a rotating order: on a shared machine the load of others changes
+# from second to second, and many short interleaved runs share it out evenly among the modes.
+FULL = Settings(load_seconds=5, connections=(1, 8), rounds=6, outcome_requests=2000)
 QUICK = Settings(load_seconds=2, connections=(8,), rounds=1, outcome_requests=500)
 
 
@@ -106,7 +108,10 @@ def run_throughput(
             order = list(MODES)
             for round_number in range(settings.rounds):
                 # Each round in another order, so no mode always follows the same one.
-                turn = order[round_number % 3 :] + order[: round_number % 3]
+                shift = round_number % len(order)
+                turn = order[shift:] + order[:shift]
+                if round_number % 2:
+                    turn.reverse()
                 for mode in turn:
                     set_rate(client, model_id, MODES[mode])
                     log(f"log {mode}: {connections} connections, round {round_number + 1}")
@@ -300,6 +305,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         "",
     )
     report.targets_table(body.targets)
+    report.add(
+        "What is measured: the log's cost to predict (a sampling check per request, a queue "
+        "append per sampled request, and a writer thread in the same process that computes "
+        "the sampled rows' k values again and writes them every 0.5 s in one transaction), "
+        "and that the min-loss served from outcomes is the min-loss of the same rows computed "
+        "offline. The load average printed above says how busy the shared machine was: "
+        "absolute request rates are far below what the same code serves on an idle machine "
+        "(bench/RESULTS.md, Serving), and only the ratios of runs interleaved in one process "
+        "compare anything.",
+        "",
+    )
     report.add(
         f"Total time: {elapsed / 60:.1f} min; load average at the end: {load_average()}.", ""
     )

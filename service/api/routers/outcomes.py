@@ -136,7 +136,11 @@ def post_outcomes(body: OutcomesIn, session: SessionDep, settings: SettingsDep) 
     return OutcomesOut(stored=stored)
 
 
-@router.get("/outcomes/metrics", response_model=OutcomeMetricsOut)
+@router.get(
+    "/outcomes/metrics",
+    response_model=OutcomeMetricsOut,
+    responses={404: {"description": "model is not of the form of a model reference"}},
+)
 def get_metrics(
     session: SessionDep,
     settings: SettingsDep,

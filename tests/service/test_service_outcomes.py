@@ -410,3 +410,16 @@ def test_a_gated_rows_most_likely_line_and_a_keyed_rows_key_are_logged_and_score
     assert gate_window["most_likely_loss"] == pytest.approx(4.41)
     assert gate_window["best_line_share"] == [0.0, 1.0]
     assert bob["count"] == 1 and bob["min_loss"] == pytest.approx(1.0) and bob["coverage"] == 0.0
+
+
+def test_requests_through_the_app_are_sampled_at_their_rate(client, model_id, app_sessionmaker):
+    assert (
+        client.put(f"/prediction-log/settings/{model_id}", json={"sample_rate": 0.2}).status_code
+        == 200
+    )
+    for _ in range(500):
+        predict(client, model_id, [[0.5, 1.0]])
+    flush(client)
+    logged, _ = counts(app_sessionmaker)
+    # Binomial(500, 0.2): mean 100, standard deviation 8.9; five of them either side.
+    assert abs(logged - 100) < 45

@@ -51,9 +51,10 @@ from service.serving.references import parse_reference
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PendingPrediction:
-    """A sampled predict request, as the handler hands it over."""
+    """A sampled predict request, as the handler hands it over (not frozen: a frozen
+    dataclass's ``__init__`` costs several times more, on the hot path)."""
 
     request_id: str
     logged_at: float

@@ -35,11 +35,16 @@ class _PredictionLog(Collector):
     """The prediction log's row counts of this process, read at scrape time (the hot path
     only adds to plain integers)."""
 
-    def __init__(self, read_counts: Callable[[], dict[str, int]]) -> None:
+    def __init__(self, read_counts: Callable[[], dict[str, float]]) -> None:
         self._read_counts = read_counts
 
     def collect(self) -> Iterator[Metric]:
         counts = self._read_counts()
+        yield CounterMetricFamily(
+            "mixreg_prediction_log_writer_cpu_seconds",
+            "CPU time this process's log writer spent computing and writing sampled rows",
+            value=counts["writer_cpu_seconds"],
+        )
         rows = CounterMetricFamily(
             "mixreg_prediction_log_rows",
             "Predicted rows sampled for the log by this process, and what became of them: "
@@ -120,7 +125,7 @@ class ServiceMetrics:
         """Report jobs by status using ``count_jobs`` at every scrape."""
         self.registry.register(_JobsByStatus(count_jobs))
 
-    def report_prediction_log_with(self, read_counts: Callable[[], dict[str, int]]) -> None:
+    def report_prediction_log_with(self, read_counts: Callable[[], dict[str, float]]) -> None:
         """Report the prediction log's row counts using ``read_counts`` at every scrape."""
         self.registry.register(_PredictionLog(read_counts))
 

@@ -76,6 +76,9 @@ class LogCounts:
     written_rows: int = 0
     failed_rows: int = 0
     queued_rows: int = 0
+    writer_cpu_seconds: float = 0.0
+    """CPU time spent computing and writing the sampled rows (the log's cost besides the
+    sampling check and the queue append of each request)."""
 
 
 class PredictionLogger:
@@ -210,7 +213,13 @@ class PredictionLogger:
         another thread is running is waited for, so what was queued before the call is
         written when it returns."""
         with self._flush_lock:
-            return self._flush()
+            started = time.thread_time()
+            try:
+                return self._flush()
+            finally:
+                spent = time.thread_time() - started
+                with self._lock:
+                    self.counts.writer_cpu_seconds += spent
 
     def _flush(self) -> int:
         with self._lock:

@@ -30,6 +30,14 @@ _LATER_DUPLICATE = (
 )
 
 LOSSES: dict[str, tuple[tuple[str, str], ...]] = {
+    "0032": (
+        ("SELECT count(*) FROM prediction_log", "{n} logged prediction row(s) are deleted"),
+        ("SELECT count(*) FROM prediction_outcomes", "{n} outcome(s) are deleted"),
+        (
+            "SELECT count(*) FROM prediction_log_settings",
+            "{n} prediction log sampling setting(s) are deleted",
+        ),
+    ),
     "0012": (
         (
             "SELECT count(*) FROM models WHERE split_by IS NOT NULL",

@@ -13,6 +13,7 @@ from sqlalchemy import (
     ForeignKey,
     ForeignKeyConstraint,
     Index,
+    Integer,
     LargeBinary,
     String,
     Text,
@@ -354,3 +355,91 @@ class ModelAliasEvent(Base):
     to_version: Mapped[int | None]
     changed_by: Mapped[str | None] = mapped_column(String(ID_LENGTH))
     changed_at: Mapped[datetime]
+
+
+REQUEST_ID_LENGTH = 128
+"""The longest request id (``X-Request-ID``) a prediction is logged under."""
+
+
+class PredictionLogSetting(Base):
+    """The share of predictions logged for one model id or one ``name@alias`` (revision 0032);
+    a target without a row takes ``MIXREG_PREDICTION_LOG_SAMPLE_RATE``."""
+
+    __tablename__ = "prediction_log_settings"
+
+    target: Mapped[str] = mapped_column(String(2 * REGISTERED_NAME_LENGTH + 1), primary_key=True)
+    sample_rate: Mapped[float] = mapped_column(Double)
+    updated_at: Mapped[datetime]
+    updated_by: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+
+
+class LoggedPrediction(Base):
+    """One row of a sampled predict request: what was asked and the k values answered
+    (revision 0032). No foreign key to the model: the log outlives a deleted model."""
+
+    __tablename__ = "prediction_log"
+    __table_args__ = (
+        # A caller choosing its own X-Request-ID could repeat one: the first is kept.
+        UniqueConstraint("request_id", "row_index", name="uq_prediction_log_request_id_row"),
+        # Retention deletes the oldest rows first, in batches read from this index.
+        Index("ix_prediction_log_logged_at", "logged_at", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True
+    )
+    request_id: Mapped[str] = mapped_column(String(REQUEST_ID_LENGTH))
+    row_index: Mapped[int]
+    logged_at: Mapped[datetime]
+    model_id: Mapped[str] = mapped_column(String(ID_LENGTH))
+    registered_model: Mapped[str | None] = mapped_column(String(REGISTERED_NAME_LENGTH))
+    version: Mapped[int | None]
+    # The alias the request named (``production`` of ``recommender@production``), if any.
+    alias: Mapped[str | None] = mapped_column(String(REGISTERED_NAME_LENGTH))
+    # A keyed prediction's key, as text (an integer key in decimal).
+    key: Mapped[str | None] = mapped_column(Text)
+    # The row's features and its k predictions as little-endian float64 bytes: written
+    # without a JSON encoding per row (the log's writer shares the API process's CPU).
+    features: Mapped[bytes] = mapped_column(LargeBinary)
+    predictions: Mapped[bytes] = mapped_column(LargeBinary)
+    # A gated model's most likely line for the row.
+    most_likely_component: Mapped[int | None]
+
+
+class PredictionOutcome(Base):
+    """A realised target joined to its logged prediction, with the errors it gives
+    (revision 0032). The model, version, alias and key are copied from the log so that the
+    metrics outlive the log's retention."""
+
+    __tablename__ = "prediction_outcomes"
+    __table_args__ = (
+        UniqueConstraint("request_id", "row_index", name="uq_prediction_outcomes_request_id_row"),
+        # Metrics read one model's (or registered model's) outcomes over a span of hours.
+        Index("ix_prediction_outcomes_model_id_hour", "model_id", "predicted_hour"),
+        Index("ix_prediction_outcomes_registered_model_hour", "registered_model", "predicted_hour"),
+        Index("ix_prediction_outcomes_observed_at", "observed_at", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True
+    )
+    request_id: Mapped[str] = mapped_column(String(REQUEST_ID_LENGTH))
+    row_index: Mapped[int]
+    model_id: Mapped[str] = mapped_column(String(ID_LENGTH))
+    registered_model: Mapped[str | None] = mapped_column(String(REGISTERED_NAME_LENGTH))
+    version: Mapped[int | None]
+    alias: Mapped[str | None] = mapped_column(String(REGISTERED_NAME_LENGTH))
+    key: Mapped[str | None] = mapped_column(Text)
+    predicted_at: Mapped[datetime]
+    # Whole hours since the Unix epoch of predicted_at: windows of hours and days are
+    # integer divisions of it, the same SQL on SQLite and PostgreSQL.
+    predicted_hour: Mapped[int]
+    observed_at: Mapped[datetime]
+    y: Mapped[float] = mapped_column(Double)
+    # min over the k lines of (y - prediction)^2, and the line that reaches it.
+    min_loss: Mapped[float] = mapped_column(Double)
+    best_component: Mapped[int]
+    # The model's k: the length of the list the prediction was.
+    n_components: Mapped[int]
+    # A gated model's most likely line's squared error (None for other models).
+    most_likely_loss: Mapped[float | None] = mapped_column(Double)

@@ -123,6 +123,22 @@ class Settings(BaseSettings):
     job_retention_days: float | None = Field(default=None, ge=0)
     model_retention_days: float | None = Field(default=None, ge=0)
     dataset_retention_days: float | None = Field(default=None, ge=0)
+    # The prediction log (service/serving/prediction_log.py): the share of predict requests
+    # logged where no model or alias has its own rate (0: off), the rows waiting to be written
+    # at most (beyond, requests are not logged and counted as dropped), how often the writer
+    # writes, and how long rows and outcomes are kept (None: forever), deleted in batches of
+    # log_delete_batch_rows rows, each a transaction of its own.
+    prediction_log_sample_rate: float = Field(default=0.0, ge=0, le=1)
+    prediction_log_queue_rows: int = Field(default=100_000, ge=1)
+    prediction_log_flush_interval_s: float = Field(default=0.5, gt=0, le=60)
+    prediction_log_retention_days: float | None = Field(default=30.0, ge=0)
+    outcome_retention_days: float | None = Field(default=365.0, ge=0)
+    log_delete_batch_rows: int = Field(default=5000, ge=1)
+    # Outcomes: at most this many per POST /outcomes; coverage counts an outcome whose best
+    # entry is within outcome_tolerance of y (the default of GET /outcomes/metrics and of
+    # /metrics).
+    max_outcomes_per_request: int = Field(default=10_000, ge=1)
+    outcome_tolerance: float = Field(default=1.0, gt=0)
 
     @model_validator(mode="after")
     def _read_database_password(self) -> Self:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
@@ -30,6 +31,7 @@ from service.api.routers import (
     inference_v2,
     jobs,
     models,
+    outcomes,
     predict,
     registry,
 )
@@ -46,7 +48,9 @@ from service.jobs.task_queue import FitTaskQueue
 from service.logs import configure_logging
 from service.metrics import ServiceMetrics
 from service.serving.cache_check import ModelCacheChecker
+from service.serving.outcomes import recent_outcomes
 from service.serving.prediction import ModelCache
+from service.serving.prediction_log import PredictionLogger
 from service.serving.references import ReferenceResolver
 
 logger = logging.getLogger(__name__)
@@ -69,6 +73,11 @@ OPENAPI_TAGS = [
         "name": "registered-models",
         "description": "Names whose fits become versions 1, 2, 3, ..., and movable aliases "
         "(name@alias) with their audit trail.",
+    },
+    {
+        "name": "outcomes",
+        "description": "The prediction log (sampled predict requests, by request id) and "
+        "realised outcomes joined to it: min-loss, best line's share and coverage per window.",
     },
     {
         "name": "inference",
@@ -123,9 +132,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             interval_s=settings.model_cache_check_interval_s,
         )
         cache_checker.start()
+        prediction_log = PredictionLogger(
+            session_factory=session_factory,
+            default_rate=settings.prediction_log_sample_rate,
+            queue_rows=settings.prediction_log_queue_rows,
+            flush_interval_s=settings.prediction_log_flush_interval_s,
+            refresh_s=settings.alias_refresh_s,
+        )
+        await run_in_threadpool(prediction_log.start)
+        app.state.prediction_log = prediction_log
         try:
             yield
         finally:
+            await run_in_threadpool(prediction_log.stop)
             cache_checker.stop()
             if worker is not None:
                 await run_in_threadpool(worker.stop)
@@ -152,6 +171,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.reference_resolver = ReferenceResolver(settings.alias_refresh_s)
     metrics.count_jobs_with(lambda: _job_counter(app.state.session_factory))
+    metrics.report_prediction_log_with(lambda: asdict(app.state.prediction_log.counts))
+    metrics.report_outcomes_with(
+        lambda: recent_outcomes(app.state.session_factory, tolerance=settings.outcome_tolerance)
+    )
     app.state.keyring = keyring
     install_problem_handlers(app, union_tags=frozenset(ALGORITHMS))
     app.add_middleware(
@@ -186,6 +209,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         datasets.router,
         fit.router,
         jobs.router,
+        outcomes.router,
     ):
         app.include_router(router)
     app.include_router(health.router)

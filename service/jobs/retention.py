@@ -9,7 +9,12 @@ processes, the one that holds the recovery lock) deletes
 - with ``MIXREG_JOB_RETENTION_DAYS``, jobs finished longer ago than that (their models stay);
 - with ``MIXREG_MODEL_RETENTION_DAYS``, models stored longer ago that no alias points at;
 - with ``MIXREG_DATASET_RETENTION_DAYS``, datasets uploaded longer ago that no unfinished job
-  uses and no stored model was fitted on.
+  uses and no stored model was fitted on;
+- with ``MIXREG_PREDICTION_LOG_RETENTION_DAYS`` (30 by default), logged predictions logged
+  longer ago, and with ``MIXREG_OUTCOME_RETENTION_DAYS`` (365), outcomes posted longer ago:
+  oldest first, ``MIXREG_LOG_DELETE_BATCH_ROWS`` rows per transaction, so that on SQLite
+  the write lock is never held for more than one batch (predict never waits for it: the log
+  is written by a background thread).
 
 Each deletion is idempotent, so several processes doing it at once delete each row once.
 """
@@ -17,12 +22,13 @@ Each deletion is idempotent, so several processes doing it at once delete each r
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store import registry, repository
+from models_store import prediction_log, registry, repository
 from models_store.session import session_scope
 from service.config import Settings
 
@@ -38,6 +44,8 @@ class RetentionReport:
     expired_models: list[str] = field(default_factory=list)
     expired_datasets: list[str] = field(default_factory=list)
     finished_job_shards: int = 0
+    expired_logged_rows: int = 0
+    expired_outcomes: int = 0
 
 
 def _days_ago(now: datetime, days: float | None) -> datetime | None:
@@ -81,11 +89,49 @@ def apply_retention(
             report.expired_datasets = repository.delete_unreferenced_datasets(
                 session, created_before=datasets_before
             )
+    log_before = _days_ago(now, settings.prediction_log_retention_days)
+    if log_before is not None:
+        report.expired_logged_rows = delete_in_batches(
+            session_factory,
+            prediction_log.delete_logged_before,
+            before=log_before,
+            batch_rows=settings.log_delete_batch_rows,
+        )
+    outcomes_before = _days_ago(now, settings.outcome_retention_days)
+    if outcomes_before is not None:
+        report.expired_outcomes = delete_in_batches(
+            session_factory,
+            prediction_log.delete_outcomes_before,
+            before=outcomes_before,
+            batch_rows=settings.log_delete_batch_rows,
+        )
     _log(report)
     return report
 
 
+def delete_in_batches(
+    session_factory: sessionmaker[Session],
+    delete_batch: Callable[..., int],
+    *,
+    before: datetime,
+    batch_rows: int,
+) -> int:
+    """Run ``delete_batch`` (at most ``batch_rows`` rows older than ``before``) in one
+    transaction after another until one deletes fewer; the rows deleted."""
+    deleted = 0
+    while True:
+        with session_scope(session_factory) as session:
+            in_batch = delete_batch(session, before=before, limit=batch_rows)
+        deleted += in_batch
+        if in_batch < batch_rows:
+            return deleted
+
+
 def _log(report: RetentionReport) -> None:
+    if report.expired_logged_rows:
+        logger.info("deleted %d expired logged prediction rows", report.expired_logged_rows)
+    if report.expired_outcomes:
+        logger.info("deleted %d expired outcomes", report.expired_outcomes)
     if report.finished_job_shards:
         logger.info("deleted %d shards of finished keyed jobs", report.finished_job_shards)
     if report.discarded_datasets:

@@ -40,6 +40,7 @@ from service.errors import (
     NotAcceptableError,
     UnsupportedMediaTypeError,
 )
+from service.logs import request_id_var
 from service.schemas import ModelPredictRequest, PredictRequest
 from service.serving import formats
 from service.serving.prediction import (
@@ -483,8 +484,20 @@ async def serve_predict(
         data.X.shape[0], lines.n_components, settings=settings, matrices=matrices, vectors=vectors
     )
     if inline and data.X.shape[0] * lines.coef.shape[0] <= INLINE_ANSWER_VALUES:
-        return answer(lines, data, npy=npy, output=output)
-    return await run_in_threadpool(answer, lines, data, npy=npy, output=output)
+        response = answer(lines, data, npy=npy, output=output)
+    else:
+        response = await run_in_threadpool(answer, lines, data, npy=npy, output=output)
+    # Once answered: a sampling check, and for a sampled request a queue append.
+    request.app.state.prediction_log.offer(
+        request_id=request_id_var.get(),
+        reference=reference,
+        lines=lines,
+        X=data.X,
+        keys=data.keys,
+        unknown_keys=data.unknown_keys,
+        concomitant=data.concomitant,
+    )
+    return response
 
 
 def _check_binary_shape(

@@ -134,7 +134,7 @@ def test_undoing_keyed_models_names_only_that_loss(database):
     assert "dataset is gone" not in refused.stderr  # revision 0007 is not undone
     assert migrate.current_revision(database) == migrate.head_revision()
 
-    one_step = _db(database, "downgrade", "-1")  # 0016 loses no rows: no question asked
+    one_step = _db(database, "downgrade", "-1")  # 0032 loses no rows here: no question asked
     assert one_step.returncode == 0, one_step.stderr
     assert _db(database, "downgrade", "0011", "--yes").returncode == 0
     assert migrate.current_revision(database) == "0011" and _models(database) == 3

@@ -33,6 +33,9 @@ APP_TABLES = {
     "keyed_model_chunks",
     "keyed_job_shards",
     "keyed_job_shard_claims",
+    "prediction_log_settings",
+    "prediction_log",
+    "prediction_outcomes",
 }
 TABLES_OF_0002 = {"datasets", "jobs", "models"}
 # Procrastinate's queue (revision 0003), on PostgreSQL only.

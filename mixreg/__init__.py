@@ -9,6 +9,7 @@ combination, plus classical AM and EM for a Gaussian mixture of regressions, and
 for many keys at once.
 """
 
+from ._chunks import ArrayChunks, Chunk, ChunkSource, NpyChunks, write_npy_chunks
 from ._estimator import (
     MAX_ABS_Y,
     MAX_EXHAUSTIVE_PARTITIONS,
@@ -55,7 +56,10 @@ __all__ = [
     "MAX_EXHAUSTIVE_PARTITIONS",
     "MAX_FAILURES_LISTED",
     "STATUSES",
+    "ArrayChunks",
     "BootstrapResult",
+    "Chunk",
+    "ChunkSource",
     "ComponentsFit",
     "DegenerateFitWarning",
     "InferenceSummary",
@@ -63,6 +67,7 @@ __all__ = [
     "MixtureOfLinearRegressions",
     "MixtureScore",
     "NComponentsSelection",
+    "NpyChunks",
     "StandardErrorWarning",
     "SummaryRow",
     "SweepLikelihoodWarning",
@@ -81,4 +86,5 @@ __all__ = [
     "preferred_n_components",
     "select_n_components",
     "sweep_warm_start",
+    "write_npy_chunks",
 ]

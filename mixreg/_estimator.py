@@ -50,6 +50,7 @@ from ._loss import (
     weighted_min_loss,
 )
 from ._solvers import GROUPED_ALGORITHMS, SOLVERS, FitContext, random_partition_lines
+from ._streamed import fit_streamed, streamed_source
 from ._subsample import capped_stirling2, largest_enumerable_size
 from ._summary import InferenceSummary, gate_summary_rows, summary_table
 from ._validation import (
@@ -784,7 +785,7 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
     def fit(
         self,
         X: ArrayLike,
-        y: ArrayLike,
+        y: ArrayLike | None = None,
         sample_weight: ArrayLike | None = None,
         groups: ArrayLike | None = None,
         *,
@@ -795,8 +796,14 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like of shape (n_samples, n_features), ChunkSource or dask collection
+            Rows in memory, or rows read in chunks by every pass of a streamed fit
+            (:mod:`mixreg._streamed`: a :class:`~mixreg.ArrayChunks`,
+            :class:`~mixreg.NpyChunks` holding y and the weights, or a dask array or DataFrame
+            with dask ``y`` and ``sample_weight``; ``algorithm="auto"`` without groups, gate
+            or standard errors).
         y : array-like of shape (n_samples,)
+            Required unless ``X`` is a ChunkSource.
         sample_weight : array-like of shape (n_samples,), optional
             Non-negative row weights, read as replication weights (as flexmix's): every
             algorithm minimizes or maximizes the weighted objective (weighted min-loss
@@ -837,6 +844,12 @@ class MixtureOfLinearRegressions(BaseEstimator):  # type: ignore[misc]
             weight zero) or ``groups`` (wrong length, a missing label, an algorithm that does
             not fit groups), or the parameter that is wrong.
         """
+        source = streamed_source(X, y, sample_weight, groups, concomitant)
+        if source is not None:
+            # Rows read in chunks (a ChunkSource, dask arrays): every pass streams them.
+            return fit_streamed(self, source, progress=progress)
+        if y is None:
+            raise ValueError("y: the targets are required (only a ChunkSource X holds them)")
         started = time.monotonic()
         X_arr, y_arr = check_X_y(X, y)
         weights = None if sample_weight is None else check_sample_weight(sample_weight, len(y_arr))

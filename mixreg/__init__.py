@@ -10,6 +10,7 @@ for many keys at once.
 """
 
 from ._chunks import ArrayChunks, Chunk, ChunkSource, NpyChunks, write_npy_chunks
+from ._dask import DaskArrayChunks, DaskChunks
 from ._estimator import (
     MAX_ABS_Y,
     MAX_EXHAUSTIVE_PARTITIONS,
@@ -61,6 +62,8 @@ __all__ = [
     "Chunk",
     "ChunkSource",
     "ComponentsFit",
+    "DaskArrayChunks",
+    "DaskChunks",
     "DegenerateFitWarning",
     "InferenceSummary",
     "KeyedMixture",

@@ -110,15 +110,15 @@ class DaskArrayChunks:
     """
 
     def __init__(self, X: Any, y: Any, sample_weight: Any = None, client: Any = None) -> None:
-        import dask
         import dask.array as da
+        from dask.delayed import delayed
 
         if y is None:
             raise ValueError("y: a fit on dask arrays needs y as a dask array of the same rows")
 
         def as_array(values: Any, name: str) -> Any:
             if isinstance(values, np.ndarray):
-                values = da.from_array(values)
+                values = da.from_array(values)  # type: ignore[no-untyped-call]
             if not isinstance(values, da.Array):
                 if not hasattr(values, "to_dask_array"):
                     raise ValueError(f"{name}: expected a dask array or DataFrame")
@@ -140,7 +140,7 @@ class DaskArrayChunks:
         columns = [column.rechunk({0: row_chunks}) for column in columns]
         self.client = _default_client(client)
         blocks = [X_arr.to_delayed().ravel(), *(column.to_delayed().ravel() for column in columns)]
-        make = dask.delayed(_block_chunk, pure=True)
+        make = delayed(_block_chunk, pure=True)
         chunks = [
             make(
                 blocks[0][index],

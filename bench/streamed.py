@@ -243,6 +243,25 @@ def report_lines(all_results: dict[int, dict[str, dict[str, Any]]], chunk_rows: 
         ],
         table_rows,
     )
+    for rows, results in all_results.items():
+        ratios = []
+        if "in-memory" in results and "streamed" in results:
+            streamed, in_memory = results["streamed"], results["in-memory"]
+            ratios.append(
+                f"streamed / in-memory wall time "
+                f"{streamed['seconds'] / in_memory['seconds']:.2f}, peak RSS "
+                f"{streamed['peak_rss_mib'] / in_memory['peak_rss_mib']:.2f}"
+            )
+        if "dask-1" in results and "dask-2" in results:
+            ratios.append(
+                f"2-worker speed-up over 1 worker "
+                f"{results['dask-1']['seconds'] / results['dask-2']['seconds']:.2f}x"
+            )
+        if ratios:
+            report.add(f"- {rows:,} rows: " + "; ".join(ratios) + ".")
+    missing = [f"{size:,}" for size in (10_000_000, 100_000_000) if size not in all_results]
+    if missing:
+        report.add(f"- Not measured in this run: {', '.join(missing)} rows.")
     return report
 
 

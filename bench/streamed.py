@@ -281,6 +281,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(run_one(args.one, args.directory)))
         return
     command = "python -m bench.streamed " + " ".join(argv if argv is not None else sys.argv[1:])
+    head = machine_lines(command, packages=("numpy", "dask", "distributed"))
     all_results = {}
     with tempfile.TemporaryDirectory(dir=args.workdir) as workdir:
         for rows in args.rows:
@@ -291,7 +292,7 @@ def main(argv: list[str] | None = None) -> None:
                 modes += [f"dask-{workers}" for workers in args.dask_workers]
             all_results[rows] = measure(rows, args.chunk_rows, modes, Path(workdir))
     report = report_lines(all_results, args.chunk_rows)
-    lines = [*machine_lines(command, packages=("numpy", "dask", "distributed")), "", *report.lines]
+    lines = [*head, "", *report.lines]
     write_section(args.output, SECTION, "\n".join(lines))
     print(json.dumps({str(rows): results for rows, results in all_results.items()}, indent=1))
 

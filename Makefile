@@ -131,6 +131,10 @@ bench-load: install ## 32 clients at 2 requests/s each (predicts, fits, listings
 bench-scaleout: install ## fits per minute: embedded worker, 1 and 2 Procrastinate workers (PostgreSQL)
 	$(BIN)/python -m bench.scaleout
 
+.PHONY: bench-streamed
+bench-streamed: install ## fits streamed over row chunks on disk (10^6, 10^7 rows, k = 4, d = 20) beside in-memory and on a LocalCluster of 1 and 2 workers
+	$(BIN)/python -m bench.streamed
+
 .PHONY: bench-keyed
 bench-keyed: install ## keyed fits: 10^5 accounts x 200 ratings vs a loop of the default fit, the job on 1 and 2 workers (PostgreSQL); keyed predict among 10^6 keys
 	$(BIN)/python -m bench.keyed

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import service_support
 from ._bootstrap import BootstrapResult
+from ._chunks import ArrayChunks, Chunk, ChunkSource, NpyChunks, write_npy_chunks
+from ._dask import DaskArrayChunks, DaskChunks
 from ._estimator import MixtureOfLinearRegressions
 from ._fit_warnings import DegenerateFitWarning
 from ._keyed import KeyedMixture, UnknownKeyError, fit_per_key
@@ -41,14 +43,20 @@ __all__ = [
     "ALGORITHM_PARAMETERS",
     "GROUPED_ALGORITHMS",
     "MAX_EXHAUSTIVE_PARTITIONS",
+    "ArrayChunks",
     "BootstrapResult",
+    "Chunk",
+    "ChunkSource",
     "ComponentsFit",
+    "DaskArrayChunks",
+    "DaskChunks",
     "DegenerateFitWarning",
     "InferenceSummary",
     "KeyedMixture",
     "MixtureOfLinearRegressions",
     "MixtureScore",
     "NComponentsSelection",
+    "NpyChunks",
     "StandardErrorWarning",
     "SummaryRow",
     "SweepLikelihoodWarning",
@@ -59,6 +67,7 @@ __all__ = [
     "mixture_score",
     "predict_lines",
     "select_n_components",
+    "write_npy_chunks",
 ]
 
 # Until service/jobs/training.py and service/schemas.py (being split at the same time) import

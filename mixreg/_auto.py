@@ -346,6 +346,14 @@ class _Search:
         started = time.monotonic()
 
         def run(lines: FloatArray, iterations: int) -> BatchResult:
+            if on.streamed is not None:
+                return on.streamed.polish(
+                    lines,
+                    max_iter=iterations,
+                    tol=tol,
+                    deadline=on.deadline,
+                    callback=lambda iteration, loss: self.report(phase, loss),
+                )
             return classic_am_batch(
                 on.Z,
                 on.y,
@@ -381,7 +389,7 @@ class _Search:
             for position, index in enumerate(going_on):
                 batch.loss_histories[index] += rest.loss_histories[position][1:]
         share = (seconds + time.monotonic() - started) / n_starts
-        n_rows, n_params = on.Z.shape
+        n_rows, n_params = on.n_rows, on.Z.shape[1]
         iterations = float(np.sum(batch.n_iter + 1))
         self.work += iterations * n_rows * n_params * (n_params + on.n_components)
         for index, history in enumerate(batch.loss_histories):
@@ -393,7 +401,7 @@ class _Search:
                     seconds=share,
                     n_iter=int(batch.n_iter[index]),
                     converged=bool(batch.converged[index]),
-                    n_rows=on.Z.shape[0],
+                    n_rows=n_rows,
                 )
             )
         self.polished += list(batch.thetas)
@@ -452,10 +460,15 @@ def fit_auto(ctx: FitContext) -> AutoResult:
 
     See the module docstring.
     """
-    n_samples = ctx.Z.shape[0]
+    n_samples = ctx.n_rows
     sample = ctx
     on_all_rows = n_samples <= SEARCH_ROWS
-    if not on_all_rows:
+    if ctx.streamed is not None:
+        # Streamed rows: the search sample is gathered from the chunks (all rows when few).
+        rows = np.arange(n_samples) if on_all_rows else _search_rows(ctx)
+        Z, y, sample_weight = ctx.streamed.gather(rows)
+        sample = replace(ctx, Z=Z, y=y, sample_weight=sample_weight, streamed=None)
+    elif not on_all_rows:
         rows = _search_rows(ctx)
         sample = replace(
             ctx,
@@ -468,7 +481,11 @@ def fit_auto(ctx: FitContext) -> AutoResult:
         # One line: least squares on all rows is the exact minimum of the min-loss.
         search = _Search(ctx, 1)
         started = time.monotonic()
-        line = starting_lines(ctx, random_partition_lines, 1)
+        if ctx.streamed is not None and ctx.params.get("init") is None:
+            # The one part of a random partition into one part: all rows.
+            line = ctx.streamed.least_squares()[None, None]
+        else:
+            line = starting_lines(ctx, random_partition_lines, 1)
         search.polish(ctx, "least squares", line, time.monotonic() - started, 1)
         return search.result(range(1))
     # A time budget bounds the rounds by time alone; without one, the work cap bounds them.
@@ -569,7 +586,7 @@ def _search_rows(ctx: FitContext) -> NDArray[np.intp]:
     """The rows of the search sample: :data:`SEARCH_ROWS` drawn uniformly without
     replacement (each keeps its weight), or with groups, whole groups drawn in random order
     until the next would pass :data:`SEARCH_ROWS` rows (at least one)."""
-    n_samples = ctx.Z.shape[0]
+    n_samples = ctx.n_rows
     if ctx.grouping is None:
         return np.sort(ctx.rng.choice(n_samples, size=SEARCH_ROWS, replace=False))
     sizes = np.bincount(ctx.grouping.codes, minlength=ctx.grouping.n_groups)

@@ -48,6 +48,7 @@ from ._standard_errors import (
     gate_standard_errors,
     mixture_standard_errors,
 )
+from ._streamed import fit_streamed, streamed_source
 from ._subsample import exhaustive_subsample_size
 from ._validation import (
     PARAMETER_NAMES,
@@ -414,7 +415,7 @@ class MixtureOfLinearRegressions(InferenceMethods, GatedPredictions, BaseEstimat
     def fit(
         self,
         X: ArrayLike,
-        y: ArrayLike,
+        y: ArrayLike | None = None,
         sample_weight: ArrayLike | None = None,
         groups: ArrayLike | None = None,
         *,
@@ -425,8 +426,14 @@ class MixtureOfLinearRegressions(InferenceMethods, GatedPredictions, BaseEstimat
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like of shape (n_samples, n_features), ChunkSource or dask collection
+            Rows in memory, or rows read in chunks by every pass of a streamed fit
+            (:mod:`mixreg._streamed`: a :class:`~mixreg.ArrayChunks`,
+            :class:`~mixreg.NpyChunks` holding y and the weights, or a dask array or DataFrame
+            with dask ``y`` and ``sample_weight``; ``algorithm="auto"`` without groups, gate
+            or standard errors).
         y : array-like of shape (n_samples,)
+            Required unless ``X`` is a ChunkSource.
         sample_weight : array-like of shape (n_samples,), optional
             Non-negative row weights, read as replication weights (as flexmix's): every
             algorithm minimizes or maximizes the weighted objective (weighted min-loss
@@ -467,6 +474,12 @@ class MixtureOfLinearRegressions(InferenceMethods, GatedPredictions, BaseEstimat
             weight zero) or ``groups`` (wrong length, a missing label, an algorithm that does
             not fit groups), or the parameter that is wrong.
         """
+        source = streamed_source(X, y, sample_weight, groups, concomitant)
+        if source is not None:
+            # Rows read in chunks (a ChunkSource, dask arrays): every pass streams them.
+            return fit_streamed(self, source, progress=progress)
+        if y is None:
+            raise ValueError("y: the targets are required (only a ChunkSource X holds them)")
         started = time.monotonic()
         data = check_fit_data(
             X,

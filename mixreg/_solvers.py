@@ -10,12 +10,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property, partial
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ._am import SolverResult, classic_am_batch, gradient_am
+from ._am import BatchResult, SolverResult, StepCallback, classic_am_batch, gradient_am
 from ._em import EMResult, em_batch
 from ._loss import Grouping
 from ._lstsq import WeightedLeastSquares, lstsq_by_labels
@@ -28,6 +28,31 @@ from ._subsample import (
 
 FloatArray = NDArray[np.float64]
 ProgressCallback = Callable[[float, dict[str, Any]], None]
+
+
+class StreamedRows(Protocol):
+    """The steps over all rows of a fit whose rows are read in chunks (:mod:`mixreg._streamed`)."""
+
+    @property
+    def n_rows(self) -> int: ...
+
+    def gather(self, rows: NDArray[np.intp]) -> tuple[FloatArray, FloatArray, FloatArray | None]:
+        """The scaled design, target and weights of the (sorted) rows ``rows``."""
+
+    def polish(
+        self,
+        thetas: FloatArray,
+        *,
+        max_iter: int,
+        tol: float,
+        deadline: float | None,
+        callback: StepCallback | None,
+    ) -> BatchResult:
+        """:func:`~mixreg._am.classic_am_batch` on all rows."""
+
+    def least_squares(self) -> FloatArray:
+        """The least-squares line of all rows: shape (n_params,)."""
+
 
 # Share of the progress fraction given to the sub-sample phase of "subsample+am".
 _SUBSAMPLE_PHASE = 0.8
@@ -51,6 +76,9 @@ class FitContext:
     """Positive row weights (None: every row weighs 1)."""
     grouping: Grouping | None = None
     """Rows bound to one line together (None: every row on its own)."""
+    streamed: StreamedRows | None = None
+    """Where the fit's rows are when they are not in ``Z`` (a fit streamed over row chunks,
+    :mod:`mixreg._streamed`: ``Z`` then holds no rows); None: ``Z`` holds every row."""
 
     def report(
         self,
@@ -80,6 +108,11 @@ class FitContext:
         refits lines on these rows (a context of other rows, made by ``replace``, forms its
         own)."""
         return WeightedLeastSquares(self.Z, self.y)
+
+    @property
+    def n_rows(self) -> int:
+        """Rows of the fit (all of them, streamed or not)."""
+        return int(self.Z.shape[0]) if self.streamed is None else self.streamed.n_rows
 
     @property
     def fit_intercept(self) -> bool:

@@ -322,7 +322,8 @@ def test_setting_rates_and_posting_outcomes_need_write_and_metrics_read(sqlite_u
 def test_a_gated_rows_most_likely_line_and_a_keyed_rows_key_are_logged_and_scored(
     db_sessionmaker,
 ):
-    from mixreg import STATUSES, KeyedMixture
+    from mixreg import KeyedMixture
+    from mixreg.service_support import STATUSES
     from service.serving.outcomes import RealisedValue, filter_of, outcome_metrics, record_outcomes
     from service.serving.prediction import StoredGate, positions_of
 

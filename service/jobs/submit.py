@@ -18,7 +18,7 @@ from service.data import columns, ingest
 from service.errors import ConflictError, InvalidInputError, NotFoundError
 from service.jobs.fit_columns import check_fit_columns, wanted_columns
 from service.jobs.fit_memory import check_fit_memory
-from service.jobs.training import FitSpec, gating_of, holdout_size
+from service.jobs.fit_spec import FitSpec, gating_of, holdout_size
 from service.schemas import FitVariant
 from service.serving import references
 

@@ -29,7 +29,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from models_store import repository
 from models_store.session import session_scope
 from service.config import Settings
-from service.jobs.training import EXIT_ATTEMPT_SUPERSEDED, EXIT_PARENT_LOST, run_job, run_shards
+from service.jobs.lease import EXIT_ATTEMPT_SUPERSEDED, EXIT_PARENT_LOST
+from service.jobs.training import run_job, run_shards
 from service.metrics import ServiceMetrics
 
 logger = logging.getLogger(__name__)

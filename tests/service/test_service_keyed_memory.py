@@ -12,7 +12,9 @@ import pytest
 import mixreg
 from models_store import repository
 from models_store.session import session_scope
-from service.jobs.training import holdout_split, keyed_global_sample, plan_shards, run_job
+from service.jobs.fit_spec import holdout_split
+from service.jobs.shards import keyed_global_sample, plan_shards
+from service.jobs.training import run_job
 
 N_ACCOUNTS = 400
 ROWS_PER_ACCOUNT = 50

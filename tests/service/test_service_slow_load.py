@@ -20,7 +20,7 @@ from service.jobs.training import run_job
 HEARTBEAT_INTERVAL_S = 0.2
 STALE_AFTER_S = 1.5
 SLOW_LOAD_S = 4 * STALE_AFTER_S
-# The exit status of a fit process that found its attempt superseded (service.jobs.training).
+# The exit status of a fit process that found its attempt superseded (service.jobs.lease).
 EXIT_ATTEMPT_SUPERSEDED = 76
 
 

@@ -17,7 +17,8 @@ from mixreg.datasets import make_realizable
 from models_store import repository
 from models_store.session import session_scope
 from service.config import Settings
-from service.jobs.training import holdout_split, run_job
+from service.jobs.fit_spec import holdout_split
+from service.jobs.training import run_job
 
 MAX_K_SWEEP = 6
 SEED = 1

@@ -12,8 +12,10 @@ from mixreg import MixtureOfLinearRegressions, min_loss
 from models_store import repository
 from models_store.session import session_scope
 from service.errors import ConflictError, InvalidInputError, NotFoundError
+from service.jobs.fit_spec import FitSpec, holdout_split
+from service.jobs.fitting import fit_mixture
 from service.jobs.submit import prepare_fit, submit_fit
-from service.jobs.training import FitSpec, fit_mixture, holdout_split, run_job
+from service.jobs.training import run_job
 from service.schemas import FitRequest
 
 fit_request = TypeAdapter(FitRequest)

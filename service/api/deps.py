@@ -8,7 +8,8 @@ from typing import Annotated
 from fastapi import Depends, Path, Request
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store import repository
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
 from models_store.session import read_scope, session_scope
 from models_store.tables import Dataset, Job, Model
 from service.config import Settings
@@ -88,7 +89,7 @@ def valid_dataset(
     dataset_id: Annotated[str, Path(description="id of a stored dataset")], session: SessionDep
 ) -> Dataset:
     """The dataset named in the path, or 404."""
-    dataset = repository.get_dataset(session, dataset_id=dataset_id)
+    dataset = dataset_store.get_dataset(session, dataset_id=dataset_id)
     if dataset is None:
         raise NotFoundError(f"dataset {dataset_id} does not exist")
     return dataset
@@ -98,7 +99,7 @@ def valid_job(
     job_id: Annotated[str, Path(description="id of a fit job")], session: SessionDep
 ) -> Job:
     """The job named in the path, or 404."""
-    job = repository.get_job(session, job_id=job_id)
+    job = job_store.get_job(session, job_id=job_id)
     if job is None:
         raise NotFoundError(f"job {job_id} does not exist")
     return job

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store import repository
+from models_store import datasets as dataset_store
 from models_store.session import session_scope
 from models_store.tables import Dataset
 from service.data.datasets import Upload, store_upload
@@ -80,7 +80,9 @@ def _stored_with_key(
 ) -> Dataset | None:
     session: Session
     with session_scope(session_factory) as session:
-        dataset = repository.get_dataset_by_idempotency_key(session, api_key_id=api_key_id, key=key)
+        dataset = dataset_store.get_dataset_by_idempotency_key(
+            session, api_key_id=api_key_id, key=key
+        )
         if dataset is not None:
             session.expunge(dataset)
         return dataset

@@ -20,7 +20,8 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store import repository
+from models_store import jobs as job_store
+from models_store.common import database_now
 from models_store.session import session_scope
 from service.jobs.fitting import finite_or_none
 
@@ -133,7 +134,7 @@ class JobProgress:
             return
         self._last_write = now
         with session_scope(self._session_factory) as session:
-            owned = repository.update_progress(
+            owned = job_store.update_progress(
                 session,
                 job_id=self._job_id,
                 worker_id=self._worker_id,
@@ -145,9 +146,9 @@ class JobProgress:
                 n_components=info.get("n_components"),
                 keys_done=info.get("keys_done"),
                 n_keys=info.get("n_keys"),
-                now=repository.database_now(session),
+                now=database_now(session),
             )
-            job = repository.get_job(session, job_id=self._job_id)
+            job = job_store.get_job(session, job_id=self._job_id)
             cancel_requested = job is not None and job.cancel_requested
         if not owned:
             raise JobLostError(self._job_id)
@@ -212,12 +213,12 @@ class Heartbeat:
 
     def _beat(self) -> None:
         with session_scope(self._session_factory) as session:
-            owned = repository.heartbeat(
+            owned = job_store.heartbeat(
                 session,
                 job_id=self._job_id,
                 worker_id=self._worker_id,
                 attempt=self._attempt,
-                now=repository.database_now(session),
+                now=database_now(session),
             )
         if not owned and not self._lease.stopped:
             logger.warning(

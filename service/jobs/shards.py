@@ -24,7 +24,10 @@ from numpy.typing import NDArray
 from sqlalchemy.orm import Session, sessionmaker
 
 import mixreg
-from models_store import repository
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
+from models_store import shards as shard_store
+from models_store.common import database_now
 from models_store.session import read_scope, session_scope
 from models_store.tables import TERMINAL_JOB_STATUSES, Job
 from service.config import (
@@ -179,11 +182,11 @@ class ShardStore:
 
     def _beat(self) -> None:
         with session_scope(self._session_factory) as session:
-            unfinished = repository.beat_job_shards(
+            unfinished = shard_store.beat_job_shards(
                 session,
                 job_id=self._job_id,
                 claimant=self.claimant,
-                now=repository.database_now(session),
+                now=database_now(session),
                 keys_done=self._keys_fitting,
             )
         if not unfinished:
@@ -192,13 +195,13 @@ class ShardStore:
     def plan(self, shards: Sequence[tuple[int, IndexArray]]) -> None:
         """Record the job's shards (keys, rows per shard) unless an earlier attempt did."""
         with session_scope(self._session_factory) as session:
-            repository.plan_job_shards(session, job_id=self._job_id, shards=shards)
+            shard_store.plan_job_shards(session, job_id=self._job_id, shards=shards)
 
-    def claim(self) -> repository.ShardClaim | None:
+    def claim(self) -> shard_store.ShardClaim | None:
         """Claim a free (or stale) shard of the job; None if there is none."""
         with session_scope(self._session_factory) as session:
-            now = repository.database_now(session)
-            claim = repository.claim_job_shard(
+            now = database_now(session)
+            claim = shard_store.claim_job_shard(
                 session,
                 job_id=self._job_id,
                 claimant=self.claimant,
@@ -231,7 +234,7 @@ class ShardStore:
         after its worker died would be credited to an attempt nobody runs any more."""
         exit_if_worker_gone(self._worker_alive, self._job_id)
         with session_scope(self._session_factory) as session:
-            stored = repository.store_job_shard(
+            stored = shard_store.store_job_shard(
                 session,
                 job_id=self._job_id,
                 position=position,
@@ -248,15 +251,15 @@ class ShardStore:
             )
         return stored
 
-    def counts(self) -> repository.ShardCounts:
+    def counts(self) -> shard_store.ShardCounts:
         """The shards done and free, and the keys done over every claimant."""
         with read_scope(self._session_factory) as session:
-            return repository.job_shard_counts(session, job_id=self._job_id)
+            return shard_store.job_shard_counts(session, job_id=self._job_id)
 
     def load(self) -> dict[str, NDArray[Any]]:
         """Every stored shard, joined in key order."""
         with read_scope(self._session_factory) as session:
-            return repository.load_job_shards(session, job_id=self._job_id)
+            return shard_store.load_job_shards(session, job_id=self._job_id)
 
 
 @dataclass(frozen=True)
@@ -502,10 +505,12 @@ def key_blocks(session_factory: sessionmaker[Session], keyed: KeyedData) -> Iter
     """The key column of ``keyed``'s dataset, chunk by chunk (:func:`key_values`), in one read
     transaction."""
     with read_scope(session_factory) as session:
-        dataset = repository.get_dataset(session, dataset_id=keyed.dataset_id)
+        dataset = dataset_store.get_dataset(session, dataset_id=keyed.dataset_id)
         if dataset is None:
             raise JobLostError(f"dataset {keyed.dataset_id} is gone")
-        blocks = repository.iter_dataset_columns(session, dataset=dataset, names=[keyed.split_by])
+        blocks = dataset_store.iter_dataset_columns(
+            session, dataset=dataset, names=[keyed.split_by]
+        )
         with contextlib.closing(blocks):
             for block in blocks:
                 yield check_integer_keys(key_values(block[keyed.split_by]), keyed.split_by)
@@ -515,12 +520,12 @@ def read_keyed_rows(
     session_factory: sessionmaker[Session], keyed: KeyedData, rows: IndexArray
 ) -> tuple[FloatArray, FloatArray, NDArray[Any]]:
     """The rows ``rows`` of ``keyed``'s dataset (X, y, keys), read from the chunks holding
-    them only (:func:`models_store.repository.read_dataset_rows`)."""
+    them only (:func:`models_store.datasets.read_dataset_rows`)."""
     with read_scope(session_factory) as session:
-        dataset = repository.get_dataset(session, dataset_id=keyed.dataset_id)
+        dataset = dataset_store.get_dataset(session, dataset_id=keyed.dataset_id)
         if dataset is None:
             raise JobLostError(f"dataset {keyed.dataset_id} is gone")
-        return repository.read_dataset_rows(
+        return dataset_store.read_dataset_rows(
             session, dataset=dataset, rows=rows, column=keyed.split_by
         )
 
@@ -538,7 +543,7 @@ def fit_free_shards(
     free, as a claimant of ``worker_id``; return how many this call stored (none once the job
     has ended)."""
     with read_scope(session_factory) as session:
-        job = repository.get_job(session, job_id=job_id)
+        job = job_store.get_job(session, job_id=job_id)
         if job is None or job.split_by is None or job.status in TERMINAL_JOB_STATUSES:
             return 0
         spec, keyed = FitSpec.of_job(job), KeyedData.of_job(job)

@@ -12,7 +12,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from mixreg import check_n_components_list
-from models_store import repository
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
 from models_store.tables import Dataset, Job
 from service.data import columns, ingest
 from service.errors import ConflictError, InvalidInputError, NotFoundError
@@ -192,7 +193,7 @@ def submit_fit(
     check_sweep_size(spec, max_k_sweep=max_k_sweep)
     digest = fit.digest
     if idempotency_key is not None:
-        existing = repository.get_job_by_idempotency_key(
+        existing = job_store.get_job_by_idempotency_key(
             session, api_key_id=api_key_id, key=idempotency_key
         )
         if existing is not None:
@@ -228,7 +229,7 @@ def submit_fit(
         with session.begin_nested():
             dataset_id = request.dataset_id
             if parsed is not None:
-                dataset_id = repository.create_dataset(
+                dataset_id = dataset_store.create_dataset(
                     session,
                     X=parsed.X,
                     y=parsed.y,
@@ -237,7 +238,7 @@ def submit_fit(
                     name=request.name,
                 ).id
             assert dataset_id is not None
-            job = repository.create_job(
+            job = job_store.create_job(
                 session,
                 dataset_id=dataset_id,
                 algorithm=spec.algorithm,
@@ -268,7 +269,7 @@ def submit_fit(
     except IntegrityError:
         if idempotency_key is None:
             raise
-        winner = repository.get_job_by_idempotency_key(
+        winner = job_store.get_job_by_idempotency_key(
             session, api_key_id=api_key_id, key=idempotency_key
         )
         if winner is None:
@@ -347,7 +348,7 @@ def check_key_column(dataset: Dataset, name: str) -> None:
 
 def _existing_dataset(session: Session, dataset_id: str) -> Dataset:
     # Locked against deletion until the job that fits it is committed.
-    dataset = repository.lock_dataset(session, dataset_id=dataset_id, shared=True)
+    dataset = dataset_store.lock_dataset(session, dataset_id=dataset_id, shared=True)
     if dataset is None:
         raise NotFoundError(f"dataset {dataset_id} does not exist")
     return dataset

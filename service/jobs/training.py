@@ -23,7 +23,12 @@ from typing import Any, TypeVar
 import numpy as np
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store import registry, repository
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
+from models_store import models as model_store
+from models_store import registry
+from models_store import shards as shard_store
+from models_store.common import database_now
 from models_store.session import make_engine, make_sessionmaker, read_scope, session_scope
 from models_store.tables import Dataset
 from service.config import (
@@ -142,7 +147,7 @@ def _current_attempt(
 ) -> _Attempt | None:
     """The running attempt at ``job_id``, if it is the one asked for (any, for None)."""
     with read_scope(session_factory) as session:
-        job = repository.get_job(session, job_id=job_id)
+        job = job_store.get_job(session, job_id=job_id)
         if job is None or job.status != "running" or job.worker_id is None:
             return None
         if worker_id is not None and job.worker_id != worker_id:
@@ -162,14 +167,14 @@ def _load_claimed_job(
     other writer go on while the data are read.
     """
     with read_scope(session_factory) as session:
-        job = repository.get_job(session, job_id=job_id)
+        job = job_store.get_job(session, job_id=job_id)
         if job is None or (job.status, job.worker_id, job.attempts) != (
             "running",
             owner.worker_id,
             owner.attempt,
         ):
             return None
-        dataset = repository.get_dataset(session, dataset_id=job.dataset_id)
+        dataset = dataset_store.get_dataset(session, dataset_id=job.dataset_id)
         if dataset is None:
             raise JobLostError(f"dataset {job.dataset_id} of job {job_id} is gone")
         spec = FitSpec.of_job(job)
@@ -179,7 +184,7 @@ def _load_claimed_job(
             rows, held = keyed_global_sample(
                 dataset.n_rows, spec.holdout_fraction, spec.seed, keyed_global_rows
             )
-            X, y, _ = repository.read_dataset_rows(
+            X, y, _ = dataset_store.read_dataset_rows(
                 session, dataset=dataset, rows=rows, column=keyed.split_by
             )
             del rows
@@ -206,7 +211,7 @@ def _load_split(session: Session, dataset: Dataset, spec: FitSpec) -> TrainHoldo
     columns = load_columns(dataset, wanted)
     check_values(columns, wanted)
     data = TrainHoldout.of_blocks(
-        repository.iter_dataset_blocks(session, dataset=dataset),
+        dataset_store.iter_dataset_blocks(session, dataset=dataset),
         n_rows=dataset.n_rows,
         n_features=dataset.n_features,
         spec=spec,
@@ -215,7 +220,7 @@ def _load_split(session: Session, dataset: Dataset, spec: FitSpec) -> TrainHoldo
     )
     if spec.concomitant_names is None:
         return data
-    gate_columns = repository.load_dataset_columns(dataset, spec.concomitant_names)
+    gate_columns = dataset_store.load_dataset_columns(dataset, spec.concomitant_names)
     Z = np.column_stack([gate_columns[name] for name in spec.concomitant_names])
     check_concomitant_values(Z, spec.concomitant_names)
     return data.with_concomitant(Z, spec)
@@ -329,17 +334,17 @@ def _finish_unfitted(
     """End the job of attempt ``owner`` without a model (``failed`` with ``error``, or
     ``cancelled``); return its status, or ``lost`` if the attempt is no longer current."""
     with session_scope(session_factory) as session:
-        finished = repository.finish_job(
+        finished = job_store.finish_job(
             session,
             job_id=job_id,
             worker_id=owner.worker_id,
             attempt=owner.attempt,
             status=status,
             error=error,
-            now=repository.database_now(session),
+            now=database_now(session),
         )
         if finished:
-            repository.discard_job_data(session, job_id=job_id)
+            job_store.discard_job_data(session, job_id=job_id)
     return status if finished else "lost"
 
 
@@ -356,7 +361,7 @@ def _store_models(
     with session_scope(session_factory) as session:
         model_ids: dict[int, str] = {}
         for fit in fitted.fits:
-            model_ids[fit.n_components] = repository.create_model(
+            model_ids[fit.n_components] = model_store.create_model(
                 session,
                 job_id=job_id,
                 dataset_id=claimed.dataset_id,
@@ -397,10 +402,10 @@ def _store_models(
                 keyed_summary=keyed,
             ).id
         if keyed is not None:
-            repository.publish_job_shards(
+            shard_store.publish_job_shards(
                 session, job_id=job_id, model_id=model_ids[spec.n_components]
             )
-            repository.record_keyed_summary(session, job_id=job_id, summary=keyed)
+            job_store.record_keyed_summary(session, job_id=job_id, summary=keyed)
         if spec.k_values is None:
             sweep, job_warnings = None, fitted.best.warnings
         else:
@@ -416,7 +421,7 @@ def _store_models(
                 name=claimed.registered_model,
                 model_id=model_ids[fitted.best_n_components],
             )
-        if not repository.finish_job(
+        if not job_store.finish_job(
             session,
             job_id=job_id,
             worker_id=claimed.worker_id,
@@ -426,10 +431,10 @@ def _store_models(
             sweep=sweep,
             warnings=job_warnings,
             best_loss=fitted.best.train_min_loss,
-            now=repository.database_now(session),
+            now=database_now(session),
         ):
             raise JobLostError(job_id)
-        repository.discard_job_data(session, job_id=job_id)
+        job_store.discard_job_data(session, job_id=job_id)
 
 
 def run_shards(

@@ -31,7 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.orm import Session
 
 from mixreg import STATUSES, MixtureOfLinearRegressions
-from models_store import registry, repository
+from models_store import models as model_store
+from models_store import registry
+from models_store.common import new_id
 from models_store.tables import Model, ModelVersion
 from service import limits
 from service.config import Settings
@@ -71,7 +73,7 @@ def export_document(
     keyed_arrays: Mapping[str, NDArray[Any]] | None = None,
 ) -> dict[str, Any]:
     """The self-describing JSON document of a stored model; of a keyed model (whose stored
-    arrays, :func:`repository.load_keyed_arrays`, are ``keyed_arrays``) also its ``keyed``
+    arrays, :func:`models_store.models.load_keyed_arrays`, are ``keyed_arrays``) also its ``keyed``
     member."""
     lines = StoredLines.of_model(model)
     estimator_params = {
@@ -523,12 +525,12 @@ def import_document(
     provenance = _section(ImportedProvenance, document.get("provenance"), "provenance")
     params = dict(names.params)
     params.pop("random_state", None)
-    model = repository.create_model(
+    model = model_store.create_model(
         session,
         job_id=None,
         # Fitted elsewhere, or here on data that may have changed or gone: the document's
         # dataset is never joined to this service's datasets (a picture of other rows).
-        dataset_id=repository.new_id(),
+        dataset_id=new_id(),
         name=None,
         algorithm=str(estimator.algorithm),
         n_components=int(estimator.coef_.shape[0]),
@@ -569,7 +571,7 @@ def import_document(
     )
     if keyed is not None:
         assert keyed_arrays is not None
-        repository.add_keyed_model_chunks(
+        model_store.add_keyed_model_chunks(
             session, model_id=model.id, arrays=keyed_arrays, keys_per_chunk=IMPORTED_KEYS_PER_CHUNK
         )
     version = None

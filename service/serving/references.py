@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store import registry, repository
+from models_store import models as model_store
+from models_store import registry
 from models_store.session import read_scope
 from models_store.tables import Model
 from service.errors import InvalidInputError, NotFoundError
@@ -123,7 +124,7 @@ def _missing(session: Session, reference: ModelReference, what: str) -> str:
 def get_model(session: Session, text: str) -> Model:
     """The model ``text`` names, read in ``session``; 404 if none."""
     model_id = resolve_in_session(session, parse_reference(text))
-    model = repository.get_model(session, model_id=model_id)
+    model = model_store.get_model(session, model_id=model_id)
     if model is None:
         raise NotFoundError(f"model {text} does not exist")
     return model

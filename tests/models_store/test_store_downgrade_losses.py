@@ -12,7 +12,9 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import sessionmaker
 
-from models_store import migrate, registry, repository
+from models_store import datasets as dataset_store
+from models_store import migrate, registry
+from models_store import models as model_store
 from models_store.session import make_engine, session_scope
 from models_store.tables import Model
 
@@ -21,7 +23,7 @@ MIXREG = REPO / ".venv" / "bin" / "mixreg"
 
 
 def _model(session, *, dataset_id: str) -> str:
-    return repository.create_model(
+    return model_store.create_model(
         session,
         job_id=None,
         dataset_id=dataset_id,
@@ -57,7 +59,7 @@ def database(migrated_sqlite_template: Path, tmp_path: Path) -> str:
     engine = make_engine(url)
     try:
         with session_scope(sessionmaker(engine)) as session:
-            dataset = repository.create_dataset(
+            dataset = dataset_store.create_dataset(
                 session,
                 X=[[1.0], [2.0]],
                 y=[1.0, 2.0],

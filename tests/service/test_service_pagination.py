@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from models_store import repository
+from models_store import models as model_store
 from models_store.session import session_scope
 from models_store.tables import Dataset
 
@@ -27,7 +27,7 @@ def add_job(client, X, y) -> str:
 
 def add_model(app_sessionmaker, dataset_id: str) -> str:
     with session_scope(app_sessionmaker) as session:
-        return repository.create_model(
+        return model_store.create_model(
             session,
             job_id=None,
             dataset_id=dataset_id,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models_store import repository
+from models_store import datasets as dataset_store
+from models_store import models as model_store
 from models_store.session import session_scope
 from service.errors import InvalidInputError, NotFoundError
 from service.serving.prediction import ModelCache, StoredLines, delete_model, load_lines, predict
@@ -61,7 +62,7 @@ class _NoDatabase:
 def test_load_lines_reads_the_database_once(db_sessionmaker):
     coef = np.array([[0.1, 0.2], [0.3, 0.4]]) / 3
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.create_dataset(
+        dataset = dataset_store.create_dataset(
             session,
             X=np.ones((2, 2)),
             y=np.ones(2),
@@ -69,7 +70,7 @@ def test_load_lines_reads_the_database_once(db_sessionmaker):
             target_name=None,
             name=None,
         )
-        model = repository.create_model(
+        model = model_store.create_model(
             session,
             job_id=None,
             dataset_id=dataset.id,

@@ -14,7 +14,9 @@ from mixreg import MixtureOfLinearRegressions, mixture_score, predict_lines
 from mixreg._loss import row_min_losses
 from mixreg._selection import LIKELIHOOD_DROP_SLACK
 from mixreg.datasets import make_realizable
-from models_store import repository
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
+from models_store import models as model_store
 from models_store.session import session_scope
 from service.config import Settings
 from service.jobs.fit_spec import holdout_split
@@ -329,10 +331,10 @@ def test_a_fit_worse_than_the_baseline_says_so(
 def test_models_stored_before_the_diagnostics_read_as_unknown(client, app_sessionmaker, data):
     X, y = data
     with session_scope(app_sessionmaker) as session:
-        dataset = repository.create_dataset(
+        dataset = dataset_store.create_dataset(
             session, X=X, y=y, feature_names=None, target_name=None, name=None
         )
-        model_id = repository.create_model(
+        model_id = model_store.create_model(
             session,
             job_id=None,
             dataset_id=dataset.id,
@@ -377,7 +379,7 @@ def test_the_jobs_best_min_loss_is_the_chosen_models(
     response = client.post("/fit", json=inline(X, y, k=k, algorithm=algorithm))
     assert response.status_code == 202, response.text
     with session_scope(app_sessionmaker) as session:
-        claimed = repository.claim_next_job(session, worker_id="test", now=datetime.now(UTC))
+        claimed = job_store.claim_next_job(session, worker_id="test", now=datetime.now(UTC))
         assert claimed is not None
         job_id = claimed.id
     # Every progress report written: the last one is the search's, not the chosen model's.

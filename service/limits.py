@@ -16,7 +16,8 @@ from sqlalchemy.orm import Session
 from models_store import jobs as job_store
 from service.config import Settings
 from service.errors import DataTooLargeError, LimitExceededError, TooManyJobsError
-from service.schemas import MAX_TEXT_LENGTH, FitVariant
+from service.fit_schemas import FitVariant
+from service.schemas import MAX_TEXT_LENGTH
 
 RETRY_AFTER_S = 5
 """What a client told to wait for its jobs (429) is asked to wait before it tries again."""

@@ -13,6 +13,7 @@ from models_store import jobs as job_store
 from models_store.session import read_scope, session_scope
 from models_store.tables import Dataset, Job, Model
 from service.config import Settings
+from service.data import model_references
 from service.errors import NotFoundError
 from service.jobs.queue import EmbeddedWorker
 from service.jobs.task_queue import FitTaskQueue
@@ -112,7 +113,7 @@ def valid_model(
     model_id: Annotated[str, Path(description=MODEL_REFERENCE)], session: SessionDep
 ) -> Model:
     """The model named in the path (by id or reference), or 404."""
-    return references.get_model(session, model_id)
+    return model_references.get_model(session, model_id)
 
 
 def valid_model_version(
@@ -121,7 +122,7 @@ def valid_model_version(
     session: SessionDep,
 ) -> Model:
     """Version ``version`` of the registered model ``name``, or 404."""
-    return references.get_model(session, f"{name}/versions/{version}")
+    return model_references.get_model(session, f"{name}/versions/{version}")
 
 
 ValidDataset = Annotated[Dataset, Depends(valid_dataset)]

@@ -24,6 +24,7 @@ from starlette.datastructures import UploadFile
 
 from models_store import datasets as dataset_store
 from models_store.session import session_scope
+from models_store.tables import Dataset
 from service.config import Settings
 from service.data import ingest, json_bodies
 from service.errors import (
@@ -33,8 +34,7 @@ from service.errors import (
     NotFoundError,
     UnsupportedMediaTypeError,
 )
-from service.schemas import DatasetIn, DatasetOut
-from service.views import dataset_out
+from service.schemas import DatasetIn
 
 BinaryFile = IO[bytes]
 
@@ -357,8 +357,9 @@ def store_upload(
     api_key_id: str | None = None,
     idempotency_key: str | None = None,
     request_hash: str | None = None,
-) -> DatasetOut:
-    """Store the staged rows of ``upload`` as a new dataset; with ``idempotency_key`` (see
+) -> Dataset:
+    """Store the staged rows of ``upload`` as a new dataset (its row, readable once the
+    session is gone); with ``idempotency_key`` (see
     ``service.data.idempotency``), an ``IntegrityError`` if that key was used before, and
     nothing stored.
 
@@ -394,7 +395,7 @@ def store_upload(
                     key=idempotency_key,
                     request_hash=request_hash,
                 )
-            return dataset_out(dataset)
+            return dataset
     except BaseException:
         with session_scope(session_factory) as session:
             dataset_store.delete_incomplete_dataset(session, dataset_id=dataset.id)

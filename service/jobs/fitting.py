@@ -37,6 +37,7 @@ from mixreg import (
     preferred_n_components,
     sweep_warm_start,
 )
+from service.fit_schemas import AUTO_STANDARD_ERRORS_MAX_ROWS
 from service.jobs import fit_memory
 from service.jobs.fit_spec import (
     BASELINE_TIE_RTOL,
@@ -48,7 +49,6 @@ from service.jobs.fit_spec import (
     baseline_comparison,
     beats_baseline,
 )
-from service.schemas import AUTO_STANDARD_ERRORS_MAX_ROWS
 
 logger = logging.getLogger(__name__)
 

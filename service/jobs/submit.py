@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -15,13 +16,13 @@ from mixreg import check_n_components_list
 from models_store import datasets as dataset_store
 from models_store import jobs as job_store
 from models_store.tables import Dataset, Job
-from service.data import columns, ingest
+from service.data import columns, ingest, model_references
+from service.data.json_bodies import ValidationErrors, located_in_the_body
 from service.errors import ConflictError, InvalidInputError, NotFoundError
+from service.fit_schemas import FitRequest, FitVariant
 from service.jobs.fit_columns import check_fit_columns, wanted_columns
 from service.jobs.fit_memory import check_fit_memory
 from service.jobs.fit_spec import FitSpec, gating_of, holdout_size
-from service.schemas import FitVariant
-from service.serving import references
 
 
 @dataclass(frozen=True)
@@ -300,7 +301,7 @@ def warm_start(
         raise InvalidInputError(f"{what} gives the starting lines of one k; k must be one number")
     if spec.params.get("init") is not None:
         raise InvalidInputError(f"{what} and params.init both give starting lines; give one")
-    model = references.get_model(session, reference)
+    model = model_references.get_model(session, reference)
     names = list(feature_names) if feature_names is not None else None
     if names is None:
         names = [f"x{j}" for j in range(model.n_features)]
@@ -352,3 +353,17 @@ def _existing_dataset(session: Session, dataset_id: str) -> Dataset:
     if dataset is None:
         raise NotFoundError(f"dataset {dataset_id} does not exist")
     return dataset
+
+
+_FIT_REQUEST: TypeAdapter[FitVariant] = TypeAdapter(FitRequest)
+
+
+def parse_fit_body(body: bytes) -> PreparedFit | ValidationErrors:
+    """Validate a JSON fit body and prepare it (:func:`prepare_fit`: its hash, and its inline
+    rows as arrays; raises ``InvalidInputError`` for rows that cannot be fitted). Big bodies
+    are parsed in a child process (:func:`service.data.json_bodies.in_a_child`)."""
+    try:
+        request = _FIT_REQUEST.validate_json(body)
+    except ValidationError as exc:
+        return located_in_the_body(exc)
+    return prepare_fit(request)

@@ -19,6 +19,7 @@ from models_store import registry
 from models_store.codecs import decode_group_table
 from models_store.session import read_scope, session_scope
 from models_store.tables import Model, ModelVersion
+from service.data import model_references
 from service.errors import ConflictError, InvalidInputError, NotFoundError
 from service.schemas import Component, KeyLines, PredictResponse
 from service.serving import references
@@ -574,7 +575,9 @@ def delete_model(
     from the cache (and from what ``resolver`` remembers) once that is committed; 404 if none,
     409 if it is a registered version that an alias points at."""
     with session_scope(session_factory) as session:
-        model_id = references.resolve_in_session(session, references.parse_reference(reference))
+        model_id = model_references.resolve_in_session(
+            session, model_references.parse_reference(reference)
+        )
         # Locked before the aliases are read: an alias moving onto this version meanwhile
         # (which locks it too) either commits first, and is seen (409), or waits for the delete.
         version = registry.lock_version_of_model(session, model_id=model_id)

@@ -21,11 +21,11 @@ from models_store import models as model_store
 from models_store.session import make_engine, make_sessionmaker, session_scope
 from models_store.tables import Dataset, Job
 from service.config import SettingsError, load_settings
+from service.fit_schemas import FitRequest
 from service.jobs.procrastinate_worker import claim_for_task
 from service.jobs.submit import prepare_fit, submit_fit
 from service.jobs.task_queue import FIT_QUEUE, FIT_TASK, FitTaskQueue
 from service.main import create_app
-from service.schemas import FitRequest
 from service.serving.cache_check import evict_deleted_models
 from service.serving.prediction import ModelCache, StoredLines
 

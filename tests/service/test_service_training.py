@@ -14,11 +14,11 @@ from models_store import jobs as job_store
 from models_store import models as model_store
 from models_store.session import session_scope
 from service.errors import ConflictError, InvalidInputError, NotFoundError
+from service.fit_schemas import FitRequest
 from service.jobs.fit_spec import FitSpec, holdout_split
 from service.jobs.fitting import fit_mixture
 from service.jobs.submit import prepare_fit, submit_fit
 from service.jobs.training import run_job
-from service.schemas import FitRequest
 
 fit_request = TypeAdapter(FitRequest)
 

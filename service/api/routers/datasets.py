@@ -213,10 +213,11 @@ async def create(
         )
     finally:
         upload.close()
-    response.headers["Location"] = stored.dataset.url
+    dataset = dataset_out(stored.dataset)
+    response.headers["Location"] = dataset.url
     if not stored.created:
         response.headers["Idempotent-Replayed"] = "true"
-    return stored.dataset.model_copy(update={"dropped_rows": dict(staged.dropped_rows)})
+    return dataset.model_copy(update={"dropped_rows": dict(staged.dropped_rows)})
 
 
 @router.get("", response_model=Page[DatasetOut])

@@ -25,6 +25,7 @@ from service.api.deps import (
     ValidModelVersion,
 )
 from service.api.routers.predict import PREDICT_RESPONSES, predict_body
+from service.data import model_references
 from service.schemas import (
     MAX_OFFSET,
     KeyLines,
@@ -34,7 +35,7 @@ from service.schemas import (
     Page,
     PredictResponse,
 )
-from service.serving import exports, formats, prediction, references
+from service.serving import exports, formats, prediction
 from service.serving.endpoint import lines_of, serve_predict
 from service.views import model_out, model_summary, model_url
 
@@ -146,7 +147,7 @@ def import_(
     """Store a model from its export (from this or another server): the JSON document, or a
     keyed model's ``.zip`` archive (``Content-Type: application/zip``)."""
     if registered_model is not None:
-        references.check_name(registered_model, what="registered_model")
+        model_references.check_name(registered_model, what="registered_model")
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == exports.ARCHIVE_MEDIA_TYPE:
         model, version = exports.import_archive(

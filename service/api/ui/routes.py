@@ -28,9 +28,9 @@ from models_store.tables import Job, Model
 from service.api.deps import SessionFactoryDep
 from service.api.ui import plots, sign_in
 from service.auth.middleware import ApiKeyDep
+from service.data import model_references
 from service.errors import ConflictError, NotFoundError
 from service.schemas import GateOut
-from service.serving import references
 from service.views import job_out, model_out, model_summary
 
 HERE = Path(__file__).parent
@@ -159,7 +159,7 @@ def model_plot(
     picture: plots.ModelPicture | None = None
     with read_scope(session_factory) as session:
         # By id, name@alias or version; the picture is the resolved model's.
-        model = references.get_model(session, model_id)
+        model = model_references.get_model(session, model_id)
         resolved_id = model.id
         etag = f'"model-{resolved_id}"'
         png = cache.get(resolved_id)
@@ -277,7 +277,7 @@ def overview(
 def model_page(request: Request, model_id: str, session_factory: SessionFactoryDep) -> HTMLResponse:
     """One model: its picture, lines, scores and warnings."""
     with read_scope(session_factory) as session:
-        model = references.get_model(session, model_id)
+        model = model_references.get_model(session, model_id)
         view = model_out(model, registry.version_of_model(session, model_id=model.id))
         table = (
             None

@@ -164,8 +164,10 @@ def _endpoint_seconds(n_keys: int, rounds: int, folder: Path) -> tuple[float, fl
             **lines,
             **scores,
         }
-        plain_id = model_store.create_model(session, **common).id
-        keyed_id = model_store.create_model(session, **common, split_by="account").id
+        plain_id = model_store.create_model(session, model_store.ModelRecord(**common)).id
+        keyed_id = model_store.create_model(
+            session, model_store.ModelRecord(**common, split_by="account")
+        ).id
         job = job_store.create_job(
             session,
             dataset_id=dataset.id,

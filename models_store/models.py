@@ -1,13 +1,15 @@
 """The SQL of fitted models: stored from a fit's record, read, listed and deleted, with a
 grouped model's group table and a keyed model's chunks of keys.
 
-Functions take the session first and everything else by keyword, flush but never commit
-(:mod:`models_store.common`).
+A model is stored from one record (:class:`ModelRecord`), whose fields are the columns;
+other functions take the session first and everything else by keyword. All flush but never
+commit (:mod:`models_store.common`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -40,48 +42,10 @@ from models_store.tables import (
 )
 
 
-def create_model(
-    session: Session,
-    *,
-    job_id: str | None,
-    dataset_id: str,
-    name: str | None,
-    algorithm: str,
-    n_components: int,
-    n_features: int,
-    feature_names: Sequence[str],
-    fit_intercept: bool,
-    params: Mapping[str, Any],
-    seed: int | None,
-    coef: npt.ArrayLike,
-    intercept: npt.ArrayLike,
-    shares: npt.ArrayLike,
-    train_min_loss: float,
-    holdout_min_loss: float | None,
-    baseline: Mapping[str, Any],
-    n_train: int,
-    n_holdout: int,
-    loss_history: npt.ArrayLike,
-    n_iter: int,
-    fit_seconds: float,
-    converged: bool | None = None,
-    log_likelihood: float | None = None,
-    bic: float | None = None,
-    n_parameters: int | None = None,
-    candidates: Sequence[Mapping[str, Any]] | None = None,
-    warnings: Sequence[str] = (),
-    weights_column: str | None = None,
-    groups_column: str | None = None,
-    group_labels: npt.ArrayLike | None = None,
-    group_lines: npt.ArrayLike | None = None,
-    group_posteriors: npt.ArrayLike | None = None,
-    group_metrics: Mapping[str, Any] | None = None,
-    uncertainty: Mapping[str, Any] | None = None,
-    gate: Mapping[str, Any] | None = None,
-    split_by: str | None = None,
-    keyed_summary: Mapping[str, Any] | None = None,
-) -> Model:
-    """Store a fitted model; arrays are kept as JSON lists of exactly the same float64 values.
+@dataclass(frozen=True)
+class ModelRecord:
+    """A fitted model as it is stored: each field is the column of the same name (arrays as
+    array-likes, records as mappings), but for the group table, stored from three fields.
 
     ``coef`` has shape (n_components, n_features); ``intercept`` and ``shares`` have shape
     (n_components,). ``log_likelihood``, ``bic`` and ``n_parameters`` score the lines as a
@@ -90,64 +54,108 @@ def create_model(
     A grouped fit gives ``group_labels`` (its training groups), ``group_lines`` (the line of
     each) and, for EM, ``group_posteriors`` (each group's posterior over the lines), stored
     compactly (``codecs.encode_group_table``), and its ``group_metrics``.
-    ``gate`` the fitted gate of a gated mixture (JSON numbers).
+    ``gate`` is the fitted gate of a gated mixture (JSON numbers).
     """
-    coef_array = np.asarray(coef, dtype=np.float64)
-    intercept_array = np.asarray(intercept, dtype=np.float64)
-    shares_array = np.asarray(shares, dtype=np.float64)
-    if coef_array.shape != (n_components, n_features):
-        raise ValueError(
-            f"coef must have shape ({n_components}, {n_features}), got {coef_array.shape}"
-        )
-    for label, array in (("intercept", intercept_array), ("shares", shares_array)):
-        if array.shape != (n_components,):
-            raise ValueError(f"{label} must have shape ({n_components},), got {array.shape}")
-    if len(feature_names) != n_features:
-        raise ValueError(f"got {len(feature_names)} feature names for {n_features} features")
+
+    job_id: str | None
+    dataset_id: str
+    name: str | None
+    algorithm: str
+    n_components: int
+    n_features: int
+    feature_names: Sequence[str]
+    fit_intercept: bool
+    params: Mapping[str, Any]
+    seed: int | None
+    coef: npt.ArrayLike
+    intercept: npt.ArrayLike
+    shares: npt.ArrayLike
+    train_min_loss: float
+    holdout_min_loss: float | None
+    baseline: Mapping[str, Any]
+    n_train: int
+    n_holdout: int
+    loss_history: npt.ArrayLike
+    n_iter: int
+    fit_seconds: float
+    converged: bool | None = None
+    log_likelihood: float | None = None
+    bic: float | None = None
+    n_parameters: int | None = None
+    candidates: Sequence[Mapping[str, Any]] | None = None
+    warnings: Sequence[str] = ()
+    weights_column: str | None = None
+    groups_column: str | None = None
+    group_labels: npt.ArrayLike | None = None
+    group_lines: npt.ArrayLike | None = None
+    group_posteriors: npt.ArrayLike | None = None
+    group_metrics: Mapping[str, Any] | None = None
+    uncertainty: Mapping[str, Any] | None = None
+    gate: Mapping[str, Any] | None = None
+    split_by: str | None = None
+    keyed_summary: Mapping[str, Any] | None = None
+
+
+_GROUP_TABLE_FIELDS = ("group_labels", "group_lines", "group_posteriors")
+_JSON_RECORD_FIELDS = (
+    "params",
+    "baseline",
+    "group_metrics",
+    "uncertainty",
+    "gate",
+    "keyed_summary",
+)
+_ARRAY_FIELDS = ("coef", "intercept", "shares")
+_FLOAT_FIELDS = ("train_min_loss", "fit_seconds", "holdout_min_loss", "log_likelihood", "bic")
+
+
+def _check_shapes(record: ModelRecord) -> None:
+    k, d = record.n_components, record.n_features
+    coef = np.shape(record.coef)
+    if coef != (k, d):
+        raise ValueError(f"coef must have shape ({k}, {d}), got {coef}")
+    for label in ("intercept", "shares"):
+        shape = np.shape(getattr(record, label))
+        if shape != (k,):
+            raise ValueError(f"{label} must have shape ({k},), got {shape}")
+    if len(record.feature_names) != d:
+        raise ValueError(f"got {len(record.feature_names)} feature names for {d} features")
+
+
+def create_model(session: Session, record: ModelRecord) -> Model:
+    """Store the fitted model ``record``; arrays are kept as JSON lists of exactly the same
+    float64 values. Raises ``ValueError`` if its arrays do not have the shapes its
+    ``n_components`` and ``n_features`` say."""
+    _check_shapes(record)
+    columns = {
+        field.name: getattr(record, field.name)
+        for field in fields(record)
+        if field.name not in _GROUP_TABLE_FIELDS
+    }
+    for name in _ARRAY_FIELDS:
+        columns[name] = to_json_value(np.asarray(columns[name], dtype=np.float64))
+    for name in _JSON_RECORD_FIELDS:
+        columns[name] = None if columns[name] is None else to_json_value(dict(columns[name]))
+    for name in _FLOAT_FIELDS:
+        columns[name] = None if columns[name] is None else float(columns[name])
+    columns["feature_names"] = list(record.feature_names)
+    columns["loss_history"] = to_json_value(
+        np.asarray(record.loss_history, dtype=np.float64).ravel()
+    )
+    if record.candidates is not None:
+        columns["candidates"] = to_json_value([dict(item) for item in record.candidates])
+    columns["warnings"] = [str(warning) for warning in record.warnings]
     model = Model(
         id=new_id(),
-        job_id=job_id,
-        dataset_id=dataset_id,
-        name=name,
-        algorithm=algorithm,
-        n_components=n_components,
-        n_features=n_features,
-        feature_names=list(feature_names),
-        fit_intercept=fit_intercept,
-        params=to_json_value(dict(params)),
-        seed=seed,
-        coef=to_json_value(coef_array),
-        intercept=to_json_value(intercept_array),
-        shares=to_json_value(shares_array),
-        train_min_loss=float(train_min_loss),
-        holdout_min_loss=None if holdout_min_loss is None else float(holdout_min_loss),
-        baseline=to_json_value(dict(baseline)),
-        n_train=n_train,
-        n_holdout=n_holdout,
-        loss_history=to_json_value(np.asarray(loss_history, dtype=np.float64).ravel()),
-        n_iter=n_iter,
-        fit_seconds=float(fit_seconds),
         created_at=utcnow(),
-        converged=converged,
-        log_likelihood=None if log_likelihood is None else float(log_likelihood),
-        bic=None if bic is None else float(bic),
-        n_parameters=n_parameters,
-        candidates=(
-            None if candidates is None else to_json_value([dict(item) for item in candidates])
-        ),
-        warnings=[str(warning) for warning in warnings],
-        weights_column=weights_column,
-        groups_column=groups_column,
         group_table=(
             None
-            if group_labels is None or group_lines is None
-            else encode_group_table(group_labels, group_lines, group_posteriors)
+            if record.group_labels is None or record.group_lines is None
+            else encode_group_table(
+                record.group_labels, record.group_lines, record.group_posteriors
+            )
         ),
-        group_metrics=None if group_metrics is None else to_json_value(dict(group_metrics)),
-        uncertainty=None if uncertainty is None else to_json_value(dict(uncertainty)),
-        gate=None if gate is None else to_json_value(dict(gate)),
-        split_by=split_by,
-        keyed_summary=None if keyed_summary is None else to_json_value(dict(keyed_summary)),
+        **columns,
     )
     session.add(model)
     session.flush()

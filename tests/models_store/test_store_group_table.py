@@ -59,7 +59,7 @@ def test_group_posteriors_round_trip_through_the_store(db_sessionmaker, dataset_
     posteriors = posteriors_of(labels.size, 2)
     with session_scope(db_sessionmaker) as session:
         model_id = model_store.create_model(
-            session, **grouped_fields(dataset_id, labels, posteriors)
+            session, model_store.ModelRecord(**grouped_fields(dataset_id, labels, posteriors))
         ).id
     with session_scope(db_sessionmaker) as session:
         table = model_store.load_group_table(session, model_id=model_id)
@@ -83,7 +83,8 @@ def test_a_table_stored_before_posteriors_were_kept_still_loads(db_sessionmaker,
     np.savez_compressed(buffer, labels=labels, lines=np.array([1, 0, 1], dtype=np.int16))
     with session_scope(db_sessionmaker) as session:
         model_id = model_store.create_model(
-            session, **grouped_fields(dataset_id, labels, posteriors_of(3, 2))
+            session,
+            model_store.ModelRecord(**grouped_fields(dataset_id, labels, posteriors_of(3, 2))),
         ).id
         session.execute(
             update(Model).where(Model.id == model_id).values(group_table=buffer.getvalue())

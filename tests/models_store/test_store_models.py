@@ -57,13 +57,15 @@ def model_fields(dataset_id: str, **overrides: Any) -> dict[str, Any]:
 
 
 def create_model(session: Session, dataset_id: str, **overrides: Any) -> Model:
-    return model_store.create_model(session, **model_fields(dataset_id, **overrides))
+    return model_store.create_model(
+        session, model_store.ModelRecord(**model_fields(dataset_id, **overrides))
+    )
 
 
 def test_model_numbers_round_trip_bit_exact(db_sessionmaker, dataset_id):
     fields = model_fields(dataset_id)
     with session_scope(db_sessionmaker) as session:
-        model_id = model_store.create_model(session, **fields).id
+        model_id = model_store.create_model(session, model_store.ModelRecord(**fields)).id
 
     with session_scope(db_sessionmaker) as session:
         model = model_store.get_model(session, model_id=model_id)

@@ -170,14 +170,16 @@ def _endpoint_seconds(n_keys: int, rounds: int, folder: Path) -> tuple[float, fl
         ).id
         job = job_store.create_job(
             session,
-            dataset_id=dataset.id,
-            algorithm="auto",
-            n_components=k,
-            params={},
-            fit_intercept=True,
-            holdout_fraction=0.0,
-            max_attempts=1,
-            split_by="account",
+            job_store.JobRecord(
+                dataset_id=dataset.id,
+                algorithm="auto",
+                n_components=k,
+                params={},
+                fit_intercept=True,
+                holdout_fraction=0.0,
+                max_attempts=1,
+                split_by="account",
+            ),
         )
         job_store.claim_job(session, job_id=job.id, worker_id="bench", now=utcnow())
         shard = 65_536

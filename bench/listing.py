@@ -66,14 +66,16 @@ def measure(database_url: str, n_jobs: int, repeat: int) -> list[str]:
             for seed in range(n_jobs):
                 job_store.create_job(
                     session,
-                    dataset_id=dataset.id,
-                    algorithm="am-classic",
-                    n_components=2,
-                    params={"n_init": 2, "max_iter": 50},
-                    fit_intercept=True,
-                    holdout_fraction=0.2,
-                    seed=seed,
-                    max_attempts=3,
+                    job_store.JobRecord(
+                        dataset_id=dataset.id,
+                        algorithm="am-classic",
+                        n_components=2,
+                        params={"n_init": 2, "max_iter": 50},
+                        fit_intercept=True,
+                        holdout_fraction=0.2,
+                        seed=seed,
+                        max_attempts=3,
+                    ),
                 )
 
         def page() -> object:

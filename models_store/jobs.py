@@ -9,7 +9,7 @@ Functions take the session first and everything else by keyword, flush but never
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -113,84 +113,76 @@ def delete_finished_jobs(session: Session, *, finished_before: datetime) -> int:
     )
 
 
-def create_job(
-    session: Session,
-    *,
-    dataset_id: str,
-    algorithm: str,
-    n_components: int,
-    params: Mapping[str, Any],
-    fit_intercept: bool,
-    holdout_fraction: float,
-    max_attempts: int,
-    seed: int | None = None,
-    time_budget_s: float | None = None,
-    name: str | None = None,
-    api_key_id: str | None = None,
-    idempotency_key: str | None = None,
-    request_hash: str | None = None,
-    k_values: Sequence[int] | None = None,
-    registered_model: str | None = None,
-    discard_data: bool = False,
-    weights_column: str | None = None,
-    groups_column: str | None = None,
-    uncertainty: Mapping[str, Any] | None = None,
-    gating: str | Sequence[str] | None = None,
-    split_by: str | None = None,
-    small_keys: str | None = None,
-    keys_per_shard: int | None = None,
-) -> Job:
-    """Queue a fit of ``dataset_id``; ``params`` are the validated algorithm parameters.
+@dataclass(frozen=True)
+class JobRecord:
+    """A fit to queue, as its job stores it: each field is the column of the same name.
 
-    ``k_values`` makes the job a k sweep (one model per k); ``n_components`` is then the
-    largest of them. ``api_key_id`` is the key that submitted it (None without keys); an
-    ``idempotency_key`` is unique among that caller's jobs. ``registered_model`` names the
-    registered model whose next version the fit becomes.
-    ``discard_data`` deletes the dataset once the job is finished. ``weights_column`` and
-    ``groups_column`` name the dataset columns of the row weights and group labels.
-    ``uncertainty`` holds the
-    standard errors and bootstrap the fit computes (``standard_errors``, ``n_bootstrap``,
-    ``bootstrap``).
-    ``gating`` asks for a gate: ``"features"`` or the names of the dataset's extra columns it
-    reads.
-    ``split_by`` makes it a
-    keyed fit (a mixture per value of that dataset column); ``small_keys`` says what keys too
+    ``params`` are the validated algorithm parameters. ``k_values`` makes the job a k sweep
+    (one model per k); ``n_components`` is then the largest of them. ``api_key_id`` is the key
+    that submitted it (None without keys); an ``idempotency_key`` is unique among that
+    caller's jobs. ``registered_model`` names the registered model whose next version the fit
+    becomes. ``discard_data`` deletes the dataset once the job is finished. ``weights_column``
+    and ``groups_column`` name the dataset columns of the row weights and group labels.
+    ``uncertainty`` holds the standard errors and bootstrap the fit computes
+    (``standard_errors``, ``n_bootstrap``, ``bootstrap``). ``gating`` asks for a gate:
+    ``"features"`` or the names of the dataset's extra columns it reads. ``split_by`` makes it
+    a keyed fit (a mixture per value of that dataset column); ``small_keys`` says what keys too
     small for k lines get.
     """
-    if max_attempts < 1:
-        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+
+    dataset_id: str
+    algorithm: str
+    n_components: int
+    params: Mapping[str, Any]
+    fit_intercept: bool
+    holdout_fraction: float
+    max_attempts: int
+    seed: int | None = None
+    time_budget_s: float | None = None
+    name: str | None = None
+    api_key_id: str | None = None
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+    k_values: Sequence[int] | None = None
+    registered_model: str | None = None
+    discard_data: bool = False
+    weights_column: str | None = None
+    groups_column: str | None = None
+    uncertainty: Mapping[str, Any] | None = None
+    gating: str | Sequence[str] | None = None
+    split_by: str | None = None
+    small_keys: str | None = None
+    keys_per_shard: int | None = None
+
+
+def create_job(session: Session, record: JobRecord) -> Job:
+    """Queue the fit ``record``. Raises ``ValueError`` if it allows no attempt."""
+    if record.max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {record.max_attempts}")
+    columns = {field.name: getattr(record, field.name) for field in fields(record)}
+    columns.update(
+        k_values=None if record.k_values is None else [int(k) for k in record.k_values],
+        params=to_json_value(dict(record.params)),
+        idempotency_scope=(
+            None if record.idempotency_key is None else idempotency_scope(record.api_key_id)
+        ),
+        discard_data=record.discard_data or None,
+        uncertainty=None if record.uncertainty is None else to_json_value(dict(record.uncertainty)),
+        gating=(
+            record.gating
+            if record.gating is None or isinstance(record.gating, str)
+            else list(record.gating)
+        ),
+    )
     job = Job(
         id=new_id(),
         status="queued",
-        dataset_id=dataset_id,
-        name=name,
-        algorithm=algorithm,
-        n_components=n_components,
-        k_values=None if k_values is None else [int(k) for k in k_values],
-        params=to_json_value(dict(params)),
-        fit_intercept=fit_intercept,
-        holdout_fraction=holdout_fraction,
-        seed=seed,
-        time_budget_s=time_budget_s,
-        api_key_id=api_key_id,
-        idempotency_scope=None if idempotency_key is None else idempotency_scope(api_key_id),
-        idempotency_key=idempotency_key,
-        request_hash=request_hash,
         attempts=0,
-        max_attempts=max_attempts,
         cancel_requested=False,
         progress_fraction=0.0,
         created_at=utcnow(),
         warnings=[],
-        registered_model=registered_model,
-        discard_data=discard_data or None,
-        weights_column=weights_column,
-        groups_column=groups_column,
-        uncertainty=None if uncertainty is None else to_json_value(dict(uncertainty)),
-        gating=gating if gating is None or isinstance(gating, str) else list(gating),
-        split_by=split_by,
-        small_keys=small_keys,
-        keys_per_shard=keys_per_shard,
+        **columns,
     )
     session.add(job)
     session.flush()

@@ -49,6 +49,6 @@ def make_job(dataset_id: str) -> JobFactory:
             "seed": 7,
         }
         fields.update(overrides)
-        return job_store.create_job(session, **fields)
+        return job_store.create_job(session, job_store.JobRecord(**fields))
 
     return make

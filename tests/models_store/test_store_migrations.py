@@ -691,15 +691,17 @@ def test_revision_0012_stores_keyed_chunks_with_their_model_and_its_downgrade_dr
             )
             job = job_store.create_job(
                 session,
-                dataset_id=dataset.id,
-                algorithm="auto",
-                n_components=1,
-                params={},
-                fit_intercept=True,
-                holdout_fraction=0.0,
-                max_attempts=2,
-                split_by="account",
-                keys_per_shard=1,
+                job_store.JobRecord(
+                    dataset_id=dataset.id,
+                    algorithm="auto",
+                    n_components=1,
+                    params={},
+                    fit_intercept=True,
+                    holdout_fraction=0.0,
+                    max_attempts=2,
+                    split_by="account",
+                    keys_per_shard=1,
+                ),
             )
             job_store.claim_job(session, job_id=job.id, worker_id="w", now=utcnow())
             rows = [np.array([0, 1, 2]), np.array([3])]

@@ -73,13 +73,15 @@ def test_sqlite_reads_neither_take_nor_wait_for_the_write_lock(sqlite_url):
         )
         job_id = job_store.create_job(
             session,
-            dataset_id=dataset.id,
-            algorithm="am",
-            n_components=1,
-            params={},
-            fit_intercept=True,
-            holdout_fraction=0.0,
-            max_attempts=1,
+            job_store.JobRecord(
+                dataset_id=dataset.id,
+                algorithm="am",
+                n_components=1,
+                params={},
+                fit_intercept=True,
+                holdout_fraction=0.0,
+                max_attempts=1,
+            ),
         ).id
     writer = sqlite3.connect(make_url(sqlite_url).database, timeout=0, isolation_level=None)
     try:

@@ -29,13 +29,15 @@ def _claimed_slow_job(db_sessionmaker) -> str:
         )
         job_id = job_store.create_job(
             session,
-            dataset_id=dataset.id,
-            algorithm="auto",
-            n_components=4,
-            params={},
-            fit_intercept=True,
-            holdout_fraction=0.0,
-            max_attempts=1,
+            job_store.JobRecord(
+                dataset_id=dataset.id,
+                algorithm="auto",
+                n_components=4,
+                params={},
+                fit_intercept=True,
+                holdout_fraction=0.0,
+                max_attempts=1,
+            ),
         ).id
         assert job_store.claim_next_job(session, worker_id="w", now=datetime.now(UTC))
     return job_id

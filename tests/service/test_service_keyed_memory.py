@@ -96,16 +96,18 @@ def accounts_job(db_sessionmaker, monkeypatch) -> str:
         )
         job_store.create_job(
             session,
-            dataset_id=dataset.id,
-            algorithm="am",
-            n_components=2,
-            params={},
-            fit_intercept=True,
-            holdout_fraction=0.2,
-            max_attempts=1,
-            seed=0,
-            split_by="account",
-            keys_per_shard=KEYS_PER_SHARD,
+            job_store.JobRecord(
+                dataset_id=dataset.id,
+                algorithm="am",
+                n_components=2,
+                params={},
+                fit_intercept=True,
+                holdout_fraction=0.2,
+                max_attempts=1,
+                seed=0,
+                split_by="account",
+                keys_per_shard=KEYS_PER_SHARD,
+            ),
         )
     with session_scope(db_sessionmaker) as session:
         return job_store.claim_next_job(session, worker_id="w1", now=datetime.now(UTC)).id

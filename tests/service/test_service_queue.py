@@ -54,7 +54,8 @@ def queue_jobs(sessionmaker, count: int, **job_fields) -> list[str]:
             **job_fields,
         }
         return [
-            job_store.create_job(session, dataset_id=dataset.id, **fields).id for _ in range(count)
+            job_store.create_job(session, job_store.JobRecord(dataset_id=dataset.id, **fields)).id
+            for _ in range(count)
         ]
 
 

@@ -58,14 +58,16 @@ def _queue_job(factory: sessionmaker[Session]) -> str:
         )
         return job_store.create_job(
             session,
-            dataset_id=dataset.id,
-            algorithm="am-classic",
-            n_components=2,
-            params={},
-            fit_intercept=True,
-            holdout_fraction=0.0,
-            seed=0,
-            max_attempts=3,
+            job_store.JobRecord(
+                dataset_id=dataset.id,
+                algorithm="am-classic",
+                n_components=2,
+                params={},
+                fit_intercept=True,
+                holdout_fraction=0.0,
+                seed=0,
+                max_attempts=3,
+            ),
         ).id
 
 

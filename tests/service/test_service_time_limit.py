@@ -91,13 +91,15 @@ def test_the_time_limit_counts_from_the_end_of_the_data_load(db_sessionmaker, sq
         )
         job_id = job_store.create_job(
             session,
-            dataset_id=dataset.id,
-            algorithm="am",
-            n_components=1,
-            params={},
-            fit_intercept=True,
-            holdout_fraction=0.0,
-            max_attempts=1,
+            job_store.JobRecord(
+                dataset_id=dataset.id,
+                algorithm="am",
+                n_components=1,
+                params={},
+                fit_intercept=True,
+                holdout_fraction=0.0,
+                max_attempts=1,
+            ),
         ).id
         assert job_store.claim_next_job(session, worker_id="w", now=datetime.now(UTC))
     context = multiprocessing.get_context("spawn")

@@ -187,7 +187,7 @@ def queue_and_claim(sessionmaker, data, **job_fields) -> str:
             "seed": 0,
             **job_fields,
         }
-        job_store.create_job(session, dataset_id=dataset.id, **fields)
+        job_store.create_job(session, job_store.JobRecord(dataset_id=dataset.id, **fields))
     with session_scope(sessionmaker) as session:
         job = job_store.claim_next_job(session, worker_id="w1", now=datetime.now(UTC))
         return job.id

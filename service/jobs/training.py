@@ -180,7 +180,7 @@ def _load_claimed_job(
         spec = FitSpec.of_job(job)
         if job.split_by is not None:
             keyed = KeyedData.of_job(job)
-            # A keyed fit takes neither weights, groups nor gating (service.schemas).
+            # A keyed fit takes neither weights, groups nor gating (service.fit_schemas).
             rows, held = keyed_global_sample(
                 dataset.n_rows, spec.holdout_fraction, spec.seed, keyed_global_rows
             )

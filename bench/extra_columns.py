@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 _PLAIN_LOAD = """
 import json, sys, time
 import numpy as np
-from models_store import migrate, repository
+from models_store import migrate, datasets as dataset_store
 from models_store.session import make_engine, make_sessionmaker, session_scope
 
 url, n_rows, n_features, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -42,16 +42,16 @@ engine = make_engine(url)
 factory = make_sessionmaker(engine)
 rng = np.random.default_rng(0)
 with session_scope(factory) as session:
-    dataset_id = repository.create_dataset(
+    dataset_id = dataset_store.create_dataset(
         session, X=rng.standard_normal((n_rows, n_features)), y=rng.standard_normal(n_rows),
         feature_names=None, target_name=None, name=None,
     ).id
 seconds = []
 for _ in range(rounds):
     with session_scope(factory) as session:
-        dataset = repository.get_dataset(session, dataset_id=dataset_id)
+        dataset = dataset_store.get_dataset(session, dataset_id=dataset_id)
         started = time.perf_counter()
-        X, y = repository.load_dataset_arrays(dataset)
+        X, y = dataset_store.load_dataset_arrays(dataset)
         seconds.append(time.perf_counter() - started)
         assert X.shape == (n_rows, n_features)
 engine.dispose()
@@ -82,7 +82,8 @@ def _kept_load_seconds(
 ) -> tuple[list[float], list[float]]:
     """The (X, y) load times and the extra-column load times of a dataset that keeps a text
     key of 10^6 distinct values and a number column."""
-    from models_store import migrate, repository
+    from models_store import datasets as dataset_store
+    from models_store import migrate
     from models_store.session import make_engine, make_sessionmaker, session_scope
 
     url = f"sqlite:///{folder / 'kept.db'}"
@@ -92,7 +93,7 @@ def _kept_load_seconds(
     rng = np.random.default_rng(0)
     keys = np.array([f"account-{index:07d}" for index in range(n_rows)], dtype=object)
     with session_scope(factory) as session:
-        dataset_id = repository.create_dataset(
+        dataset_id = dataset_store.create_dataset(
             session,
             X=rng.standard_normal((n_rows, n_features)),
             y=rng.standard_normal(n_rows),
@@ -104,12 +105,12 @@ def _kept_load_seconds(
     arrays, columns = [], []
     for _ in range(rounds):
         with session_scope(factory) as session:
-            dataset = repository.get_dataset(session, dataset_id=dataset_id)
+            dataset = dataset_store.get_dataset(session, dataset_id=dataset_id)
             started = time.perf_counter()
-            repository.load_dataset_arrays(dataset)
+            dataset_store.load_dataset_arrays(dataset)
             arrays.append(time.perf_counter() - started)
             started = time.perf_counter()
-            loaded = repository.load_dataset_columns(dataset, ["account", "weight"])
+            loaded = dataset_store.load_dataset_columns(dataset, ["account", "weight"])
             columns.append(time.perf_counter() - started)
             assert loaded["account"][-1] == keys[-1]
     engine.dispose()
@@ -170,7 +171,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         ]
     )
     report.add(
-        f"`repository.load_dataset_arrays` on a SQLite file, median of {len(before)} loads "
+        "`models_store.datasets.load_dataset_arrays` on a SQLite file, "
+        f"median of {len(before)} loads "
         "each (two alternating rounds of the two codes, each on its own new file); the dataset "
         "with extra columns keeps a text key of "
         f"{args.rows:,} distinct values (`account-0000000`...) and a number column.",

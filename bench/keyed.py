@@ -110,7 +110,12 @@ def _endpoint_seconds(n_keys: int, rounds: int, folder: Path) -> tuple[float, fl
     ``n_keys`` keys stored in its chunks and for a plain model, alternating."""
     from fastapi.testclient import TestClient
 
-    from models_store import migrate, repository
+    from models_store import datasets as dataset_store
+    from models_store import jobs as job_store
+    from models_store import migrate
+    from models_store import models as model_store
+    from models_store import shards as shard_store
+    from models_store.common import utcnow
     from models_store.session import make_engine, make_sessionmaker, session_scope
     from service.config import Settings
     from service.main import create_app
@@ -137,7 +142,7 @@ def _endpoint_seconds(n_keys: int, rounds: int, folder: Path) -> tuple[float, fl
     }
     keys = np.array([f"account-{i:07d}" for i in range(n_keys)])
     with session_scope(make_sessionmaker(engine)) as session:
-        dataset = repository.create_dataset(
+        dataset = dataset_store.create_dataset(
             session,
             X=np.zeros((10, d)),
             y=np.zeros(10),
@@ -159,35 +164,39 @@ def _endpoint_seconds(n_keys: int, rounds: int, folder: Path) -> tuple[float, fl
             **lines,
             **scores,
         }
-        plain_id = repository.create_model(session, **common).id
-        keyed_id = repository.create_model(session, **common, split_by="account").id
-        job = repository.create_job(
+        plain_id = model_store.create_model(session, model_store.ModelRecord(**common)).id
+        keyed_id = model_store.create_model(
+            session, model_store.ModelRecord(**common, split_by="account")
+        ).id
+        job = job_store.create_job(
             session,
-            dataset_id=dataset.id,
-            algorithm="auto",
-            n_components=k,
-            params={},
-            fit_intercept=True,
-            holdout_fraction=0.0,
-            max_attempts=1,
-            split_by="account",
+            job_store.JobRecord(
+                dataset_id=dataset.id,
+                algorithm="auto",
+                n_components=k,
+                params={},
+                fit_intercept=True,
+                holdout_fraction=0.0,
+                max_attempts=1,
+                split_by="account",
+            ),
         )
-        repository.claim_job(session, job_id=job.id, worker_id="bench", now=repository.utcnow())
+        job_store.claim_job(session, job_id=job.id, worker_id="bench", now=utcnow())
         shard = 65_536
         starts = range(0, n_keys, shard)
         # The shards' rows are not read here: the keys' lines are made up.
-        repository.plan_job_shards(
+        shard_store.plan_job_shards(
             session,
             job_id=job.id,
             shards=[(min(shard, n_keys - start), np.zeros(0, dtype=np.int64)) for start in starts],
         )
         for position, start in enumerate(starts):
             count = min(shard, n_keys - start)
-            now = repository.utcnow()
-            repository.claim_job_shard(
+            now = utcnow()
+            shard_store.claim_job_shard(
                 session, job_id=job.id, claimant="bench", now=now, stale_before=now
             )
-            repository.store_job_shard(
+            shard_store.store_job_shard(
                 session,
                 job_id=job.id,
                 position=position,
@@ -203,7 +212,7 @@ def _endpoint_seconds(n_keys: int, rounds: int, folder: Path) -> tuple[float, fl
                     "status": np.zeros(count, dtype=np.int8),
                 },
             )
-        repository.publish_job_shards(session, job_id=job.id, model_id=keyed_id)
+        shard_store.publish_job_shards(session, job_id=job.id, model_id=keyed_id)
     engine.dispose()
     row = rng.standard_normal(d).tolist()
     asked = keys[rng.integers(0, n_keys, size=rounds)].tolist()

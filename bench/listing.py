@@ -1,8 +1,8 @@
 """What a page of ``GET /jobs`` costs in the database, as the jobs table grows.
 
 For each backend a fresh database gets ``--jobs`` jobs; then, in read transactions as a
-request makes them, the page a listing reads (``repository.list_jobs``: the newest 21 jobs and
-the total count) is timed, its count alone too, and the page again once the
+request makes them, the page a listing reads (``models_store.jobs.list_jobs``: the newest 21
+jobs and the total count) is timed, its count alone too, and the page again once the
 ``(created_at, id)`` index of revision 0013 is dropped (the database is thrown away after).
 Milliseconds per call are medians of ``--repeat`` calls. ``--write`` records the table in
 ``bench/RESULTS.md`` between ``<!-- listing:start -->`` and ``<!-- listing:end -->``. Run with
@@ -25,7 +25,8 @@ from sqlalchemy import func, select
 
 from bench.load import DEFAULT_POSTGRES_URL, fresh_postgres_database
 from bench.sections import load_average, log, machine_lines, write_section
-from models_store import repository
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
 from models_store.migrate import upgrade
 from models_store.session import make_engine, make_sessionmaker, read_scope, session_scope
 from models_store.tables import Job
@@ -54,7 +55,7 @@ def measure(database_url: str, n_jobs: int, repeat: int) -> list[str]:
     try:
         factory = make_sessionmaker(engine)
         with session_scope(factory) as session:
-            dataset = repository.create_dataset(
+            dataset = dataset_store.create_dataset(
                 session,
                 X=np.ones((10, 3)),
                 y=np.ones(10),
@@ -63,21 +64,23 @@ def measure(database_url: str, n_jobs: int, repeat: int) -> list[str]:
                 name=None,
             )
             for seed in range(n_jobs):
-                repository.create_job(
+                job_store.create_job(
                     session,
-                    dataset_id=dataset.id,
-                    algorithm="am-classic",
-                    n_components=2,
-                    params={"n_init": 2, "max_iter": 50},
-                    fit_intercept=True,
-                    holdout_fraction=0.2,
-                    seed=seed,
-                    max_attempts=3,
+                    job_store.JobRecord(
+                        dataset_id=dataset.id,
+                        algorithm="am-classic",
+                        n_components=2,
+                        params={"n_init": 2, "max_iter": 50},
+                        fit_intercept=True,
+                        holdout_fraction=0.2,
+                        seed=seed,
+                        max_attempts=3,
+                    ),
                 )
 
         def page() -> object:
             with read_scope(factory) as session:
-                return repository.list_jobs(session, status=None, limit=PAGE, offset=0)
+                return job_store.list_jobs(session, status=None, limit=PAGE, offset=0)
 
         def count() -> object:
             with read_scope(factory) as session:

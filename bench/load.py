@@ -55,7 +55,7 @@ from sqlalchemy.pool import NullPool
 
 from bench.sections import machine_lines, write_section
 from bench.servers import ServerProcess
-from models_store import repository
+from models_store import datasets as dataset_store
 from models_store.session import make_engine, make_sessionmaker, read_scope
 from service.auth.keys import add_key, new_key
 
@@ -560,9 +560,9 @@ def _dataset_load_seconds(database_url: str, dataset_id: str) -> float:
     try:
         started = time.perf_counter()
         with read_scope(make_sessionmaker(engine)) as session:
-            dataset = repository.get_dataset(session, dataset_id=dataset_id)
+            dataset = dataset_store.get_dataset(session, dataset_id=dataset_id)
             assert dataset is not None
-            for _ in repository.iter_dataset_blocks(session, dataset=dataset):
+            for _ in dataset_store.iter_dataset_blocks(session, dataset=dataset):
                 pass
         return time.perf_counter() - started
     finally:

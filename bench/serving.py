@@ -159,14 +159,14 @@ def measuring(pid: int | str) -> Iterator[list[MemoryWindow]]:
 
 def fit_probe(job: dict[str, Any]) -> dict[str, Any]:
     """Claim the queued job and run the worker's fit path on it in this (fresh) process."""
-    from models_store import repository
+    from models_store import jobs as job_store
     from models_store.session import make_engine, make_sessionmaker, session_scope
     from service.jobs import training
 
     engine = make_engine(job["database_url"])
     try:
         with session_scope(make_sessionmaker(engine)) as session:
-            claimed = repository.claim_job(
+            claimed = job_store.claim_job(
                 session, job_id=job["job_id"], worker_id="bench-probe", now=dt.datetime.now(dt.UTC)
             )
     finally:

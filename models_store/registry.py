@@ -1,8 +1,8 @@
 """The SQL of registered models: names, their numbered versions, movable aliases and the audit
 trail of every alias move.
 
-As in ``repository``, functions take the session first and everything else by keyword, flush
-but never commit.
+As in every module of the store (:mod:`models_store.common`), functions take the session
+first and everything else by keyword, flush but never commit.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from models_store.repository import utcnow
+from models_store.common import utcnow
 from models_store.tables import Model, ModelAlias, ModelAliasEvent, ModelVersion, RegisteredModel
 
 

@@ -13,10 +13,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from models_store import repository
+from models_store import jobs as job_store
 from service.config import Settings
 from service.errors import DataTooLargeError, LimitExceededError, TooManyJobsError
-from service.schemas import MAX_TEXT_LENGTH, FitVariant
+from service.fit_schemas import FitVariant
+from service.schemas import MAX_TEXT_LENGTH
 
 RETRY_AFTER_S = 5
 """What a client told to wait for its jobs (429) is asked to wait before it tries again."""
@@ -261,7 +262,7 @@ def _over_time_limit(budget: float, n_k: int, settings: Settings) -> list[dict[s
 def check_job_quota(session: Session, *, api_key_id: str | None, settings: Settings) -> None:
     """Raise ``TooManyJobsError`` (429) if the key already has as many unfinished jobs as it
     may (without keys, all jobs count together)."""
-    unfinished = repository.count_unfinished_jobs(session, api_key_id=api_key_id)
+    unfinished = job_store.count_unfinished_jobs(session, api_key_id=api_key_id)
     maximum = settings.max_queued_jobs_per_key
     if unfinished >= maximum:
         owner = f"API key {api_key_id}" if api_key_id is not None else "this server"
@@ -288,9 +289,9 @@ def check_fit_admission(
     new job is committed: concurrent fits of one key are counted one after the other.
     """
     check_fit_request(request, data_shape=data_shape, settings=settings)
-    repository.lock_job_quota(session, api_key_id=api_key_id)
+    job_store.lock_job_quota(session, api_key_id=api_key_id)
     replay = idempotency_key is not None and (
-        repository.get_job_by_idempotency_key(session, api_key_id=api_key_id, key=idempotency_key)
+        job_store.get_job_by_idempotency_key(session, api_key_id=api_key_id, key=idempotency_key)
         is not None
     )
     if not replay:

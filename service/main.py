@@ -13,7 +13,8 @@ from fastapi.routing import APIRoute
 from sqlalchemy.orm import Session, sessionmaker
 
 from mixreg import ALGORITHMS
-from models_store import migrate, repository
+from models_store import jobs as job_store
+from models_store import migrate
 from models_store.session import make_engine, make_sessionmaker, read_scope
 from models_store.tables import JOB_STATUSES
 from service.api.docs import install_docs
@@ -96,7 +97,7 @@ def operation_id(route: APIRoute) -> str:
 
 def _job_counter(session_factory: sessionmaker[Session]) -> dict[str, int]:
     with read_scope(session_factory) as session:
-        counts = repository.count_jobs_by_status(session)
+        counts = job_store.count_jobs_by_status(session)
     return {status: counts.get(status, 0) for status in JOB_STATUSES}
 
 

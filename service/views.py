@@ -6,7 +6,7 @@ from typing import Any
 
 from models_store.tables import Dataset, Job, Model, ModelVersion
 from service.auth.keys import ApiKey
-from service.jobs.training import beats_baseline
+from service.jobs.fit_spec import beats_baseline
 from service.schemas import (
     Baseline,
     Candidate,

@@ -19,10 +19,10 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imported_modules(path: Path) -> Iterator[str]:
-    """Every module ``path`` imports (relative imports resolved), including ``from a import b``
-    as both ``a`` and ``a.b``."""
-    package = module_name(path).split(".")
+def imported_modules(path: Path, name: str | None = None) -> Iterator[str]:
+    """Every module ``path`` (the module ``name``, by default read from the path) imports
+    (relative imports resolved), including ``from a import b`` as both ``a`` and ``a.b``."""
+    package = (name or module_name(path)).split(".")
     if path.name != "__init__.py":
         package.pop()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
@@ -93,3 +93,77 @@ def test_the_users_command_line_uses_only_the_clients_public_api():
     assert private == []
     # The server's commands are looked up at run time, never imported at the top.
     assert importers(cli, "service") == []
+
+
+# The floors of ``service/`` (docs/adr/0031-the-floors-of-the-service.md), top to bottom. Each
+# room is a package of ``service/`` or a module at its top; the request bodies are one room of
+# three modules.
+FLOORS: dict[int, tuple[str, ...]] = {
+    7: ("main",),
+    6: ("api",),
+    5: ("views", "cli"),
+    4: ("jobs", "serving"),
+    3: ("data", "limits"),
+    2: ("schemas", "auth"),
+    1: ("config", "errors", "logs", "metrics", "problems", "checks"),
+}
+ROOM_OF_MODULE = {"fit_schemas": "schemas", "schemas_v2": "schemas"}
+
+
+def room_of(module: str) -> str | None:
+    """The room of ``service``'s module ``module`` (None for ``service`` itself)."""
+    parts = module.split(".")
+    if parts[0] != "service" or len(parts) == 1:
+        return None
+    return ROOM_OF_MODULE.get(parts[1], parts[1])
+
+
+FLOOR_OF_ROOM = {room: floor for floor, rooms in FLOORS.items() for room in rooms}
+
+
+def wrong_way_imports(path: Path, name: str | None = None) -> list[tuple[str, str]]:
+    """The imports of ``path`` (the module ``name`` of ``service``, by default read from the
+    path) that reach a higher floor, or another room of its own floor: ``(importer,
+    imported)``."""
+    importer = name or module_name(path)
+    here = room_of(importer)
+    wrong = set()
+    for module in imported_modules(path, importer):
+        there = room_of(module)
+        if here is None or there is None or there == here:
+            continue
+        if FLOOR_OF_ROOM[there] >= FLOOR_OF_ROOM[here]:
+            wrong.add((importer, module))
+    return sorted(wrong)
+
+
+def test_every_room_of_the_service_is_on_a_floor():
+    rooms = {room_of(module_name(path)) for path in modules_of("service")} - {None}
+    assert rooms == set(FLOOR_OF_ROOM)
+
+
+def test_the_service_imports_only_down_its_floors():
+    sources = modules_of("service")
+    assert len(sources) > 60
+    wrong = [pair for path in sources for pair in wrong_way_imports(path)]
+    assert wrong == []
+
+
+@pytest.mark.parametrize(
+    ("importer", "imports", "wrong"),
+    [
+        ("service.data.probe", "from service.views import dataset_out", "service.views"),
+        ("service.jobs.probe", "from service.serving import references", "service.serving"),
+        ("service.schemas", "from service.data import ingest", "service.data"),
+        ("service.checks", "import service.errors", "service.errors"),
+    ],
+)
+def test_an_import_up_or_sideways_is_wrong(tmp_path: Path, importer: str, imports: str, wrong: str):
+    # Each form the check must catch: up a floor, sideways to another room of the same floor.
+    probe = tmp_path / "probe.py"
+    probe.write_text(f"{imports}\nfrom service.errors import ServiceError\n")
+    found = {module for _, module in wrong_way_imports(probe, importer)}
+    assert wrong in found
+    allowed = "from service.fit_schemas import FitRequest\nfrom .checks import name_error\n"
+    probe.write_text(allowed)
+    assert wrong_way_imports(probe, "service.schemas") == []

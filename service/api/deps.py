@@ -8,10 +8,12 @@ from typing import Annotated
 from fastapi import Depends, Path, Request
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store import repository
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
 from models_store.session import read_scope, session_scope
 from models_store.tables import Dataset, Job, Model
 from service.config import Settings
+from service.data import model_references
 from service.errors import NotFoundError
 from service.jobs.queue import EmbeddedWorker
 from service.jobs.task_queue import FitTaskQueue
@@ -88,7 +90,7 @@ def valid_dataset(
     dataset_id: Annotated[str, Path(description="id of a stored dataset")], session: SessionDep
 ) -> Dataset:
     """The dataset named in the path, or 404."""
-    dataset = repository.get_dataset(session, dataset_id=dataset_id)
+    dataset = dataset_store.get_dataset(session, dataset_id=dataset_id)
     if dataset is None:
         raise NotFoundError(f"dataset {dataset_id} does not exist")
     return dataset
@@ -98,7 +100,7 @@ def valid_job(
     job_id: Annotated[str, Path(description="id of a fit job")], session: SessionDep
 ) -> Job:
     """The job named in the path, or 404."""
-    job = repository.get_job(session, job_id=job_id)
+    job = job_store.get_job(session, job_id=job_id)
     if job is None:
         raise NotFoundError(f"job {job_id} does not exist")
     return job
@@ -111,7 +113,7 @@ def valid_model(
     model_id: Annotated[str, Path(description=MODEL_REFERENCE)], session: SessionDep
 ) -> Model:
     """The model named in the path (by id or reference), or 404."""
-    return references.get_model(session, model_id)
+    return model_references.get_model(session, model_id)
 
 
 def valid_model_version(
@@ -120,7 +122,7 @@ def valid_model_version(
     session: SessionDep,
 ) -> Model:
     """Version ``version`` of the registered model ``name``, or 404."""
-    return references.get_model(session, f"{name}/versions/{version}")
+    return model_references.get_model(session, f"{name}/versions/{version}")
 
 
 ValidDataset = Annotated[Dataset, Depends(valid_dataset)]

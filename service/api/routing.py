@@ -12,7 +12,7 @@ from fastapi.routing import APIRoute
 from starlette.types import Receive, Scope
 
 from service.data import json_bodies
-from service.jobs.submit import PreparedFit
+from service.jobs.submit import PreparedFit, parse_fit_body
 
 
 class _ValidatedBodyRequest(Request):
@@ -47,7 +47,7 @@ async def _prepare_big_json(request: Request, body: bytes) -> PreparedFit | None
     media_type = request.headers.get("content-type", "application/json").split(";")[0].strip()
     if len(body) <= json_bodies.PARSE_IN_A_CHILD_BYTES or not media_type.lower().endswith("json"):
         return None
-    prepared = await json_bodies.parse_fit_body_in_a_child(body)
+    prepared = await json_bodies.in_a_child(parse_fit_body, body)
     if isinstance(prepared, list):
         raise RequestValidationError(prepared)
     return prepared

@@ -4,7 +4,7 @@ A request field (``groups``, ``weights``, a gate's ``concomitants``, ...) names 
 dataset kept at upload (option ``keep``, or JSON ``columns``); a name the dataset does not keep,
 or a column of the wrong type, is a 422 naming the field and the column before anything is
 queued. The fit process then loads the values in row order, the order of
-``repository.iter_dataset_blocks``.
+``models_store.datasets.iter_dataset_blocks``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from numpy.typing import NDArray
 
-from models_store import repository
+from models_store import datasets as dataset_store
 from models_store.tables import Dataset
 from service.errors import InvalidInputError
 
@@ -69,5 +69,5 @@ def load_columns(dataset: Dataset, wanted: Mapping[str, str]) -> dict[str, NDArr
 
     Check the fields first with :func:`check_columns`; a column named twice is read once.
     """
-    loaded = repository.load_dataset_columns(dataset, list(dict.fromkeys(wanted.values())))
+    loaded = dataset_store.load_dataset_columns(dataset, list(dict.fromkeys(wanted.values())))
     return {field: loaded[name] for field, name in wanted.items()}

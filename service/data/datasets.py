@@ -23,8 +23,9 @@ from numpy.typing import NDArray
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.datastructures import UploadFile
 
-from models_store import repository
+from models_store import datasets as dataset_store
 from models_store.session import session_scope
+from models_store.tables import Dataset
 from service.config import Settings
 from service.data import ingest, json_bodies
 from service.data.column_choice import ColumnChoice
@@ -40,8 +41,7 @@ from service.errors import (
     NotFoundError,
     UnsupportedMediaTypeError,
 )
-from service.schemas import DatasetIn, DatasetOut
-from service.views import dataset_out
+from service.schemas import DatasetIn
 
 BinaryFile = IO[bytes]
 
@@ -380,8 +380,9 @@ def store_upload(
     api_key_id: str | None = None,
     idempotency_key: str | None = None,
     request_hash: str | None = None,
-) -> DatasetOut:
-    """Store the staged rows of ``upload`` as a new dataset; with ``idempotency_key`` (see
+) -> Dataset:
+    """Store the staged rows of ``upload`` as a new dataset (its row, readable once the
+    session is gone); with ``idempotency_key`` (see
     ``service.data.idempotency``), an ``IntegrityError`` if that key was used before, and
     nothing stored.
 
@@ -392,7 +393,7 @@ def store_upload(
     """
     staged = upload.staged
     with session_scope(session_factory) as session:
-        dataset = repository.start_dataset(
+        dataset = dataset_store.start_dataset(
             session,
             n_features=staged.n_features,
             feature_names=staged.feature_names,
@@ -404,23 +405,23 @@ def store_upload(
         n_rows = 0
         for X, y, extra in stored_chunks(staged):
             with session_scope(session_factory) as session:
-                n_rows += repository.add_dataset_chunk(
+                n_rows += dataset_store.add_dataset_chunk(
                     session, dataset=dataset, X=X, y=y, extra=extra
                 )
         with session_scope(session_factory) as session:
-            dataset = repository.complete_dataset(session, dataset=dataset, n_rows=n_rows)
+            dataset = dataset_store.complete_dataset(session, dataset=dataset, n_rows=n_rows)
             if idempotency_key is not None and request_hash is not None:
-                repository.set_dataset_idempotency_key(
+                dataset_store.set_dataset_idempotency_key(
                     session,
                     dataset=dataset,
                     api_key_id=api_key_id,
                     key=idempotency_key,
                     request_hash=request_hash,
                 )
-            return dataset_out(dataset)
+            return dataset
     except BaseException:
         with session_scope(session_factory) as session:
-            repository.delete_incomplete_dataset(session, dataset_id=dataset.id)
+            dataset_store.delete_incomplete_dataset(session, dataset_id=dataset.id)
         raise
 
 
@@ -429,25 +430,25 @@ Chunk = tuple[ingest.FloatArray, ingest.FloatArray, dict[str, NDArray[Any]]]
 
 def stored_chunks(staged: StagedDataset) -> Iterator[Chunk]:
     """The staged rows cut into the chunks they are stored as, with their kept values: at
-    most ``repository.DATASET_CHUNK_BYTES`` of features and kept values each (a text counted
-    by its UTF-8 length), so a chunk of long texts holds fewer rows."""
+    most ``models_store.datasets.DATASET_CHUNK_BYTES`` of features and kept values each (a text
+    counted by its UTF-8 length), so a chunk of long texts holds fewer rows."""
     if not staged.kept:
-        for X, y in staged.blocks(repository.dataset_chunk_rows(staged.n_features)):
+        for X, y in staged.blocks(dataset_store.dataset_chunk_rows(staged.n_features)):
             yield X, y, {}
         return
     types = {column["name"]: column["type"] for column in staged.extra_columns}
-    budget = repository.DATASET_CHUNK_BYTES
+    budget = dataset_store.DATASET_CHUNK_BYTES
     pending: list[Chunk] = []
     pending_bytes = 0
     for X, y, extra in staged.with_extras():
         pending.append((X, y, extra))
-        pending_bytes += 8 * X.size + int(repository.extra_row_bytes(len(y), extra, types).sum())
+        pending_bytes += 8 * X.size + int(dataset_store.extra_row_bytes(len(y), extra, types).sum())
         if pending_bytes >= budget:
             *full, rest = _cut(pending, types, budget)
             yield from full
             pending = [rest]
             pending_bytes = 8 * rest[0].size + int(
-                repository.extra_row_bytes(len(rest[1]), rest[2], types).sum()
+                dataset_store.extra_row_bytes(len(rest[1]), rest[2], types).sum()
             )
     if pending:
         yield from _cut(pending, types, budget)
@@ -458,10 +459,10 @@ def _cut(pending: list[Chunk], types: Mapping[str, str], budget: int) -> list[Ch
     X = np.concatenate([block[0] for block in pending])
     y = np.concatenate([block[1] for block in pending])
     extra = {name: np.concatenate([block[2][name] for block in pending]) for name in types}
-    row_bytes = 8 * X.shape[1] + repository.extra_row_bytes(len(y), extra, types)
+    row_bytes = 8 * X.shape[1] + dataset_store.extra_row_bytes(len(y), extra, types)
     chunks: list[Chunk] = []
     start = 0
-    for stop in repository.chunk_stops(row_bytes, budget):
+    for stop in dataset_store.chunk_stops(row_bytes, budget):
         chunks.append(
             (
                 X[start:stop],
@@ -476,9 +477,9 @@ def _cut(pending: list[Chunk], types: Mapping[str, str], budget: int) -> list[Ch
 def delete_dataset(session: Session, *, dataset_id: str) -> None:
     """Delete a dataset and its rows; 404 if there is none, 409 while a queued or running job
     fits it (the dataset is locked meanwhile, so no fit of it is queued in between)."""
-    if repository.lock_dataset(session, dataset_id=dataset_id, shared=False) is None:
+    if dataset_store.lock_dataset(session, dataset_id=dataset_id, shared=False) is None:
         raise NotFoundError(f"dataset {dataset_id[:300]} does not exist")
-    unfinished = repository.unfinished_jobs_of_dataset(session, dataset_id=dataset_id)
+    unfinished = dataset_store.unfinished_jobs_of_dataset(session, dataset_id=dataset_id)
     if unfinished:
         shown = ", ".join(unfinished[:5]) + (", ..." if len(unfinished) > 5 else "")
         raise ConflictError(
@@ -487,4 +488,4 @@ def delete_dataset(session: Session, *, dataset_id: str) -> None:
             f"{'them' if len(unfinished) > 1 else 'it'} (POST /jobs/{{id}}/cancel) or wait "
             f"until {'they finish' if len(unfinished) > 1 else 'it finishes'}"
         )
-    repository.delete_dataset(session, dataset_id=dataset_id)
+    dataset_store.delete_dataset(session, dataset_id=dataset_id)

@@ -18,13 +18,11 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store import repository
+from models_store import datasets as dataset_store
 from models_store.session import session_scope
 from models_store.tables import Dataset
 from service.data.datasets import Upload, store_upload
 from service.errors import ConflictError
-from service.schemas import DatasetOut
-from service.views import dataset_out
 
 _HASH_BLOCK_ROWS = 65_536
 
@@ -33,7 +31,7 @@ _HASH_BLOCK_ROWS = 65_536
 class StoredUpload:
     """The dataset of an upload; ``created`` is False when a retry found it."""
 
-    dataset: DatasetOut
+    dataset: Dataset
     created: bool
 
 
@@ -72,7 +70,7 @@ def _replay(dataset: Dataset, digest: str, key: str) -> StoredUpload:
             f"Idempotency-Key '{key}' was already used for a different upload (dataset "
             f"{dataset.id}); use a new key for a new upload"
         )
-    return StoredUpload(dataset=dataset_out(dataset), created=False)
+    return StoredUpload(dataset=dataset, created=False)
 
 
 def _stored_with_key(
@@ -80,7 +78,9 @@ def _stored_with_key(
 ) -> Dataset | None:
     session: Session
     with session_scope(session_factory) as session:
-        dataset = repository.get_dataset_by_idempotency_key(session, api_key_id=api_key_id, key=key)
+        dataset = dataset_store.get_dataset_by_idempotency_key(
+            session, api_key_id=api_key_id, key=key
+        )
         if dataset is not None:
             session.expunge(dataset)
         return dataset

@@ -16,12 +16,11 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from service.data import ingest
 from service.errors import ServiceUnavailableError
-from service.jobs.submit import PreparedFit, prepare_fit
-from service.schemas import DatasetIn, FitRequest, FitVariant
+from service.schemas import DatasetIn
 
 _Parsed = TypeVar("_Parsed")
 
@@ -105,7 +104,7 @@ def parser_trouble() -> str | None:
     return None
 
 
-async def _in_a_child(parse: Callable[[bytes], _Parsed], body: bytes) -> _Parsed:
+async def in_a_child(parse: Callable[[bytes], _Parsed], body: bytes) -> _Parsed:
     """``parse(body)`` in a child process, awaited without blocking the loop.
 
     A pool that lost a child before ``body`` was given to it is started again and given the
@@ -145,7 +144,7 @@ ValidationErrors = list[dict[str, Any]]
 """The validation errors of a body's schema (with ``loc`` starting at ``"body"``)."""
 
 
-def _located_in_the_body(exc: ValidationError) -> ValidationErrors:
+def located_in_the_body(exc: ValidationError) -> ValidationErrors:
     # Without the input: it can be the whole body, and it would travel back from the child.
     return [{**error, "loc": ("body", *error["loc"])} for error in exc.errors(include_input=False)]
 
@@ -161,7 +160,7 @@ def parse_dataset_body(body: bytes) -> ParsedBody:
     try:
         dataset = DatasetIn.model_validate_json(body)
     except ValidationError as exc:
-        return _located_in_the_body(exc)
+        return located_in_the_body(exc)
     parsed = ingest.parse_arrays(dataset.X, dataset.y, dataset.feature_names, dataset.columns)
     # The lists are not sent back: the arrays hold the same values in a fraction of the bytes.
     return dataset.model_copy(update={"X": [], "y": [], "columns": None}), parsed
@@ -169,23 +168,4 @@ def parse_dataset_body(body: bytes) -> ParsedBody:
 
 async def parse_dataset_body_in_a_child(body: bytes) -> ParsedBody:
     """:func:`parse_dataset_body` in a child process, awaited without blocking the loop."""
-    return await _in_a_child(parse_dataset_body, body)
-
-
-_FIT_REQUEST: TypeAdapter[FitVariant] = TypeAdapter(FitRequest)
-
-
-def parse_fit_body(body: bytes) -> PreparedFit | ValidationErrors:
-    """Validate a JSON fit body and prepare it (``service.jobs.submit.prepare_fit``: its hash,
-    and its inline rows as arrays; raises ``InvalidInputError`` for rows that cannot be
-    fitted)."""
-    try:
-        request = _FIT_REQUEST.validate_json(body)
-    except ValidationError as exc:
-        return _located_in_the_body(exc)
-    return prepare_fit(request)
-
-
-async def parse_fit_body_in_a_child(body: bytes) -> PreparedFit | ValidationErrors:
-    """:func:`parse_fit_body` in a child process, awaited without blocking the loop."""
-    return await _in_a_child(parse_fit_body, body)
+    return await in_a_child(parse_dataset_body, body)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from service.errors import LimitExceededError
 
 if TYPE_CHECKING:
-    from service.jobs.training import FitSpec
+    from service.jobs.fit_spec import FitSpec
 
 FLOAT_BYTES = 8
 INFORMATION_MATRICES = 10

@@ -48,7 +48,9 @@ from procrastinate.jobs import Job as Task
 from procrastinate.jobs import Status as TaskStatus
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store import repository
+from models_store import jobs as job_store
+from models_store import shards as shard_store
+from models_store.common import database_now, utcnow
 from models_store.session import make_engine, make_sessionmaker, session_scope
 from service.config import Settings
 from service.jobs.retention import apply_retention
@@ -151,10 +153,10 @@ def claim_for_task(
     nothing and changes no row: the ``jobs`` table, not the queue, says what is left to do.
     """
     with session_scope(session_factory) as session:
-        claimed = repository.claim_job(
-            session, job_id=job_id, worker_id=worker_id, now=repository.database_now(session)
+        claimed = job_store.claim_job(
+            session, job_id=job_id, worker_id=worker_id, now=database_now(session)
         )
-        job = repository.get_job(session, job_id=job_id)
+        job = job_store.get_job(session, job_id=job_id)
         return TaskClaim(
             claimed=claimed,
             found="missing" if job is None else job.status,
@@ -291,7 +293,7 @@ class FitWorker:
         while it has not."""
         assert self._session_factory is not None
         with session_scope(self._session_factory) as session:
-            counts = repository.job_shard_counts(session, job_id=job_id)
+            counts = shard_store.job_shard_counts(session, job_id=job_id)
             if counts.n_shards == 0:
                 return False
             count = min(counts.claimable - 1, MAX_SHARD_TASKS)
@@ -311,7 +313,7 @@ class FitWorker:
         assert self._session_factory is not None and self._supervisor is not None
         with job_context(job_id):
             with session_scope(self._session_factory) as session:
-                free = repository.job_shard_counts(session, job_id=job_id).claimable
+                free = shard_store.job_shard_counts(session, job_id=job_id).claimable
             if not free:
                 return "nothing to do: no free shard"
             process, alive_writer = self._supervisor.start_shards(job_id)
@@ -330,13 +332,13 @@ class FitWorker:
     def _status_of(self, job_id: str) -> str:
         assert self._session_factory is not None
         with session_scope(self._session_factory) as session:
-            job = repository.get_job(session, job_id=job_id)
+            job = job_store.get_job(session, job_id=job_id)
             return "failed" if job is None else job.status
 
     def _error_of(self, job_id: str) -> str | None:
         assert self._session_factory is not None
         with session_scope(self._session_factory) as session:
-            job = repository.get_job(session, job_id=job_id)
+            job = job_store.get_job(session, job_id=job_id)
             return None if job is None else job.error
 
     # Recovering the tasks of lost workers -----------------------------------------------------
@@ -390,7 +392,7 @@ class FitWorker:
         if time.monotonic() >= self._next_retention:
             assert self._session_factory is not None  # built in _main
             await asyncio.to_thread(
-                apply_retention, self._session_factory, self._settings, now=repository.utcnow()
+                apply_retention, self._session_factory, self._settings, now=utcnow()
             )
             self._next_retention = time.monotonic() + self._settings.retention_interval_s
 
@@ -399,12 +401,12 @@ class FitWorker:
         or None while it is running with a fresh heartbeat."""
         assert self._session_factory is not None
         with session_scope(self._session_factory) as session:
-            now = repository.database_now(session)
+            now = database_now(session)
             stale_before = now - timedelta(seconds=self._settings.stale_after_s)
-            recovered = repository.recover_stale_job(
+            recovered = job_store.recover_stale_job(
                 session, job_id=job_id, stale_before=stale_before, now=now
             )
-            job = repository.get_job(session, job_id=job_id)
+            job = job_store.get_job(session, job_id=job_id)
             status = "failed" if job is None else job.status
         if recovered == "queued":
             logger.warning("job %s lost its worker; queued again", job_id)
@@ -415,6 +417,6 @@ class FitWorker:
     def _defer_missing_tasks(self) -> None:
         assert self._session_factory is not None
         with session_scope(self._session_factory) as session:
-            for job_id in repository.queued_jobs_without_task(session):
+            for job_id in job_store.queued_jobs_without_task(session):
                 task_id = self._task_queue.enqueue(session, job_id)
                 logger.info("job %s was queued without a task; deferred task %s", job_id, task_id)

@@ -20,7 +20,8 @@ from datetime import timedelta
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store import repository
+from models_store import jobs as job_store
+from models_store.common import database_now, utcnow
 from models_store.session import read_scope, session_scope
 from service.config import Settings
 from service.jobs.retention import apply_retention
@@ -101,7 +102,7 @@ class EmbeddedWorker:
             # Reads take no write lock (SQLite): a round must not queue behind the writers.
             with read_scope(self._session_factory) as session:
                 cancelled = set(
-                    repository.jobs_with_cancel_requested(session, worker_id=self.worker_id)
+                    job_store.jobs_with_cancel_requested(session, worker_id=self.worker_id)
                 )
             for fit in list(self._running.values()):
                 if self._supervisor.check(fit, cancel_requested=fit.job_id in cancelled):
@@ -110,7 +111,7 @@ class EmbeddedWorker:
             self._reap_stale()
             self._next_reap = time.monotonic() + self._settings.heartbeat_interval_s
         if time.monotonic() >= self._next_retention:
-            apply_retention(self._session_factory, self._settings, now=repository.utcnow())
+            apply_retention(self._session_factory, self._settings, now=utcnow())
             self._next_retention = time.monotonic() + self._settings.retention_interval_s
         capacity = self._settings.worker_concurrency
         while not self._stopping.is_set() and len(self._running) < capacity:
@@ -122,9 +123,9 @@ class EmbeddedWorker:
         # heartbeat (a process just started on a busy machine beats a moment later).
         alive = [job_id for job_id, fit in self._running.items() if fit.process.is_alive()]
         with session_scope(self._session_factory) as session:
-            now = repository.database_now(session)
+            now = database_now(session)
             stale_before = now - timedelta(seconds=self._settings.stale_after_s)
-            requeued, failed = repository.requeue_stale_jobs(
+            requeued, failed = job_store.requeue_stale_jobs(
                 session, stale_before=stale_before, now=now, alive=alive
             )
         for job_id in requeued:
@@ -136,11 +137,11 @@ class EmbeddedWorker:
         # Most rounds find nothing queued: look first without the write lock (SQLite), which
         # every round would otherwise take and the API's writes would wait behind.
         with read_scope(self._session_factory) as session:
-            if not repository.any_queued_job(session):
+            if not job_store.any_queued_job(session):
                 return False
         with session_scope(self._session_factory) as session:
-            job = repository.claim_next_job(
-                session, worker_id=self.worker_id, now=repository.database_now(session)
+            job = job_store.claim_next_job(
+                session, worker_id=self.worker_id, now=database_now(session)
             )
             if job is None:
                 return False

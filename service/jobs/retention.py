@@ -28,7 +28,11 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store import prediction_log, registry, repository
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
+from models_store import models as model_store
+from models_store import prediction_log, registry
+from models_store import shards as shard_store
 from models_store.session import session_scope
 from service.config import Settings
 
@@ -59,13 +63,13 @@ def apply_retention(
     a transaction of its own."""
     report = RetentionReport()
     with session_scope(session_factory) as session:
-        report.discarded_datasets = repository.discard_finished_job_data(session)
+        report.discarded_datasets = job_store.discard_finished_job_data(session)
     with session_scope(session_factory) as session:
-        report.finished_job_shards = repository.delete_finished_job_shards(session)
+        report.finished_job_shards = shard_store.delete_finished_job_shards(session)
     jobs_before = _days_ago(now, settings.job_retention_days)
     if jobs_before is not None:
         with session_scope(session_factory) as session:
-            report.expired_jobs = repository.delete_finished_jobs(
+            report.expired_jobs = job_store.delete_finished_jobs(
                 session, finished_before=jobs_before
             )
     models_before = _days_ago(now, settings.model_retention_days)
@@ -81,12 +85,12 @@ def apply_retention(
                     session, name=version.registered_model, version=version.version
                 ):
                     continue
-                if repository.delete_model(session, model_id=model_id):
+                if model_store.delete_model(session, model_id=model_id):
                     report.expired_models.append(model_id)
     datasets_before = _days_ago(now, settings.dataset_retention_days)
     if datasets_before is not None:
         with session_scope(session_factory) as session:
-            report.expired_datasets = repository.delete_unreferenced_datasets(
+            report.expired_datasets = dataset_store.delete_unreferenced_datasets(
                 session, created_before=datasets_before
             )
     log_before = _days_ago(now, settings.prediction_log_retention_days)

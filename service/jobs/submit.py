@@ -8,19 +8,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from mixreg.service_support import check_n_components_list
-from models_store import repository
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
 from models_store.tables import Dataset, Job
-from service.data import columns, ingest
+from service.data import columns, ingest, model_references
+from service.data.json_bodies import ValidationErrors, located_in_the_body
 from service.errors import ConflictError, InvalidInputError, NotFoundError
+from service.fit_schemas import FitRequest, FitVariant
 from service.jobs.fit_columns import check_fit_columns, wanted_columns
 from service.jobs.fit_memory import check_fit_memory
-from service.jobs.training import FitSpec, gating_of, holdout_size
-from service.schemas import FitVariant
-from service.serving import references
+from service.jobs.fit_spec import FitSpec, gating_of, holdout_size
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,7 @@ def submit_fit(
     check_sweep_size(spec, max_k_sweep=max_k_sweep)
     digest = fit.digest
     if idempotency_key is not None:
-        existing = repository.get_job_by_idempotency_key(
+        existing = job_store.get_job_by_idempotency_key(
             session, api_key_id=api_key_id, key=idempotency_key
         )
         if existing is not None:
@@ -228,7 +230,7 @@ def submit_fit(
         with session.begin_nested():
             dataset_id = request.dataset_id
             if parsed is not None:
-                dataset_id = repository.create_dataset(
+                dataset_id = dataset_store.create_dataset(
                     session,
                     X=parsed.X,
                     y=parsed.y,
@@ -237,38 +239,40 @@ def submit_fit(
                     name=request.name,
                 ).id
             assert dataset_id is not None
-            job = repository.create_job(
+            job = job_store.create_job(
                 session,
-                dataset_id=dataset_id,
-                algorithm=spec.algorithm,
-                n_components=spec.n_components,
-                k_values=spec.k_values,
-                params=params,
-                fit_intercept=spec.fit_intercept,
-                holdout_fraction=spec.holdout_fraction,
-                seed=spec.seed,
-                time_budget_s=spec.time_budget_s,
-                name=request.name,
-                api_key_id=api_key_id,
-                idempotency_key=idempotency_key,
-                request_hash=digest,
-                max_attempts=max_attempts,
-                registered_model=request.registered_model,
-                discard_data=not request.keep_data,
-                weights_column=spec.weights_column,
-                groups_column=spec.groups_column,
-                uncertainty=spec.uncertainty,
-                gating=spec.gating,
-                split_by=request.split_by,
-                small_keys=request.small_keys if request.split_by is not None else None,
-                keys_per_shard=request.keys_per_shard if request.split_by is not None else None,
+                job_store.JobRecord(
+                    dataset_id=dataset_id,
+                    algorithm=spec.algorithm,
+                    n_components=spec.n_components,
+                    k_values=spec.k_values,
+                    params=params,
+                    fit_intercept=spec.fit_intercept,
+                    holdout_fraction=spec.holdout_fraction,
+                    seed=spec.seed,
+                    time_budget_s=spec.time_budget_s,
+                    name=request.name,
+                    api_key_id=api_key_id,
+                    idempotency_key=idempotency_key,
+                    request_hash=digest,
+                    max_attempts=max_attempts,
+                    registered_model=request.registered_model,
+                    discard_data=not request.keep_data,
+                    weights_column=spec.weights_column,
+                    groups_column=spec.groups_column,
+                    uncertainty=spec.uncertainty,
+                    gating=spec.gating,
+                    split_by=request.split_by,
+                    small_keys=request.small_keys if request.split_by is not None else None,
+                    keys_per_shard=request.keys_per_shard if request.split_by is not None else None,
+                ),
             )
             if enqueue is not None:
                 enqueue(session, job.id)
     except IntegrityError:
         if idempotency_key is None:
             raise
-        winner = repository.get_job_by_idempotency_key(
+        winner = job_store.get_job_by_idempotency_key(
             session, api_key_id=api_key_id, key=idempotency_key
         )
         if winner is None:
@@ -299,7 +303,7 @@ def warm_start(
         raise InvalidInputError(f"{what} gives the starting lines of one k; k must be one number")
     if spec.params.get("init") is not None:
         raise InvalidInputError(f"{what} and params.init both give starting lines; give one")
-    model = references.get_model(session, reference)
+    model = model_references.get_model(session, reference)
     names = list(feature_names) if feature_names is not None else None
     if names is None:
         names = [f"x{j}" for j in range(model.n_features)]
@@ -347,7 +351,21 @@ def check_key_column(dataset: Dataset, name: str) -> None:
 
 def _existing_dataset(session: Session, dataset_id: str) -> Dataset:
     # Locked against deletion until the job that fits it is committed.
-    dataset = repository.lock_dataset(session, dataset_id=dataset_id, shared=True)
+    dataset = dataset_store.lock_dataset(session, dataset_id=dataset_id, shared=True)
     if dataset is None:
         raise NotFoundError(f"dataset {dataset_id} does not exist")
     return dataset
+
+
+_FIT_REQUEST: TypeAdapter[FitVariant] = TypeAdapter(FitRequest)
+
+
+def parse_fit_body(body: bytes) -> PreparedFit | ValidationErrors:
+    """Validate a JSON fit body and prepare it (:func:`prepare_fit`: its hash, and its inline
+    rows as arrays; raises ``InvalidInputError`` for rows that cannot be fitted). Big bodies
+    are parsed in a child process (:func:`service.data.json_bodies.in_a_child`)."""
+    try:
+        request = _FIT_REQUEST.validate_json(body)
+    except ValidationError as exc:
+        return located_in_the_body(exc)
+    return prepare_fit(request)

@@ -5,7 +5,7 @@ Both workers use this: the embedded worker (a thread in an API process that poll
 child runs :func:`service.jobs.training.run_job`, and the supervisor stops a fit whose
 cancellation was requested, kills one that exceeds the load or the job time limit, fails the
 job of a fit process that died, and hands running jobs back on a clean shutdown. Every write is
-conditional on the job still being the worker's own (see ``models_store.repository``).
+conditional on the job still being the worker's own (see ``models_store.jobs``).
 """
 
 from __future__ import annotations
@@ -26,10 +26,12 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store import repository
+from models_store import jobs as job_store
+from models_store.common import database_now
 from models_store.session import session_scope
 from service.config import Settings
-from service.jobs.training import EXIT_ATTEMPT_SUPERSEDED, EXIT_PARENT_LOST, run_job, run_shards
+from service.jobs.lease import EXIT_ATTEMPT_SUPERSEDED, EXIT_PARENT_LOST
+from service.jobs.training import run_job, run_shards
 from service.metrics import ServiceMetrics
 
 logger = logging.getLogger(__name__)
@@ -185,12 +187,12 @@ class FitSupervisor:
         # Starting may have waited for the fork server; renew the claim's heartbeat so the job
         # does not look stale before its fit process beats for itself.
         with session_scope(self._session_factory) as session:
-            repository.heartbeat(
+            job_store.heartbeat(
                 session,
                 job_id=job_id,
                 worker_id=self.worker_id,
                 attempt=attempt,
-                now=repository.database_now(session),
+                now=database_now(session),
             )
         logger.info(
             "job %s started (%s) by worker %s in process %s",
@@ -249,13 +251,13 @@ class FitSupervisor:
         if cancel_requested:
             self.end_process(fit)
             with session_scope(self._session_factory) as session:
-                cancelled = repository.finish_job(
+                cancelled = job_store.finish_job(
                     session,
                     job_id=fit.job_id,
                     worker_id=self.worker_id,
                     attempt=fit.attempt,
                     status="cancelled",
-                    now=repository.database_now(session),
+                    now=database_now(session),
                 )
             if cancelled:
                 logger.info("job %s cancelled", fit.job_id)
@@ -291,11 +293,11 @@ class FitSupervisor:
         """
         self.end_process(fit)
         with session_scope(self._session_factory) as session:
-            status = repository.release_job(
+            status = job_store.release_job(
                 session,
                 job_id=fit.job_id,
                 worker_id=self.worker_id,
-                now=repository.database_now(session),
+                now=database_now(session),
             )
         if status == "queued":
             logger.info("job %s queued again on shutdown", fit.job_id)
@@ -314,14 +316,14 @@ class FitSupervisor:
     def _fail_if_still_running(self, fit: RunningFit, error: str) -> str:
         """Fail the job of a fit that ended without finishing it; return the job's status."""
         with session_scope(self._session_factory) as session:
-            if repository.finish_job(
+            if job_store.finish_job(
                 session,
                 job_id=fit.job_id,
                 worker_id=self.worker_id,
                 attempt=fit.attempt,
                 status="failed",
                 error=error,
-                now=repository.database_now(session),
+                now=database_now(session),
             ):
                 logger.warning("job %s failed: %s", fit.job_id, error)
                 return "failed"
@@ -329,7 +331,7 @@ class FitSupervisor:
 
     def _status_of(self, job_id: str) -> str:
         with session_scope(self._session_factory) as session:
-            job = repository.get_job(session, job_id=job_id)
+            job = job_store.get_job(session, job_id=job_id)
             return job.status if job is not None else "failed"
 
     def _observe(self, fit: RunningFit, status: str) -> str:

@@ -16,7 +16,7 @@ import procrastinate
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from models_store import repository
+from models_store import jobs as job_store
 
 FIT_TASK = "mixreg.fit"
 """Name of the Procrastinate task that runs a fit job; its one argument is ``job_id``."""
@@ -63,7 +63,7 @@ class FitTaskQueue:
         task_id = self._app.configure_task(
             FIT_TASK, queue=FIT_QUEUE, connection=_driver_connection(session)
         ).defer(job_id=job_id)
-        repository.set_task_id(session, job_id=job_id, task_id=task_id)
+        job_store.set_task_id(session, job_id=job_id, task_id=task_id)
         return task_id
 
     def enqueue_shards(self, session: Session, job_id: str, count: int) -> None:
@@ -86,7 +86,5 @@ class FitTaskQueue:
     @staticmethod
     def summary(session: Session, *, stale_after_s: float) -> QueueSummary | None:
         """Live workers and waiting tasks; None if the queue's schema is missing."""
-        counts = repository.task_queue_summary(
-            session, queue=FIT_QUEUE, stale_after_s=stale_after_s
-        )
+        counts = job_store.task_queue_summary(session, queue=FIT_QUEUE, stale_after_s=stale_after_s)
         return None if counts is None else QueueSummary(workers=counts[0], waiting=counts[1])

@@ -17,7 +17,7 @@ import threading
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store import repository
+from models_store import models as model_store
 from models_store.session import read_scope
 from service.serving.prediction import ModelCache
 
@@ -30,7 +30,7 @@ def evict_deleted_models(cache: ModelCache, session_factory: sessionmaker[Sessio
     if not cached:
         return []
     with read_scope(session_factory) as session:
-        existing = repository.existing_model_ids(session, model_ids=cached)
+        existing = model_store.existing_model_ids(session, model_ids=cached)
     deleted = [model_id for model_id in cached if model_id not in existing]
     for model_id in deleted:
         cache.evict(model_id)

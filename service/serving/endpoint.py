@@ -34,6 +34,7 @@ from starlette.responses import Response
 from service import limits
 from service.config import Settings
 from service.data.ingest import DatasetTooLargeError, IngestError
+from service.data.model_references import is_reference_like
 from service.errors import (
     DataTooLargeError,
     InvalidInputError,
@@ -54,7 +55,7 @@ from service.serving.prediction import (
     predict_rows,
     score_predictions,
 )
-from service.serving.references import ReferenceResolver, is_reference_like, version_label
+from service.serving.references import ReferenceResolver, version_label
 
 INLINE_BODY_BYTES = 64 * 1024
 """Bodies up to this size are parsed on the event loop; larger ones in the thread pool."""

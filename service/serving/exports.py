@@ -32,7 +32,9 @@ from sqlalchemy.orm import Session
 
 from mixreg import MixtureOfLinearRegressions
 from mixreg.service_support import STATUSES
-from models_store import registry, repository
+from models_store import models as model_store
+from models_store import registry
+from models_store.common import new_id
 from models_store.tables import Model, ModelVersion
 from service import limits
 from service.config import Settings
@@ -72,7 +74,7 @@ def export_document(
     keyed_arrays: Mapping[str, NDArray[Any]] | None = None,
 ) -> dict[str, Any]:
     """The self-describing JSON document of a stored model; of a keyed model (whose stored
-    arrays, :func:`repository.load_keyed_arrays`, are ``keyed_arrays``) also its ``keyed``
+    arrays, :func:`models_store.models.load_keyed_arrays`, are ``keyed_arrays``) also its ``keyed``
     member."""
     lines = StoredLines.of_model(model)
     estimator_params = {
@@ -524,53 +526,55 @@ def import_document(
     provenance = _section(ImportedProvenance, document.get("provenance"), "provenance")
     params = dict(names.params)
     params.pop("random_state", None)
-    model = repository.create_model(
+    model = model_store.create_model(
         session,
-        job_id=None,
-        # Fitted elsewhere, or here on data that may have changed or gone: the document's
-        # dataset is never joined to this service's datasets (a picture of other rows).
-        dataset_id=repository.new_id(),
-        name=None,
-        algorithm=str(estimator.algorithm),
-        n_components=int(estimator.coef_.shape[0]),
-        n_features=int(estimator.coef_.shape[1]),
-        feature_names=names.feature_names,
-        fit_intercept=bool(estimator.fit_intercept),
-        params=params,
-        seed=provenance.seed,
-        coef=estimator.coef_,
-        intercept=estimator.intercept_,
-        shares=estimator.shares_,
-        train_min_loss=metrics.train_min_loss,
-        holdout_min_loss=metrics.holdout_min_loss,
-        baseline=metrics.baseline.model_dump(),
-        n_train=metrics.n_train,
-        n_holdout=metrics.n_holdout,
-        loss_history=provenance.loss_history,
-        n_iter=provenance.n_iter,
-        fit_seconds=provenance.fit_seconds,
-        converged=metrics.converged,
-        log_likelihood=metrics.log_likelihood,
-        bic=metrics.bic,
-        n_parameters=metrics.n_parameters,
-        candidates=None
-        if provenance.candidates is None
-        else [candidate.model_dump() for candidate in provenance.candidates],
-        warnings=metrics.warnings,
-        gate=None
-        if gate is None
-        else {
-            **estimator.to_dict(concomitant_names=gate["concomitant"])["gate"],
-            **(metrics.gate or GateFitMetrics()).model_dump(),
-        },
-        split_by=None if keyed is None else keyed.split_by,
-        keyed_summary=None
-        if keyed is None or keyed.summary is None
-        else keyed.summary.model_dump(),
+        model_store.ModelRecord(
+            job_id=None,
+            # Fitted elsewhere, or here on data that may have changed or gone: the document's
+            # dataset is never joined to this service's datasets (a picture of other rows).
+            dataset_id=new_id(),
+            name=None,
+            algorithm=str(estimator.algorithm),
+            n_components=int(estimator.coef_.shape[0]),
+            n_features=int(estimator.coef_.shape[1]),
+            feature_names=names.feature_names,
+            fit_intercept=bool(estimator.fit_intercept),
+            params=params,
+            seed=provenance.seed,
+            coef=estimator.coef_,
+            intercept=estimator.intercept_,
+            shares=estimator.shares_,
+            train_min_loss=metrics.train_min_loss,
+            holdout_min_loss=metrics.holdout_min_loss,
+            baseline=metrics.baseline.model_dump(),
+            n_train=metrics.n_train,
+            n_holdout=metrics.n_holdout,
+            loss_history=provenance.loss_history,
+            n_iter=provenance.n_iter,
+            fit_seconds=provenance.fit_seconds,
+            converged=metrics.converged,
+            log_likelihood=metrics.log_likelihood,
+            bic=metrics.bic,
+            n_parameters=metrics.n_parameters,
+            candidates=None
+            if provenance.candidates is None
+            else [candidate.model_dump() for candidate in provenance.candidates],
+            warnings=metrics.warnings,
+            gate=None
+            if gate is None
+            else {
+                **estimator.to_dict(concomitant_names=gate["concomitant"])["gate"],
+                **(metrics.gate or GateFitMetrics()).model_dump(),
+            },
+            split_by=None if keyed is None else keyed.split_by,
+            keyed_summary=None
+            if keyed is None or keyed.summary is None
+            else keyed.summary.model_dump(),
+        ),
     )
     if keyed is not None:
         assert keyed_arrays is not None
-        repository.add_keyed_model_chunks(
+        model_store.add_keyed_model_chunks(
             session, model_id=model.id, arrays=keyed_arrays, keys_per_chunk=IMPORTED_KEYS_PER_CHUNK
         )
     version = None

@@ -15,10 +15,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mixreg import KeyedMixture, gate_probabilities, min_loss, predict_lines
 from mixreg.service_support import STATUSES
-from models_store import registry, repository
+from models_store import models as model_store
+from models_store import registry
 from models_store.codecs import decode_group_table
 from models_store.session import read_scope, session_scope
 from models_store.tables import Model, ModelVersion
+from service.data import model_references
 from service.errors import ConflictError, InvalidInputError, NotFoundError
 from service.schemas import Component, KeyLines, PredictResponse
 from service.serving import references
@@ -262,12 +264,12 @@ def load_lines(
     if lines is not None:
         return lines
     with read_scope(session_factory) as session:
-        model = repository.get_model(session, model_id=model_id)
+        model = model_store.get_model(session, model_id=model_id)
         if model is None:
             raise NotFoundError(f"model {model_id} does not exist")
         lines = StoredLines.of_model(model, registry.version_of_model(session, model_id=model.id))
         if model.split_by is not None:
-            keyed = keyed_lines(repository.load_keyed_arrays(session, model_id=model.id))
+            keyed = keyed_lines(model_store.load_keyed_arrays(session, model_id=model.id))
             lines = replace(
                 lines, split_by=model.split_by, keyed=keyed, key_positions=positions_of(keyed)
             )
@@ -574,7 +576,9 @@ def delete_model(
     from the cache (and from what ``resolver`` remembers) once that is committed; 404 if none,
     409 if it is a registered version that an alias points at."""
     with session_scope(session_factory) as session:
-        model_id = references.resolve_in_session(session, references.parse_reference(reference))
+        model_id = model_references.resolve_in_session(
+            session, model_references.parse_reference(reference)
+        )
         # Locked before the aliases are read: an alias moving onto this version meanwhile
         # (which locks it too) either commits first, and is seen (409), or waits for the delete.
         version = registry.lock_version_of_model(session, model_id=model_id)
@@ -589,7 +593,7 @@ def delete_model(
                     f"{version.registered_model}, which {names} points at; move the alias to "
                     f"another version first"
                 )
-        if not repository.delete_model(session, model_id=model_id):
+        if not model_store.delete_model(session, model_id=model_id):
             raise NotFoundError(f"model {model_id} does not exist")
     cache.evict(model_id)
     if resolver is not None:

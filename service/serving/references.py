@@ -1,13 +1,5 @@
-"""Model references: a model id, or a registered model's alias or version.
-
-Wherever a model id is accepted, so are
-
-- ``name@alias``: the version the alias points at, e.g. ``recommender@production``;
-- ``name/versions/N``: version N of the registered model ``name``;
-- ``name``: its latest version.
-
-Names and aliases are 1 to 128 letters, digits, ``_``, ``.`` or ``-``, starting with a letter or
-digit; a name is never 32 lowercase hexadecimal digits (the form of a model id).
+"""What each API process remembers of the model references it resolved
+(:mod:`service.data.model_references` parses and resolves them).
 
 Each API process remembers what an alias resolved to for ``MIXREG_ALIAS_REFRESH_S`` seconds,
 so a prediction by alias costs no more database access than one by id; an alias that moves is
@@ -23,110 +15,15 @@ prediction fails while an alias moves.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
-from dataclasses import dataclass
 
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store import registry, repository
 from models_store.session import read_scope
-from models_store.tables import Model
-from service.errors import InvalidInputError, NotFoundError
-
-NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}"
-_NAME = re.compile(NAME_PATTERN)
-_MODEL_ID = re.compile(r"[0-9a-f]{32}")
-_REFERENCE = re.compile(
-    rf"(?P<name>{NAME_PATTERN})(?:@(?P<alias>{NAME_PATTERN})|/versions/(?P<version>[0-9]{{1,9}}))?"
-)
-
-
-def check_name(value: str, *, what: str) -> str:
-    """Return ``value`` if it is a valid registered model name (or alias); else raise
-    ``InvalidInputError`` saying what a name may hold."""
-    if not _NAME.fullmatch(value) or _MODEL_ID.fullmatch(value):
-        raise InvalidInputError(
-            f"{what} '{value[:140]}' is not a valid name: use 1 to 128 letters, digits, '_', "
-            f"'.' or '-', starting with a letter or digit, and not 32 hexadecimal digits "
-            f"(the form of a model id)"
-        )
-    return value
-
-
-@dataclass(frozen=True)
-class ModelReference:
-    """A parsed reference: a model id, or a registered name with an alias, a version or
-    neither (its latest version)."""
-
-    text: str
-    model_id: str | None = None
-    name: str | None = None
-    alias: str | None = None
-    version: int | None = None
-
-
-def parse_reference(text: str) -> ModelReference:
-    """Parse ``text``; a text of no accepted form names no model (404)."""
-    if _MODEL_ID.fullmatch(text):
-        return ModelReference(text=text, model_id=text)
-    match = _REFERENCE.fullmatch(text)
-    if match is None or _MODEL_ID.fullmatch(match["name"]):
-        raise NotFoundError(f"model {text[:300]} does not exist")
-    version = match["version"]
-    return ModelReference(
-        text=text,
-        name=match["name"],
-        alias=match["alias"],
-        version=None if version is None else int(version),
-    )
-
-
-def is_reference_like(text: str) -> bool:
-    """Whether ``text`` has the form of a reference (it may still name nothing)."""
-    return _MODEL_ID.fullmatch(text) is not None or _REFERENCE.fullmatch(text) is not None
-
-
-def resolve_in_session(session: Session, reference: ModelReference) -> str:
-    """The id of the model ``reference`` names, read in ``session``; 404 naming what is
-    missing (no such model, registered model, alias or version)."""
-    if reference.model_id is not None:
-        return reference.model_id
-    assert reference.name is not None
-    name = reference.name
-    if reference.alias is not None:
-        alias = registry.get_alias(session, name=name, alias=reference.alias)
-        if alias is None:
-            raise NotFoundError(_missing(session, reference, f"has no alias '{reference.alias}'"))
-        version = registry.get_version(session, name=name, version=alias.version)
-    elif reference.version is not None:
-        version = registry.get_version(session, name=name, version=reference.version)
-        if version is None:
-            raise NotFoundError(_missing(session, reference, f"has no version {reference.version}"))
-    else:
-        version = registry.latest_version(session, name=name)
-        if version is None:
-            raise NotFoundError(_missing(session, reference, "has no version yet"))
-    assert version is not None  # an alias points at an existing version (foreign key)
-    return version.model_id
-
-
-def _missing(session: Session, reference: ModelReference, what: str) -> str:
-    assert reference.name is not None
-    if registry.get_registered_model(session, name=reference.name) is None:
-        return f"model {reference.text} does not exist"
-    return f"registered model {reference.name} {what}"
-
-
-def get_model(session: Session, text: str) -> Model:
-    """The model ``text`` names, read in ``session``; 404 if none."""
-    model_id = resolve_in_session(session, parse_reference(text))
-    model = repository.get_model(session, model_id=model_id)
-    if model is None:
-        raise NotFoundError(f"model {text} does not exist")
-    return model
+from service.checks import MODEL_ID
+from service.data.model_references import parse_reference, resolve_in_session
 
 
 class ReferenceResolver:
@@ -147,7 +44,7 @@ class ReferenceResolver:
     def cached(self, text: str) -> str | None:
         """The model id ``text`` resolved to less than ``refresh_s`` ago (or ``text`` itself if
         it is a model id); None if it must be looked up."""
-        if len(text) == 32 and _MODEL_ID.fullmatch(text):
+        if len(text) == 32 and MODEL_ID.fullmatch(text):
             return text
         entry = self._entries.get(text)
         if entry is None:
@@ -176,7 +73,7 @@ class ReferenceResolver:
         an alias cannot be), so this finds where it points now, whatever this process
         remembered.
         """
-        if _MODEL_ID.fullmatch(text):
+        if MODEL_ID.fullmatch(text):
             return None
         self.forget_model(missing)
         model_id = self._look_up(text, session_factory)

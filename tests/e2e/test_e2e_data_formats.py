@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from models_store import repository
+from models_store import datasets as dataset_store
 from models_store.session import make_engine, make_sessionmaker, session_scope
 
 from .conftest import Server, mixture_data
@@ -89,9 +89,9 @@ def stored_arrays(database_path: Path, dataset_id: str) -> tuple[np.ndarray, np.
     engine = make_engine(f"sqlite:///{database_path}")
     try:
         with session_scope(make_sessionmaker(engine)) as session:
-            dataset = repository.get_dataset(session, dataset_id=dataset_id)
+            dataset = dataset_store.get_dataset(session, dataset_id=dataset_id)
             assert dataset is not None
-            return repository.load_dataset_arrays(dataset)
+            return dataset_store.load_dataset_arrays(dataset)
     finally:
         engine.dispose()
 
@@ -363,8 +363,8 @@ def _upload_and_fit(server: Server, postgres_url: str) -> None:
     engine = make_engine(postgres_url)
     try:
         with session_scope(make_sessionmaker(engine)) as session:
-            dataset = repository.get_dataset(session, dataset_id=response.json()["id"])
-            X_stored, y_stored = repository.load_dataset_arrays(dataset)
+            dataset = dataset_store.get_dataset(session, dataset_id=response.json()["id"])
+            X_stored, y_stored = dataset_store.load_dataset_arrays(dataset)
     finally:
         engine.dispose()
     np.testing.assert_array_equal(X_stored, X)

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mixreg_client import Client
-from models_store import repository
+from models_store import datasets as dataset_store
 from models_store.session import make_engine, make_sessionmaker, session_scope
 
 from .conftest import Server, mixture_data
@@ -55,9 +55,9 @@ def stored_columns(database_path: Path, dataset_id: str, names: list[str]) -> di
     engine = make_engine(f"sqlite:///{database_path}")
     try:
         with session_scope(make_sessionmaker(engine)) as session:
-            dataset = repository.get_dataset(session, dataset_id=dataset_id)
+            dataset = dataset_store.get_dataset(session, dataset_id=dataset_id)
             assert dataset is not None
-            return repository.load_dataset_columns(dataset, names)
+            return dataset_store.load_dataset_columns(dataset, names)
     finally:
         engine.dispose()
 

@@ -12,7 +12,7 @@ import pytest
 from mixreg import MixtureOfLinearRegressions
 from mixreg.datasets import make_gated
 from mixreg_client import Client
-from service.jobs.training import holdout_split
+from service.jobs.fit_spec import holdout_split
 
 from .conftest import Server
 

@@ -11,7 +11,7 @@ import pytest
 
 from mixreg import MixtureOfLinearRegressions
 from mixreg.datasets import make_gated
-from service.jobs.training import holdout_split
+from service.jobs.fit_spec import holdout_split
 
 from .conftest import Server
 

@@ -12,7 +12,7 @@ import pytest
 
 from mixreg import MixtureOfLinearRegressions, mixture_score
 from mixreg_client import Client, GroupPredictions
-from service.jobs.training import holdout_split
+from service.jobs.fit_spec import holdout_split
 
 from .conftest import Server, mixture_data
 

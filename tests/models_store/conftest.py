@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store import repository
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
 from models_store.session import session_scope
 from models_store.tables import Job
 
@@ -21,7 +22,7 @@ def dataset_id(db_sessionmaker: sessionmaker[Session]) -> str:
     """Id of a small committed dataset (6 rows, 2 features)."""
     rng = np.random.default_rng(0)
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.create_dataset(
+        dataset = dataset_store.create_dataset(
             session,
             X=rng.standard_normal((6, 2)),
             y=rng.standard_normal(6),
@@ -48,6 +49,6 @@ def make_job(dataset_id: str) -> JobFactory:
             "seed": 7,
         }
         fields.update(overrides)
-        return repository.create_job(session, **fields)
+        return job_store.create_job(session, job_store.JobRecord(**fields))
 
     return make

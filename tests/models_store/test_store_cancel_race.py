@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.orm import Session
 
-from models_store import repository
+from models_store import jobs as job_store
 from models_store.session import session_scope
 
 T0 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -34,9 +34,7 @@ def requeue_after_first_job_update(engine: Engine) -> Iterator[list[str]]:
             return
         armed = False
         with Session(bind=conn) as reaper:
-            requeued, failed = repository.requeue_stale_jobs(
-                reaper, stale_before=at(60), now=at(61)
-            )
+            requeued, failed = job_store.requeue_stale_jobs(reaper, stale_before=at(60), now=at(61))
             reaper.flush()
         recovered.extend(["queued"] * len(requeued) + ["failed"] * len(failed))
 
@@ -52,29 +50,29 @@ def test_a_requeue_racing_the_cancel_of_a_running_job_does_not_lose_it(
 ):
     with session_scope(db_sessionmaker) as session:
         job_id = make_job(session).id
-        assert repository.claim_next_job(session, worker_id="w", now=at(0)) is not None
+        assert job_store.claim_next_job(session, worker_id="w", now=at(0)) is not None
 
     with requeue_after_first_job_update(db_engine), session_scope(db_sessionmaker) as session:
-        answered = repository.request_cancel(session, job_id=job_id, now=at(62))
+        answered = job_store.request_cancel(session, job_id=job_id, now=at(62))
         assert answered is not None
 
     with session_scope(db_sessionmaker) as session:
-        job = repository.get_job(session, job_id=job_id)
+        job = job_store.get_job(session, job_id=job_id)
         assert job is not None
         # The client was told the cancel was accepted: the job must not run again.
         assert (job.status, job.cancel_requested) == ("cancelled", True)
-        assert repository.claim_next_job(session, worker_id="w2", now=at(70)) is None
+        assert job_store.claim_next_job(session, worker_id="w2", now=at(70)) is None
 
 
 def test_a_cancel_between_the_reapers_read_and_its_requeue_wins(db_sessionmaker, make_job):
     with session_scope(db_sessionmaker) as session:
         job_id = make_job(session).id
-        repository.claim_next_job(session, worker_id="w", now=at(0))
-        stale = repository._stale_running_jobs(session, stale_before=at(60))
+        job_store.claim_next_job(session, worker_id="w", now=at(0))
+        stale = job_store._stale_running_jobs(session, stale_before=at(60))
         assert [job.job_id for job in stale] == [job_id]
         assert not stale[0].cancel_requested
-        repository.request_cancel(session, job_id=job_id, now=at(61))
-        assert repository._recover_stale(session, stale[0], now=at(62)) == "cancelled"
-        job = repository.get_job(session, job_id=job_id)
+        job_store.request_cancel(session, job_id=job_id, now=at(61))
+        assert job_store._recover_stale(session, stale[0], now=at(62)) == "cancelled"
+        job = job_store.get_job(session, job_id=job_id)
         assert job is not None
         assert (job.status, job.finished_at) == ("cancelled", at(62))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime
 
-from models_store import repository
+from models_store import jobs as job_store
 from models_store.session import make_engine, make_sessionmaker, session_scope
 
 N_JOBS = 20
@@ -31,7 +31,7 @@ def test_racing_claimers_claim_every_job_exactly_once(
             start.wait(timeout=30)
             while True:
                 with session_scope(factory) as session:
-                    job = repository.claim_next_job(
+                    job = job_store.claim_next_job(
                         session, worker_id=worker_id, now=datetime.now(UTC)
                     )
                     if job is None:
@@ -59,7 +59,7 @@ def test_racing_claimers_claim_every_job_exactly_once(
 
     owner = {job_id: worker for worker, claimed in claims.items() for job_id in claimed}
     with session_scope(db_sessionmaker) as session:
-        jobs, total = repository.list_jobs(session, status="running", limit=N_JOBS, offset=0)
+        jobs, total = job_store.list_jobs(session, status="running", limit=N_JOBS, offset=0)
         assert total == N_JOBS
         for job in jobs:
             assert (job.worker_id, job.attempts) == (owner[job.id], 1)

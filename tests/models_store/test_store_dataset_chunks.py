@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from sqlalchemy import select, text
 
-from models_store import migrate, repository
+from models_store import datasets as dataset_store
+from models_store import migrate
 from models_store.session import make_engine, make_sessionmaker, session_scope
 from models_store.tables import DatasetChunk
 
@@ -31,7 +32,7 @@ def test_blocks_of_any_size_are_stored_as_chunks_and_read_back_in_order(db_sessi
     starts = np.cumsum([0, *sizes])
     blocks = [(X[a:b], y[a:b]) for a, b in itertools.pairwise(starts)]
     with session_scope(db_sessionmaker) as session:
-        dataset_id = repository.create_dataset_from_blocks(
+        dataset_id = dataset_store.create_dataset_from_blocks(
             session,
             blocks=iter(blocks),
             n_features=3,
@@ -40,7 +41,7 @@ def test_blocks_of_any_size_are_stored_as_chunks_and_read_back_in_order(db_sessi
             name="blocks",
         ).id
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.get_dataset(session, dataset_id=dataset_id)
+        dataset = dataset_store.get_dataset(session, dataset_id=dataset_id)
         assert (dataset.n_rows, dataset.n_features) == (1000, 3)
         chunk_rows = session.scalars(
             select(DatasetChunk.n_rows)
@@ -48,24 +49,24 @@ def test_blocks_of_any_size_are_stored_as_chunks_and_read_back_in_order(db_sessi
             .order_by(DatasetChunk.position)
         ).all()
         assert chunk_rows == [1, 499, 250, 250]  # an empty block stores nothing
-        read = list(repository.iter_dataset_blocks(session, dataset=dataset))
-        X_loaded, y_loaded = repository.load_dataset_arrays(dataset)
+        read = list(dataset_store.iter_dataset_blocks(session, dataset=dataset))
+        X_loaded, y_loaded = dataset_store.load_dataset_arrays(dataset)
     assert [len(block_y) for _, block_y in read] == [1, 499, 250, 250]
     np.testing.assert_array_equal(bits(X_loaded), bits(X))
     np.testing.assert_array_equal(bits(y_loaded), bits(y))
 
 
 def test_a_large_matrix_is_split_into_chunks_of_bounded_size(db_sessionmaker, monkeypatch):
-    monkeypatch.setattr(repository, "DATASET_CHUNK_BYTES", 8 * 4 * 100)  # 100 rows of 4
+    monkeypatch.setattr(dataset_store, "DATASET_CHUNK_BYTES", 8 * 4 * 100)  # 100 rows of 4
     X, y = awkward(1050, 4, seed=1)
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.create_dataset(
+        dataset = dataset_store.create_dataset(
             session, X=X, y=y, feature_names=None, target_name=None, name=None
         )
         chunk_rows = session.scalars(
             select(DatasetChunk.n_rows).where(DatasetChunk.dataset_id == dataset.id)
         ).all()
-        X_loaded, y_loaded = repository.load_dataset_arrays(dataset)
+        X_loaded, y_loaded = dataset_store.load_dataset_arrays(dataset)
     assert sorted(chunk_rows) == [50] + [100] * 10
     np.testing.assert_array_equal(bits(X_loaded), bits(X))
     np.testing.assert_array_equal(bits(y_loaded), bits(y))
@@ -74,7 +75,7 @@ def test_a_large_matrix_is_split_into_chunks_of_bounded_size(db_sessionmaker, mo
 def test_a_dataset_needs_a_row_and_blocks_that_fit_it(db_sessionmaker):
     with session_scope(db_sessionmaker) as session:
         with pytest.raises(ValueError, match="at least one row"):
-            repository.create_dataset_from_blocks(
+            dataset_store.create_dataset_from_blocks(
                 session,
                 blocks=iter([]),
                 n_features=2,
@@ -83,7 +84,7 @@ def test_a_dataset_needs_a_row_and_blocks_that_fit_it(db_sessionmaker):
                 name=None,
             )
         with pytest.raises(ValueError, match="must have 2 columns"):
-            repository.create_dataset_from_blocks(
+            dataset_store.create_dataset_from_blocks(
                 session,
                 blocks=iter([(np.ones((2, 3)), np.ones(2))]),
                 n_features=2,
@@ -95,7 +96,7 @@ def test_a_dataset_needs_a_row_and_blocks_that_fit_it(db_sessionmaker):
 
 def test_chunks_that_do_not_add_up_to_the_dataset_are_refused(db_sessionmaker):
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.create_dataset(
+        dataset = dataset_store.create_dataset(
             session,
             X=np.ones((4, 2)),
             y=np.ones(4),
@@ -106,7 +107,7 @@ def test_chunks_that_do_not_add_up_to_the_dataset_are_refused(db_sessionmaker):
         dataset.n_rows = 5  # as if a chunk went missing
         session.flush()
         with pytest.raises(ValueError, match="has 5 rows but its chunks hold 4"):
-            list(repository.iter_dataset_blocks(session, dataset=dataset))
+            list(dataset_store.iter_dataset_blocks(session, dataset=dataset))
 
 
 def test_datasets_stored_before_revision_0004_survive_its_upgrade_and_downgrade(database_url):
@@ -130,19 +131,19 @@ def test_datasets_stored_before_revision_0004_survive_its_upgrade_and_downgrade(
             )
         migrate.upgrade(database_url)
         with session_scope(make_sessionmaker(engine)) as session:
-            dataset = repository.get_dataset(session, dataset_id="d" * 32)
+            dataset = dataset_store.get_dataset(session, dataset_id="d" * 32)
             assert (dataset.name, dataset.n_rows, dataset.feature_names) == (
                 "legacy",
                 300,
                 ["a", "b", "c", "d", "e"],
             )
-            X_loaded, y_loaded = repository.load_dataset_arrays(dataset)
+            X_loaded, y_loaded = dataset_store.load_dataset_arrays(dataset)
         np.testing.assert_array_equal(bits(X_loaded), bits(X))
         np.testing.assert_array_equal(bits(y_loaded), bits(y))
 
         # A dataset stored at head in several chunks is joined into one value on the way down.
         with session_scope(make_sessionmaker(engine)) as session:
-            chunked_id = repository.create_dataset_from_blocks(
+            chunked_id = dataset_store.create_dataset_from_blocks(
                 session,
                 blocks=iter([(X[:100], y[:100]), (X[100:], y[100:])]),
                 n_features=5,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from models_store import repository
+from models_store import datasets as dataset_store
 from models_store.session import session_scope
 from models_store.tables import DatasetChunk
 
@@ -42,19 +42,19 @@ def test_extra_columns_round_trip_with_their_types(db_sessionmaker):
     rng = np.random.default_rng(1)
     X, y = rng.standard_normal((n_rows, 3)), rng.standard_normal(n_rows)
     with session_scope(db_sessionmaker) as session:
-        dataset_id = repository.create_dataset(
+        dataset_id = dataset_store.create_dataset(
             session, X=X, y=y, feature_names=None, target_name="t", name=None, extra=columns
         ).id
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.get_dataset(session, dataset_id=dataset_id)
+        dataset = dataset_store.get_dataset(session, dataset_id=dataset_id)
         assert dataset.extra_columns == [
             {"name": "user", "type": "string"},
             {"name": "weight", "type": "number"},
             {"name": "account", "type": "number"},
         ]
-        loaded = repository.load_dataset_columns(dataset, ["user", "weight", "account"])
-        only_weight = repository.load_dataset_columns(dataset, ["weight"])
-        X_loaded, y_loaded = repository.load_dataset_arrays(dataset)
+        loaded = dataset_store.load_dataset_columns(dataset, ["user", "weight", "account"])
+        only_weight = dataset_store.load_dataset_columns(dataset, ["weight"])
+        X_loaded, y_loaded = dataset_store.load_dataset_arrays(dataset)
     _assert_same(loaded, columns)
     _assert_same(only_weight, {"weight": columns["weight"]})
     np.testing.assert_array_equal(X_loaded, X)
@@ -65,14 +65,14 @@ def test_chunks_with_text_stay_bounded_in_bytes_and_read_back_in_order(
     db_sessionmaker, monkeypatch
 ):
     budget = 4_000
-    monkeypatch.setattr(repository, "DATASET_CHUNK_BYTES", budget)
+    monkeypatch.setattr(dataset_store, "DATASET_CHUNK_BYTES", budget)
     n_rows = 600
     rng = np.random.default_rng(2)
     lengths = rng.integers(0, 120, n_rows)
     texts = np.array(["é" * int(length) for length in lengths], dtype=object)  # 2 bytes each
     X, y = rng.standard_normal((n_rows, 2)), rng.standard_normal(n_rows)
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.create_dataset(
+        dataset = dataset_store.create_dataset(
             session,
             X=X,
             y=y,
@@ -84,14 +84,14 @@ def test_chunks_with_text_stay_bounded_in_bytes_and_read_back_in_order(
         dataset_id = dataset.id
     row_bytes = 8 * 2 + 2 * lengths
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.get_dataset(session, dataset_id=dataset_id)
+        dataset = dataset_store.get_dataset(session, dataset_id=dataset_id)
         chunk_rows = session.scalars(
             select(DatasetChunk.n_rows)
             .where(DatasetChunk.dataset_id == dataset_id)
             .order_by(DatasetChunk.position)
         ).all()
-        blocks = list(repository.iter_dataset_columns(session, dataset=dataset, names=["note"]))
-        X_blocks = list(repository.iter_dataset_blocks(session, dataset=dataset))
+        blocks = list(dataset_store.iter_dataset_columns(session, dataset=dataset, names=["note"]))
+        X_blocks = list(dataset_store.iter_dataset_blocks(session, dataset=dataset))
     assert len(chunk_rows) > 5
     stops = np.cumsum(chunk_rows)
     starts = stops - chunk_rows
@@ -107,21 +107,21 @@ def test_chunks_with_text_stay_bounded_in_bytes_and_read_back_in_order(
 
 def test_a_dataset_without_extra_columns_stores_no_extra_data(db_sessionmaker):
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.create_dataset(
+        dataset = dataset_store.create_dataset(
             session, X=np.eye(3), y=np.ones(3), feature_names=None, target_name=None, name=None
         )
         assert dataset.extra_columns == []
         assert session.scalars(
             select(DatasetChunk.extra_data).where(DatasetChunk.dataset_id == dataset.id)
         ).all() == [None]
-        assert repository.load_dataset_columns(dataset, []) == {}
+        assert dataset_store.load_dataset_columns(dataset, []) == {}
         with pytest.raises(KeyError, match="no extra column 'user'"):
-            repository.load_dataset_columns(dataset, ["user"])
+            dataset_store.load_dataset_columns(dataset, ["user"])
 
 
 def test_a_chunk_must_bring_every_extra_column(db_sessionmaker):
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.start_dataset(
+        dataset = dataset_store.start_dataset(
             session,
             n_features=1,
             feature_names=["a"],
@@ -130,9 +130,11 @@ def test_a_chunk_must_bring_every_extra_column(db_sessionmaker):
             extra_columns=[{"name": "g", "type": "string"}],
         )
         with pytest.raises(ValueError, match="extra columns must be"):
-            repository.add_dataset_chunk(session, dataset=dataset, X=np.ones((2, 1)), y=np.ones(2))
+            dataset_store.add_dataset_chunk(
+                session, dataset=dataset, X=np.ones((2, 1)), y=np.ones(2)
+            )
         with pytest.raises(ValueError, match="must be new and distinct"):
-            repository.start_dataset(
+            dataset_store.start_dataset(
                 session,
                 n_features=1,
                 feature_names=["a"],

@@ -8,7 +8,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from models_store import repository
+from models_store import datasets as dataset_store
 from models_store.session import session_scope
 
 N_FEATURES = 4
@@ -26,7 +26,7 @@ def big_dataset_id(db_sessionmaker) -> str:
             yield X, -rows
 
     with session_scope(db_sessionmaker) as session:
-        return repository.create_dataset_from_blocks(
+        return dataset_store.create_dataset_from_blocks(
             session,
             blocks=blocks(),
             n_features=N_FEATURES,
@@ -38,11 +38,11 @@ def big_dataset_id(db_sessionmaker) -> str:
 
 def sample(db_sessionmaker, dataset_id: str, max_rows: int):
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.get_dataset(session, dataset_id=dataset_id)
+        dataset = dataset_store.get_dataset(session, dataset_id=dataset_id)
         assert dataset is not None
         tracemalloc.start()
         try:
-            X, y = repository.sample_dataset_rows(session, dataset=dataset, max_rows=max_rows)
+            X, y = dataset_store.sample_dataset_rows(session, dataset=dataset, max_rows=max_rows)
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
@@ -61,7 +61,7 @@ def test_a_sample_reads_the_chunks_it_needs_and_no_more(db_sessionmaker, big_dat
     # Drawn from as few chunks as hold 5,000 rows (3 of 2,000), but at least 4, spread over
     # the dataset rather than taken from its start.
     chunks_read = np.unique(row_numbers // CHUNK_ROWS)
-    assert len(chunks_read) == repository.MIN_SAMPLED_CHUNKS
+    assert len(chunks_read) == dataset_store.MIN_SAMPLED_CHUNKS
     assert chunks_read.max() - chunks_read.min() > N_CHUNKS // 4
     # Memory: a few chunks (64 kB of features each) and the sample, against the 16 MB that
     # reading the whole dataset costs.
@@ -85,7 +85,7 @@ def test_a_dataset_no_larger_than_the_sample_is_read_whole_in_order(
     db_sessionmaker, big_dataset_id
 ):
     with session_scope(db_sessionmaker) as session:
-        small = repository.create_dataset(
+        small = dataset_store.create_dataset(
             session,
             X=np.arange(20.0).reshape(10, 2),
             y=np.arange(10.0),
@@ -93,6 +93,6 @@ def test_a_dataset_no_larger_than_the_sample_is_read_whole_in_order(
             target_name=None,
             name=None,
         )
-        X, y = repository.sample_dataset_rows(session, dataset=small, max_rows=10)
+        X, y = dataset_store.sample_dataset_rows(session, dataset=small, max_rows=10)
     np.testing.assert_array_equal(X, np.arange(20.0).reshape(10, 2))
     np.testing.assert_array_equal(y, np.arange(10.0))

@@ -12,7 +12,9 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import sessionmaker
 
-from models_store import migrate, registry, repository
+from models_store import datasets as dataset_store
+from models_store import migrate, registry
+from models_store import models as model_store
 from models_store.session import make_engine, session_scope
 from models_store.tables import Model
 
@@ -21,29 +23,31 @@ MIXREG = REPO / ".venv" / "bin" / "mixreg"
 
 
 def _model(session, *, dataset_id: str) -> str:
-    return repository.create_model(
+    return model_store.create_model(
         session,
-        job_id=None,
-        dataset_id=dataset_id,
-        name=None,
-        algorithm="am",
-        n_components=1,
-        n_features=1,
-        feature_names=["x0"],
-        fit_intercept=True,
-        params={},
-        seed=0,
-        coef=[[1.0]],
-        intercept=[0.5],
-        shares=[1.0],
-        train_min_loss=0.1,
-        holdout_min_loss=None,
-        baseline={"train_min_loss": 0.2, "holdout_min_loss": None},
-        n_train=2,
-        n_holdout=0,
-        loss_history=[0.1],
-        n_iter=1,
-        fit_seconds=0.0,
+        model_store.ModelRecord(
+            job_id=None,
+            dataset_id=dataset_id,
+            name=None,
+            algorithm="am",
+            n_components=1,
+            n_features=1,
+            feature_names=["x0"],
+            fit_intercept=True,
+            params={},
+            seed=0,
+            coef=[[1.0]],
+            intercept=[0.5],
+            shares=[1.0],
+            train_min_loss=0.1,
+            holdout_min_loss=None,
+            baseline={"train_min_loss": 0.2, "holdout_min_loss": None},
+            n_train=2,
+            n_holdout=0,
+            loss_history=[0.1],
+            n_iter=1,
+            fit_seconds=0.0,
+        ),
     ).id
 
 
@@ -57,7 +61,7 @@ def database(migrated_sqlite_template: Path, tmp_path: Path) -> str:
     engine = make_engine(url)
     try:
         with session_scope(sessionmaker(engine)) as session:
-            dataset = repository.create_dataset(
+            dataset = dataset_store.create_dataset(
                 session,
                 X=[[1.0], [2.0]],
                 y=[1.0, 2.0],

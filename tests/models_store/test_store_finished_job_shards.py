@@ -13,7 +13,9 @@ import pytest
 from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store import repository
+from models_store import jobs as job_store
+from models_store import shards as shard_store
+from models_store.common import database_now
 from models_store.session import session_scope
 from models_store.tables import KeyedJobShard, KeyedJobShardClaim
 from tests.models_store.conftest import JobFactory
@@ -44,19 +46,19 @@ def running_job_with_shards(
     with session_scope(factory) as session:
         job_id = make_job(session, split_by="a", keys_per_shard=2, **job_fields).id
     with session_scope(factory) as session:
-        now = repository.database_now(session)
-        assert repository.claim_job(session, job_id=job_id, worker_id=WORKER, now=now)
+        now = database_now(session)
+        assert job_store.claim_job(session, job_id=job_id, worker_id=WORKER, now=now)
         plan = [(2, np.array([0, 1])), (2, np.array([2, 3])), (2, np.array([4, 5]))]
-        assert repository.plan_job_shards(session, job_id=job_id, shards=plan)
+        assert shard_store.plan_job_shards(session, job_id=job_id, shards=plan)
     for _ in range(2):
         with session_scope(factory) as session:
-            now = repository.database_now(session)
-            claim = repository.claim_job_shard(
+            now = database_now(session)
+            claim = shard_store.claim_job_shard(
                 session, job_id=job_id, claimant=WORKER, now=now, stale_before=now
             )
             assert claim is not None
     with session_scope(factory) as session:
-        assert repository.store_job_shard(
+        assert shard_store.store_job_shard(
             session,
             job_id=job_id,
             position=0,
@@ -70,41 +72,39 @@ def running_job_with_shards(
 
 
 def _fail(session: Session, job_id: str) -> None:
-    now = repository.database_now(session)
-    assert repository.finish_job(
+    now = database_now(session)
+    assert job_store.finish_job(
         session, job_id=job_id, worker_id=WORKER, status="failed", error="boom", now=now
     )
 
 
 def _cancel_running(session: Session, job_id: str) -> None:
-    repository.request_cancel(session, job_id=job_id)
-    now = repository.database_now(session)
-    assert repository.finish_job(
+    job_store.request_cancel(session, job_id=job_id)
+    now = database_now(session)
+    assert job_store.finish_job(
         session, job_id=job_id, worker_id=WORKER, status="cancelled", now=now
     )
 
 
 def _reap_without_attempts_left(session: Session, job_id: str) -> None:
-    later = repository.database_now(session) + timedelta(hours=1)
-    _, failed = repository.requeue_stale_jobs(session, stale_before=later, now=later)
+    later = database_now(session) + timedelta(hours=1)
+    _, failed = job_store.requeue_stale_jobs(session, stale_before=later, now=later)
     assert failed == [job_id]
 
 
 def _reap_with_a_cancel_pending(session: Session, job_id: str) -> None:
-    repository.request_cancel(session, job_id=job_id)
-    later = repository.database_now(session) + timedelta(hours=1)
+    job_store.request_cancel(session, job_id=job_id)
+    later = database_now(session) + timedelta(hours=1)
     assert (
-        repository.recover_stale_job(session, job_id=job_id, stale_before=later, now=later)
+        job_store.recover_stale_job(session, job_id=job_id, stale_before=later, now=later)
         == "cancelled"
     )
 
 
 def _release_with_a_cancel_pending(session: Session, job_id: str) -> None:
-    repository.request_cancel(session, job_id=job_id)
-    now = repository.database_now(session)
-    assert repository.release_job(session, job_id=job_id, worker_id=WORKER, now=now) == (
-        "cancelled"
-    )
+    job_store.request_cancel(session, job_id=job_id)
+    now = database_now(session)
+    assert job_store.release_job(session, job_id=job_id, worker_id=WORKER, now=now) == ("cancelled")
 
 
 ENDINGS: dict[str, Callable[[Session, str], None]] = {
@@ -126,7 +126,7 @@ def test_a_keyed_job_that_ends_leaves_no_shards_or_claims(
     with session_scope(db_sessionmaker) as session:
         assert counts(session, job_id) == (0, 0)
         # Work still under way elsewhere stores nothing, and plans nothing, for the ended job.
-        assert not repository.store_job_shard(
+        assert not shard_store.store_job_shard(
             session,
             job_id=job_id,
             position=1,
@@ -134,7 +134,7 @@ def test_a_keyed_job_that_ends_leaves_no_shards_or_claims(
             worker_id=WORKER,
             arrays=shard_arrays(2),
         )
-        assert not repository.plan_job_shards(
+        assert not shard_store.plan_job_shards(
             session, job_id=job_id, shards=[(2, np.array([0, 1]))]
         )
         assert counts(session, job_id) == (0, 0)
@@ -145,14 +145,14 @@ def test_a_requeued_keyed_job_keeps_its_shards_until_cancelled_in_the_queue(
 ):
     job_id = running_job_with_shards(db_sessionmaker, make_job, max_attempts=3)
     with session_scope(db_sessionmaker) as session:
-        later = repository.database_now(session) + timedelta(hours=1)
-        requeued, _ = repository.requeue_stale_jobs(session, stale_before=later, now=later)
+        later = database_now(session) + timedelta(hours=1)
+        requeued, _ = job_store.requeue_stale_jobs(session, stale_before=later, now=later)
         assert requeued == [job_id]
     with session_scope(db_sessionmaker) as session:
         # Its next attempt fits only the shards not stored yet.
         assert counts(session, job_id) == (1, 3)
     with session_scope(db_sessionmaker) as session:
-        job = repository.request_cancel(session, job_id=job_id)
+        job = job_store.request_cancel(session, job_id=job_id)
         assert job is not None and job.status == "cancelled"
     with session_scope(db_sessionmaker) as session:
         assert counts(session, job_id) == (0, 0)
@@ -178,7 +178,7 @@ def test_retention_deletes_the_shards_older_versions_left_to_finished_jobs(
         )
     with session_scope(db_sessionmaker) as session:
         assert counts(session, ended) == (1, 1)
-        assert repository.delete_finished_job_shards(session) == 2
+        assert shard_store.delete_finished_job_shards(session) == 2
     with session_scope(db_sessionmaker) as session:
         assert counts(session, ended) == (0, 0)
         assert counts(session, running) == (1, 3)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sqlalchemy import update
 
-from models_store import repository
+from models_store import models as model_store
 from models_store.codecs import decode_group_table, encode_group_table
 from models_store.session import session_scope
 from models_store.tables import Model
@@ -58,11 +58,11 @@ def test_group_posteriors_round_trip_through_the_store(db_sessionmaker, dataset_
     labels = np.array([f"user-{i:05d}" for i in range(10**4)])
     posteriors = posteriors_of(labels.size, 2)
     with session_scope(db_sessionmaker) as session:
-        model_id = repository.create_model(
-            session, **grouped_fields(dataset_id, labels, posteriors)
+        model_id = model_store.create_model(
+            session, model_store.ModelRecord(**grouped_fields(dataset_id, labels, posteriors))
         ).id
     with session_scope(db_sessionmaker) as session:
-        table = repository.load_group_table(session, model_id=model_id)
+        table = model_store.load_group_table(session, model_id=model_id)
         assert table is not None
         np.testing.assert_array_equal(table.labels, labels)
         np.testing.assert_array_equal(table.lines, np.argmax(posteriors, axis=1))
@@ -82,14 +82,15 @@ def test_a_table_stored_before_posteriors_were_kept_still_loads(db_sessionmaker,
     buffer = io.BytesIO()
     np.savez_compressed(buffer, labels=labels, lines=np.array([1, 0, 1], dtype=np.int16))
     with session_scope(db_sessionmaker) as session:
-        model_id = repository.create_model(
-            session, **grouped_fields(dataset_id, labels, posteriors_of(3, 2))
+        model_id = model_store.create_model(
+            session,
+            model_store.ModelRecord(**grouped_fields(dataset_id, labels, posteriors_of(3, 2))),
         ).id
         session.execute(
             update(Model).where(Model.id == model_id).values(group_table=buffer.getvalue())
         )
     with session_scope(db_sessionmaker) as session:
-        table = repository.load_group_table(session, model_id=model_id)
+        table = model_store.load_group_table(session, model_id=model_id)
         assert table is not None
         np.testing.assert_array_equal(table.labels, labels)
         np.testing.assert_array_equal(table.lines, [1, 0, 1])

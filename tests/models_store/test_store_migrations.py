@@ -18,7 +18,12 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, make_url, text
 from sqlalchemy.orm import Session
 
-from models_store import Base, migrate, repository
+from models_store import Base, migrate
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
+from models_store import models as model_store
+from models_store import shards as shard_store
+from models_store.common import utcnow
 from models_store.session import make_engine, make_sessionmaker, session_scope
 
 APP_TABLES = {
@@ -457,34 +462,36 @@ def test_revision_0008_gives_old_datasets_no_extra_columns_and_its_downgrade_dro
 
 
 def _grouped_model(session, dataset_id: str, labels) -> str:
-    return repository.create_model(
+    return model_store.create_model(
         session,
-        job_id=None,
-        dataset_id=dataset_id,
-        name=None,
-        algorithm="am-classic",
-        n_components=2,
-        n_features=1,
-        feature_names=["x0"],
-        fit_intercept=True,
-        params={},
-        seed=0,
-        coef=[[1.0], [-1.0]],
-        intercept=[0.0, 1.0],
-        shares=[0.5, 0.5],
-        train_min_loss=0.1,
-        holdout_min_loss=None,
-        baseline={"coef": [0.0], "intercept": 0.0, "train_min_loss": 1.0},
-        n_train=4,
-        n_holdout=0,
-        loss_history=[0.1],
-        n_iter=1,
-        fit_seconds=0.1,
-        weights_column="w",
-        groups_column="user",
-        group_labels=labels,
-        group_lines=np.arange(len(labels)) % 2,
-        group_metrics={"n_groups_train": len(labels)},
+        model_store.ModelRecord(
+            job_id=None,
+            dataset_id=dataset_id,
+            name=None,
+            algorithm="am-classic",
+            n_components=2,
+            n_features=1,
+            feature_names=["x0"],
+            fit_intercept=True,
+            params={},
+            seed=0,
+            coef=[[1.0], [-1.0]],
+            intercept=[0.0, 1.0],
+            shares=[0.5, 0.5],
+            train_min_loss=0.1,
+            holdout_min_loss=None,
+            baseline={"coef": [0.0], "intercept": 0.0, "train_min_loss": 1.0},
+            n_train=4,
+            n_holdout=0,
+            loss_history=[0.1],
+            n_iter=1,
+            fit_seconds=0.1,
+            weights_column="w",
+            groups_column="user",
+            group_labels=labels,
+            group_lines=np.arange(len(labels)) % 2,
+            group_metrics={"n_groups_train": len(labels)},
+        ),
     ).id
 
 
@@ -494,7 +501,7 @@ def test_revision_0009_stores_a_group_table_and_its_downgrade_keeps_the_models(d
     try:
         factory = make_sessionmaker(engine)
         with session_scope(factory) as session:
-            dataset = repository.create_dataset(
+            dataset = dataset_store.create_dataset(
                 session,
                 X=np.zeros((4, 1)),
                 y=np.zeros(4),
@@ -506,7 +513,7 @@ def test_revision_0009_stores_a_group_table_and_its_downgrade_keeps_the_models(d
             model_id = _grouped_model(session, dataset.id, text_labels)
             number_id = _grouped_model(session, dataset.id, np.array([-2.5, 3.0, 7.0]))
         with session_scope(factory) as session:
-            labels, lines, posteriors = repository.load_group_table(session, model_id=model_id)
+            labels, lines, posteriors = model_store.load_group_table(session, model_id=model_id)
             assert posteriors is None
             np.testing.assert_array_equal(labels, text_labels)
             np.testing.assert_array_equal(lines, np.arange(10**5) % 2)
@@ -515,7 +522,7 @@ def test_revision_0009_stores_a_group_table_and_its_downgrade_keeps_the_models(d
             )
             # A table of 10^5 groups takes a few bytes per group, not a JSON row each.
             assert len(stored) < 4 * 10**5
-            numbers, _, _ = repository.load_group_table(session, model_id=number_id)
+            numbers, _, _ = model_store.load_group_table(session, model_id=number_id)
             np.testing.assert_array_equal(numbers, [-2.5, 3.0, 7.0])
 
         migrate.downgrade(database_url, "0008")
@@ -529,7 +536,7 @@ def test_revision_0009_stores_a_group_table_and_its_downgrade_keeps_the_models(d
 
         migrate.upgrade(database_url)
         with session_scope(factory) as session:
-            assert repository.load_group_table(session, model_id=model_id) is None
+            assert model_store.load_group_table(session, model_id=model_id) is None
     finally:
         engine.dispose()
 
@@ -649,7 +656,7 @@ def test_revision_0012_stores_keyed_chunks_with_their_model_and_its_downgrade_dr
     engine = make_engine(database_url)
     try:
         with Session(engine) as session, session.begin():
-            dataset = repository.create_dataset(
+            dataset = dataset_store.create_dataset(
                 session,
                 X=np.zeros((4, 1)),
                 y=np.zeros(4),
@@ -657,54 +664,58 @@ def test_revision_0012_stores_keyed_chunks_with_their_model_and_its_downgrade_dr
                 target_name=None,
                 name=None,
             )
-            model = repository.create_model(
+            model = model_store.create_model(
                 session,
-                job_id=None,
-                dataset_id=dataset.id,
-                name=None,
-                algorithm="auto",
-                n_components=1,
-                n_features=1,
-                feature_names=["x0"],
-                fit_intercept=True,
-                params={},
-                seed=0,
-                coef=[[1.0]],
-                intercept=[0.0],
-                shares=[1.0],
-                train_min_loss=0.0,
-                holdout_min_loss=None,
-                baseline={"coef": [1.0], "intercept": 0.0, "train_min_loss": 0.0},
-                n_train=4,
-                n_holdout=0,
-                loss_history=[0.0],
-                n_iter=1,
-                fit_seconds=0.0,
-                split_by="account",
-                keyed_summary={"n_keys": 2},
+                model_store.ModelRecord(
+                    job_id=None,
+                    dataset_id=dataset.id,
+                    name=None,
+                    algorithm="auto",
+                    n_components=1,
+                    n_features=1,
+                    feature_names=["x0"],
+                    fit_intercept=True,
+                    params={},
+                    seed=0,
+                    coef=[[1.0]],
+                    intercept=[0.0],
+                    shares=[1.0],
+                    train_min_loss=0.0,
+                    holdout_min_loss=None,
+                    baseline={"coef": [1.0], "intercept": 0.0, "train_min_loss": 0.0},
+                    n_train=4,
+                    n_holdout=0,
+                    loss_history=[0.0],
+                    n_iter=1,
+                    fit_seconds=0.0,
+                    split_by="account",
+                    keyed_summary={"n_keys": 2},
+                ),
             )
-            job = repository.create_job(
+            job = job_store.create_job(
                 session,
-                dataset_id=dataset.id,
-                algorithm="auto",
-                n_components=1,
-                params={},
-                fit_intercept=True,
-                holdout_fraction=0.0,
-                max_attempts=2,
-                split_by="account",
-                keys_per_shard=1,
+                job_store.JobRecord(
+                    dataset_id=dataset.id,
+                    algorithm="auto",
+                    n_components=1,
+                    params={},
+                    fit_intercept=True,
+                    holdout_fraction=0.0,
+                    max_attempts=2,
+                    split_by="account",
+                    keys_per_shard=1,
+                ),
             )
-            repository.claim_job(session, job_id=job.id, worker_id="w", now=repository.utcnow())
+            job_store.claim_job(session, job_id=job.id, worker_id="w", now=utcnow())
             rows = [np.array([0, 1, 2]), np.array([3])]
-            assert repository.plan_job_shards(
+            assert shard_store.plan_job_shards(
                 session, job_id=job.id, shards=[(1, rows[0]), (1, rows[1])]
             )
             # A plan is made once per job.
-            assert not repository.plan_job_shards(session, job_id=job.id, shards=[])
-            now = repository.utcnow()
+            assert not shard_store.plan_job_shards(session, job_id=job.id, shards=[])
+            now = utcnow()
             claims = [
-                repository.claim_job_shard(
+                shard_store.claim_job_shard(
                     session, job_id=job.id, claimant=claimant, now=now, stale_before=now
                 )
                 for claimant in ("a", "b")
@@ -715,19 +726,19 @@ def test_revision_0012_stores_keyed_chunks_with_their_model_and_its_downgrade_dr
             ]
             # Both are held and fresh: nothing is free until a heartbeat is stale.
             assert (
-                repository.claim_job_shard(
+                shard_store.claim_job_shard(
                     session, job_id=job.id, claimant="c", now=now, stale_before=now
                 )
                 is None
             )
             later = now + timedelta(seconds=10)
-            assert repository.beat_job_shards(session, job_id=job.id, claimant="a", now=later)
-            stolen = repository.claim_job_shard(
+            assert shard_store.beat_job_shards(session, job_id=job.id, claimant="a", now=later)
+            stolen = shard_store.claim_job_shard(
                 session, job_id=job.id, claimant="c", now=later, stale_before=later
             )
             assert stolen is not None and stolen.position == 1
             for position, keys, claimant in ((0, ["a"], "a"), (1, ["b"], "c")):
-                assert repository.store_job_shard(
+                assert shard_store.store_job_shard(
                     session,
                     job_id=job.id,
                     position=position,
@@ -736,7 +747,7 @@ def test_revision_0012_stores_keyed_chunks_with_their_model_and_its_downgrade_dr
                     arrays={"keys": np.array(keys), "coef": np.full((1, 1, 1), 2.0 + position)},
                 )
             # The claimant whose claim went stale stores nothing; a shard is stored once.
-            assert not repository.store_job_shard(
+            assert not shard_store.store_job_shard(
                 session,
                 job_id=job.id,
                 position=1,
@@ -744,19 +755,19 @@ def test_revision_0012_stores_keyed_chunks_with_their_model_and_its_downgrade_dr
                 worker_id="worker-b",
                 arrays={"keys": np.array(["b"]), "coef": np.full((1, 1, 1), 9.0)},
             )
-            counts = repository.job_shard_counts(session, job_id=job.id)
+            counts = shard_store.job_shard_counts(session, job_id=job.id)
             assert (counts.n_shards, counts.done, counts.keys_done) == (2, 2, 2)
-            assert repository.stored_job_shards(session, job_id=job.id) == [0, 1]
-            repository.publish_job_shards(session, job_id=job.id, model_id=model.id)
-            assert repository.stored_job_shards(session, job_id=job.id) == []
-            assert repository.job_shard_counts(session, job_id=job.id).n_shards == 0
+            assert shard_store.stored_job_shards(session, job_id=job.id) == [0, 1]
+            shard_store.publish_job_shards(session, job_id=job.id, model_id=model.id)
+            assert shard_store.stored_job_shards(session, job_id=job.id) == []
+            assert shard_store.job_shard_counts(session, job_id=job.id).n_shards == 0
             model_id, job_id = model.id, job.id
         with Session(engine) as session:
-            arrays = repository.load_keyed_arrays(session, model_id=model_id)
+            arrays = model_store.load_keyed_arrays(session, model_id=model_id)
             assert arrays["keys"].tolist() == ["a", "b"]
             assert arrays["coef"].ravel().tolist() == [2.0, 3.0]
             with pytest.raises(ValueError, match="objects"):
-                repository.store_job_shard(
+                shard_store.store_job_shard(
                     session,
                     job_id=job_id,
                     position=2,

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from sqlalchemy.orm import Session
 
-from models_store import repository
+from models_store import jobs as job_store
+from models_store import models as model_store
 from models_store.session import session_scope
 from models_store.tables import Model
 
@@ -56,16 +57,18 @@ def model_fields(dataset_id: str, **overrides: Any) -> dict[str, Any]:
 
 
 def create_model(session: Session, dataset_id: str, **overrides: Any) -> Model:
-    return repository.create_model(session, **model_fields(dataset_id, **overrides))
+    return model_store.create_model(
+        session, model_store.ModelRecord(**model_fields(dataset_id, **overrides))
+    )
 
 
 def test_model_numbers_round_trip_bit_exact(db_sessionmaker, dataset_id):
     fields = model_fields(dataset_id)
     with session_scope(db_sessionmaker) as session:
-        model_id = repository.create_model(session, **fields).id
+        model_id = model_store.create_model(session, model_store.ModelRecord(**fields)).id
 
     with session_scope(db_sessionmaker) as session:
-        model = repository.get_model(session, model_id=model_id)
+        model = model_store.get_model(session, model_id=model_id)
         assert model is not None
         np.testing.assert_array_equal(bits(model.coef), bits(fields["coef"]))
         np.testing.assert_array_equal(bits(model.intercept), bits(fields["intercept"]))
@@ -101,16 +104,16 @@ def test_create_model_refuses_inconsistent_numbers(db_sessionmaker, dataset_id, 
     with session_scope(db_sessionmaker) as session:
         with pytest.raises(ValueError, match=message):
             create_model(session, dataset_id, **overrides)
-        assert repository.list_models(session, limit=10, offset=0) == ([], 0)
+        assert model_store.list_models(session, limit=10, offset=0) == ([], 0)
 
 
 def test_list_models_pages_newest_first(db_sessionmaker, dataset_id):
     with session_scope(db_sessionmaker) as session:
         created = [create_model(session, dataset_id, name=f"m{i}").id for i in range(3)]
     with session_scope(db_sessionmaker) as session:
-        page, total = repository.list_models(session, limit=2, offset=0)
+        page, total = model_store.list_models(session, limit=2, offset=0)
         assert ([m.id for m in page], total) == ([created[2], created[1]], 3)
-        page, total = repository.list_models(session, limit=2, offset=2)
+        page, total = model_store.list_models(session, limit=2, offset=2)
         assert ([m.id for m in page], total) == ([created[0]], 3)
 
 
@@ -120,9 +123,9 @@ def test_delete_model_removes_it_and_leaves_the_job_reference(
     with session_scope(db_sessionmaker) as session:
         job = make_job(session)
         model = create_model(session, dataset_id, job_id=job.id)
-        claimed = repository.claim_next_job(session, worker_id="w", now=job.created_at)
+        claimed = job_store.claim_next_job(session, worker_id="w", now=job.created_at)
         assert claimed is not None
-        assert repository.finish_job(
+        assert job_store.finish_job(
             session,
             job_id=job.id,
             worker_id="w",
@@ -133,15 +136,15 @@ def test_delete_model_removes_it_and_leaves_the_job_reference(
         job_id, model_id = job.id, model.id
 
     with session_scope(db_sessionmaker) as session:
-        assert repository.get_model(session, model_id=model_id) is not None
-        assert repository.delete_model(session, model_id=model_id) is True
-        assert repository.get_model(session, model_id=model_id) is None
-        assert repository.delete_model(session, model_id=model_id) is False
+        assert model_store.get_model(session, model_id=model_id) is not None
+        assert model_store.delete_model(session, model_id=model_id) is True
+        assert model_store.get_model(session, model_id=model_id) is None
+        assert model_store.delete_model(session, model_id=model_id) is False
 
     with session_scope(db_sessionmaker) as session:
-        assert repository.get_model(session, model_id=model_id) is None
-        assert repository.list_models(session, limit=10, offset=0) == ([], 0)
-        job = repository.get_job(session, job_id=job_id)
+        assert model_store.get_model(session, model_id=model_id) is None
+        assert model_store.list_models(session, limit=10, offset=0) == ([], 0)
+        job = job_store.get_job(session, job_id=job_id)
         assert job is not None and job.model_id == model_id
 
 
@@ -150,10 +153,10 @@ def test_deleting_a_job_nulls_the_model_job_reference(db_sessionmaker, dataset_i
         job = make_job(session)
         model_id = create_model(session, dataset_id, job_id=job.id).id
     with session_scope(db_sessionmaker) as session:
-        job = repository.get_job(session, job_id=job.id)
+        job = job_store.get_job(session, job_id=job.id)
         session.delete(job)
     with session_scope(db_sessionmaker) as session:
-        model = repository.get_model(session, model_id=model_id)
+        model = model_store.get_model(session, model_id=model_id)
         assert model is not None and model.job_id is None
 
 
@@ -182,7 +185,7 @@ def test_a_models_diagnostics_round_trip(db_sessionmaker, dataset_id):
             warnings=["stopped at max_iter=2 before converging"],
         ).id
     with session_scope(db_sessionmaker) as session:
-        model = repository.get_model(session, model_id=model_id)
+        model = model_store.get_model(session, model_id=model_id)
         assert model is not None
         assert (model.converged, model.log_likelihood, model.bic, model.n_parameters) == (
             False,
@@ -202,7 +205,7 @@ def test_a_models_diagnostics_round_trip(db_sessionmaker, dataset_id):
             }
         ]
         assert model.warnings == ["stopped at max_iter=2 before converging"]
-        plain = repository.get_model(session, model_id=plain_id)
+        plain = model_store.get_model(session, model_id=plain_id)
         assert plain is not None
         assert (plain.converged, plain.bic, plain.candidates, plain.warnings) == (
             None,

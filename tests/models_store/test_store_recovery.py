@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from models_store import repository
+from models_store import jobs as job_store
 from models_store.session import session_scope
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -21,12 +21,12 @@ def test_recover_stale_job_requeues_fails_or_leaves_one_job(db_sessionmaker, mak
         last_attempt = make_job(session, max_attempts=1).id
         queued = make_job(session).id
         for job_id in (fresh, stale, last_attempt):
-            assert repository.claim_job(session, job_id=job_id, worker_id="w1", now=at(0))
-        repository.heartbeat(session, job_id=fresh, worker_id="w1", now=at(50))
+            assert job_store.claim_job(session, job_id=job_id, worker_id="w1", now=at(0))
+        job_store.heartbeat(session, job_id=fresh, worker_id="w1", now=at(50))
 
     with session_scope(db_sessionmaker) as session:
         recover = {
-            job_id: repository.recover_stale_job(
+            job_id: job_store.recover_stale_job(
                 session, job_id=job_id, stale_before=at(30), now=at(60)
             )
             for job_id in (fresh, stale, last_attempt, queued, "not-an-id")
@@ -39,10 +39,10 @@ def test_recover_stale_job_requeues_fails_or_leaves_one_job(db_sessionmaker, mak
         "not-an-id": None,
     }
     with session_scope(db_sessionmaker) as session:
-        assert repository.get_job(session, job_id=fresh).status == "running"
-        requeued = repository.get_job(session, job_id=stale)
+        assert job_store.get_job(session, job_id=fresh).status == "running"
+        requeued = job_store.get_job(session, job_id=stale)
         assert (requeued.status, requeued.worker_id, requeued.attempts) == ("queued", None, 1)
-        failed = repository.get_job(session, job_id=last_attempt)
+        failed = job_store.get_job(session, job_id=last_attempt)
         assert failed.status == "failed"
         assert failed.error == (
             f"worker lost: no heartbeat since {at(0).isoformat()}; gave up after 1 attempts"
@@ -55,30 +55,30 @@ def test_release_job_hands_back_one_job_of_its_worker(db_sessionmaker, make_job)
         cancelled = make_job(session).id
         others = make_job(session).id
         for job_id, worker in ((mine, "w1"), (cancelled, "w1"), (others, "w2")):
-            assert repository.claim_job(session, job_id=job_id, worker_id=worker, now=at(0))
-        repository.request_cancel(session, job_id=cancelled, now=at(1))
+            assert job_store.claim_job(session, job_id=job_id, worker_id=worker, now=at(0))
+        job_store.request_cancel(session, job_id=cancelled, now=at(1))
 
     with session_scope(db_sessionmaker) as session:
-        assert repository.release_job(session, job_id=mine, worker_id="w1", now=at(2)) == "queued"
+        assert job_store.release_job(session, job_id=mine, worker_id="w1", now=at(2)) == "queued"
         assert (
-            repository.release_job(session, job_id=cancelled, worker_id="w1", now=at(2))
+            job_store.release_job(session, job_id=cancelled, worker_id="w1", now=at(2))
             == "cancelled"
         )
-        assert repository.release_job(session, job_id=others, worker_id="w1", now=at(2)) is None
+        assert job_store.release_job(session, job_id=others, worker_id="w1", now=at(2)) is None
     with session_scope(db_sessionmaker) as session:
-        released = repository.get_job(session, job_id=mine)
+        released = job_store.get_job(session, job_id=mine)
         assert (released.status, released.attempts, released.worker_id) == ("queued", 0, None)
-        assert repository.get_job(session, job_id=others).status == "running"
+        assert job_store.get_job(session, job_id=others).status == "running"
 
 
 def test_queued_jobs_without_task_are_those_no_task_carries(db_sessionmaker, make_job):
     with session_scope(db_sessionmaker) as session:
         untasked = make_job(session).id
         tasked = make_job(session).id
-        repository.set_task_id(session, job_id=tasked, task_id=41)
+        job_store.set_task_id(session, job_id=tasked, task_id=41)
         running = make_job(session).id
-        repository.claim_job(session, job_id=running, worker_id="w1", now=at(0))
+        job_store.claim_job(session, job_id=running, worker_id="w1", now=at(0))
 
     with session_scope(db_sessionmaker) as session:
-        assert repository.queued_jobs_without_task(session) == [untasked]
-        assert repository.get_job(session, job_id=tasked).task_id == 41
+        assert job_store.queued_jobs_without_task(session) == [untasked]
+        assert job_store.get_job(session, job_id=tasked).task_id == 41

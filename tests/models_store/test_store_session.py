@@ -10,7 +10,8 @@ import pytest
 from sqlalchemy import make_url
 from sqlalchemy.exc import IntegrityError, StatementError
 
-from models_store import repository
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
 from models_store.migrate import upgrade
 from models_store.session import (
     SQLITE_BUSY_TIMEOUT_S,
@@ -47,7 +48,7 @@ def test_sqlite_write_transactions_take_the_write_lock_when_they_begin(sqlite_ur
     try:
         with session_scope(make_sessionmaker(engine)) as session:
             # Only a read so far, yet the unit of work already holds the write lock.
-            assert repository.list_jobs(session, status=None, limit=1, offset=0) == ([], 0)
+            assert job_store.list_jobs(session, status=None, limit=1, offset=0) == ([], 0)
             with pytest.raises(sqlite3.OperationalError, match="database is locked"):
                 other.execute("BEGIN IMMEDIATE")
         other.execute("BEGIN IMMEDIATE")
@@ -62,7 +63,7 @@ def test_sqlite_reads_neither_take_nor_wait_for_the_write_lock(sqlite_url):
     engine = make_engine(sqlite_url)
     factory = make_sessionmaker(engine)
     with session_scope(factory) as session:
-        dataset = repository.create_dataset(
+        dataset = dataset_store.create_dataset(
             session,
             X=np.ones((2, 1)),
             y=np.ones(2),
@@ -70,36 +71,38 @@ def test_sqlite_reads_neither_take_nor_wait_for_the_write_lock(sqlite_url):
             target_name=None,
             name=None,
         )
-        job_id = repository.create_job(
+        job_id = job_store.create_job(
             session,
-            dataset_id=dataset.id,
-            algorithm="am",
-            n_components=1,
-            params={},
-            fit_intercept=True,
-            holdout_fraction=0.0,
-            max_attempts=1,
+            job_store.JobRecord(
+                dataset_id=dataset.id,
+                algorithm="am",
+                n_components=1,
+                params={},
+                fit_intercept=True,
+                holdout_fraction=0.0,
+                max_attempts=1,
+            ),
         ).id
     writer = sqlite3.connect(make_url(sqlite_url).database, timeout=0, isolation_level=None)
     try:
         with read_scope(factory) as session:
-            jobs, _ = repository.list_jobs(session, status=None, limit=5, offset=0)
+            jobs, _ = job_store.list_jobs(session, status=None, limit=5, offset=0)
             assert [job.id for job in jobs] == [job_id]
             # A writer gets the lock while the read goes on ...
             writer.execute("BEGIN IMMEDIATE")
             writer.execute("UPDATE jobs SET name = 'renamed'")
             # ... and the read keeps its snapshot.
-            job = repository.get_job(session, job_id=job_id)
+            job = job_store.get_job(session, job_id=job_id)
             assert job is not None and job.name is None
         started = time.monotonic()
         with read_scope(factory) as session:
             # The writer still holds the lock: a read neither waits for it nor sees its change.
-            job = repository.get_job(session, job_id=job_id)
+            job = job_store.get_job(session, job_id=job_id)
             assert job is not None and job.name is None
         assert time.monotonic() - started < SQLITE_BUSY_TIMEOUT_S / 2
         writer.execute("COMMIT")
         with read_scope(factory) as session:
-            job = repository.get_job(session, job_id=job_id)
+            job = job_store.get_job(session, job_id=job_id)
             assert job is not None and job.name == "renamed"
     finally:
         writer.close()
@@ -111,16 +114,16 @@ def test_an_exception_in_the_unit_of_work_leaves_nothing_written(db_sessionmaker
         pytest.raises(RuntimeError, match="fit exploded"),
         session_scope(db_sessionmaker) as session,
     ):
-        dataset = repository.create_dataset(
+        dataset = dataset_store.create_dataset(
             session, X=np.ones((2, 1)), y=np.ones(2), feature_names=None, target_name=None, name="x"
         )
         make_job(session, dataset_id=dataset.id)
         raise RuntimeError("fit exploded")
 
     with session_scope(db_sessionmaker) as session:
-        datasets, _ = repository.list_datasets(session, limit=10, offset=0)
+        datasets, _ = dataset_store.list_datasets(session, limit=10, offset=0)
         assert [d.name for d in datasets] == ["small"]  # only the fixture's dataset
-        assert repository.list_jobs(session, status=None, limit=10, offset=0) == ([], 0)
+        assert job_store.list_jobs(session, status=None, limit=10, offset=0) == ([], 0)
 
 
 def test_a_failed_statement_rolls_back_the_earlier_writes_of_its_unit(db_sessionmaker, make_job):
@@ -128,14 +131,14 @@ def test_a_failed_statement_rolls_back_the_earlier_writes_of_its_unit(db_session
         make_job(session, idempotency_key="taken")
 
     with pytest.raises(IntegrityError), session_scope(db_sessionmaker) as session:
-        repository.create_dataset(
+        dataset_store.create_dataset(
             session, X=np.ones((2, 1)), y=np.ones(2), feature_names=None, target_name=None, name="y"
         )
         make_job(session, idempotency_key="taken")
 
     with session_scope(db_sessionmaker) as session:
-        assert repository.list_datasets(session, limit=10, offset=0)[1] == 1
-        assert repository.list_jobs(session, status=None, limit=10, offset=0)[1] == 1
+        assert dataset_store.list_datasets(session, limit=10, offset=0)[1] == 1
+        assert job_store.list_jobs(session, status=None, limit=10, offset=0)[1] == 1
 
 
 def test_make_engine_does_not_connect():

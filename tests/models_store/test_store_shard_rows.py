@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from sqlalchemy import event
 
-from models_store import repository
+from models_store import datasets as dataset_store
+from models_store import shards as shard_store
 from models_store.session import session_scope
 
 N_FEATURES = 3
@@ -28,22 +29,22 @@ N_CHUNKS = 200  # 100,000 rows
     ],
 )
 def test_row_indices_survive_their_encoding(rows):
-    decoded = repository.decode_rows(repository.encode_rows(rows.astype(np.int64)))
+    decoded = shard_store.decode_rows(shard_store.encode_rows(rows.astype(np.int64)))
     assert decoded.dtype == np.int64
     np.testing.assert_array_equal(decoded, rows)
 
 
 def test_runs_are_stored_in_less_than_their_rows():
     rows = np.arange(0, 200_000, dtype=np.int64)
-    assert len(repository.encode_rows(rows)) < 2_000
+    assert len(shard_store.encode_rows(rows)) < 2_000
     scattered = np.arange(0, 400_000, 2, dtype=np.int64)
     # Scattered rows: 4 bytes each (and the .npz's own few hundred bytes).
-    assert len(repository.encode_rows(scattered)) < 4 * 200_000 + 1_000
+    assert len(shard_store.encode_rows(scattered)) < 4 * 200_000 + 1_000
 
 
 @pytest.fixture
 def accounts_id(db_sessionmaker, monkeypatch) -> str:
-    monkeypatch.setattr(repository, "DATASET_CHUNK_BYTES", 8 * N_FEATURES * CHUNK_ROWS)
+    monkeypatch.setattr(dataset_store, "DATASET_CHUNK_BYTES", 8 * N_FEATURES * CHUNK_ROWS)
     n_rows = CHUNK_ROWS * N_CHUNKS
     rows = np.arange(n_rows, dtype=np.float64)
     # Each row's features name it; the account of row i is i % 1000 (as text), so an
@@ -51,7 +52,7 @@ def accounts_id(db_sessionmaker, monkeypatch) -> str:
     X = np.column_stack([rows, 2 * rows, 3 * rows])
     account = np.array([f"a{i % 1000}" for i in range(n_rows)], dtype=object)
     with session_scope(db_sessionmaker) as session:
-        return repository.create_dataset(
+        return dataset_store.create_dataset(
             session,
             X=X,
             y=-rows,
@@ -65,7 +66,7 @@ def accounts_id(db_sessionmaker, monkeypatch) -> str:
 def read(db_sessionmaker, dataset_id: str, rows: np.ndarray):
     chunks_fetched = []
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.get_dataset(session, dataset_id=dataset_id)
+        dataset = dataset_store.get_dataset(session, dataset_id=dataset_id)
         assert dataset is not None
 
         def count(conn, cursor, statement, parameters, context, executemany):
@@ -76,7 +77,7 @@ def read(db_sessionmaker, dataset_id: str, rows: np.ndarray):
         event.listen(engine, "before_cursor_execute", count)
         tracemalloc.start()
         try:
-            X, y, keys = repository.read_dataset_rows(
+            X, y, keys = dataset_store.read_dataset_rows(
                 session, dataset=dataset, rows=rows, column="account"
             )
             _, peak = tracemalloc.get_traced_memory()

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store import repository
+from models_store import jobs as job_store
 from models_store.session import session_scope
 from models_store.tables import Dataset, Job, Model
 from service.config import Settings
@@ -92,7 +92,7 @@ def run_queued_jobs(app_sessionmaker: sessionmaker[Session], settings: Settings)
         statuses = []
         while True:
             with session_scope(app_sessionmaker) as session:
-                job = repository.claim_next_job(
+                job = job_store.claim_next_job(
                     session, worker_id="test-worker", now=datetime.now(UTC)
                 )
                 if job is None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from models_store import repository
+from models_store import datasets as dataset_store
 from models_store.session import session_scope
 from service.config import Settings
 from service.main import create_app
@@ -566,7 +566,7 @@ def test_a_stored_dataset_too_large_to_square_fails_its_job_with_a_clear_error(
     # Stored directly: uploads of such data are refused, but older datasets may hold it.
     X = np.arange(20.0).reshape(10, 2)
     with session_scope(app_sessionmaker) as session:
-        dataset_id = repository.create_dataset(
+        dataset_id = dataset_store.create_dataset(
             session,
             X=X,
             y=np.full(10, 1e200),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models_store import repository
+from models_store import datasets as dataset_store
 from models_store.session import session_scope
 from service.data import columns
 from service.errors import InvalidInputError
@@ -18,7 +18,7 @@ N_ROWS = 50
 def dataset_id(db_sessionmaker) -> str:
     rng = np.random.default_rng(0)
     with session_scope(db_sessionmaker) as session:
-        return repository.create_dataset(
+        return dataset_store.create_dataset(
             session,
             X=rng.standard_normal((N_ROWS, 2)),
             y=rng.standard_normal(N_ROWS),
@@ -34,7 +34,7 @@ def dataset_id(db_sessionmaker) -> str:
 
 def test_columns_of_the_right_types_are_checked_and_loaded(db_sessionmaker, dataset_id):
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.get_dataset(session, dataset_id=dataset_id)
+        dataset = dataset_store.get_dataset(session, dataset_id=dataset_id)
         wanted = {"groups": "user", "weights": "weight", "keys": "user"}
         types = columns.check_columns(dataset, wanted, {"weights": {columns.NUMBER}})
         assert types == {"groups": "string", "weights": "number", "keys": "string"}
@@ -48,7 +48,7 @@ def test_a_missing_column_or_a_wrong_type_is_a_422_naming_field_and_column(
     db_sessionmaker, dataset_id
 ):
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.get_dataset(session, dataset_id=dataset_id)
+        dataset = dataset_store.get_dataset(session, dataset_id=dataset_id)
         with pytest.raises(InvalidInputError) as caught:
             columns.check_columns(dataset, {"groups": "usr"})
         assert caught.value.slug == "invalid-input"  # answered as a 422
@@ -61,7 +61,7 @@ def test_a_missing_column_or_a_wrong_type_is_a_422_naming_field_and_column(
         assert caught.value.detail == (
             "weights names 'user' which holds text; a number column is needed"
         )
-        plain = repository.create_dataset(
+        plain = dataset_store.create_dataset(
             session, X=np.eye(2), y=np.ones(2), feature_names=None, target_name=None, name=None
         )
         with pytest.raises(InvalidInputError, match="its extra columns are: none"):

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from models_store import repository
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
 from models_store.session import session_scope
 from service.config import Settings
 from service.data import json_bodies
@@ -23,20 +24,22 @@ def _claimed_slow_job(db_sessionmaker) -> str:
     X = rng.standard_normal((100_000, 5))
     y = np.abs(X).sum(axis=1) + 0.1 * rng.standard_normal(100_000)
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.create_dataset(
+        dataset = dataset_store.create_dataset(
             session, X=X, y=y, feature_names=None, target_name=None, name=None
         )
-        job_id = repository.create_job(
+        job_id = job_store.create_job(
             session,
-            dataset_id=dataset.id,
-            algorithm="auto",
-            n_components=4,
-            params={},
-            fit_intercept=True,
-            holdout_fraction=0.0,
-            max_attempts=1,
+            job_store.JobRecord(
+                dataset_id=dataset.id,
+                algorithm="auto",
+                n_components=4,
+                params={},
+                fit_intercept=True,
+                holdout_fraction=0.0,
+                max_attempts=1,
+            ),
         ).id
-        assert repository.claim_next_job(session, worker_id="w", now=datetime.now(UTC))
+        assert job_store.claim_next_job(session, worker_id="w", now=datetime.now(UTC))
     return job_id
 
 

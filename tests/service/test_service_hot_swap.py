@@ -15,7 +15,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Connection, Engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store import registry, repository
+from models_store import models as model_store
+from models_store import registry
+from models_store.common import utcnow
 from models_store.session import session_scope
 from service.config import Settings
 from service.jobs.retention import apply_retention
@@ -133,7 +135,7 @@ def test_a_move_and_delete_made_by_another_process_do_not_fail_a_prediction(
             session, name="reco", alias="production", version=2, changed_by=None
         )
     with session_scope(app_sessionmaker) as session:
-        assert repository.delete_model(session, model_id=versions[1])
+        assert model_store.delete_model(session, model_id=versions[1])
     wait_until_evicted(client, versions[1])
     assert answered_by(predict(client, "reco@production", X)) == (200, 2)
 
@@ -148,7 +150,7 @@ def test_retention_deleting_the_old_version_right_after_a_move_fails_no_predicti
     expired = apply_retention(
         app_sessionmaker,
         settings.model_copy(update={"model_retention_days": 0.0}),
-        now=repository.utcnow(),
+        now=utcnow(),
     )
     assert expired.expired_models == [versions[1]]
     wait_until_evicted(client, versions[1])

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from models_store import repository
+from models_store import datasets as dataset_store
 from service.data import datasets, ingest, staging
 from service.data.column_choice import ColumnChoice
 from service.data.ingest import DatasetLimits, DatasetTooLargeError, IngestError
@@ -232,7 +232,7 @@ def test_the_decoded_size_limit_counts_kept_bytes():
 
 
 def test_stored_chunks_are_bounded_by_the_bytes_of_kept_text(monkeypatch):
-    monkeypatch.setattr(repository, "DATASET_CHUNK_BYTES", 1_000)
+    monkeypatch.setattr(dataset_store, "DATASET_CHUNK_BYTES", 1_000)
     rng = np.random.default_rng(3)
     lengths = rng.integers(0, 200, 300)
     texts = np.array(["x" * int(length) for length in lengths], dtype=object)

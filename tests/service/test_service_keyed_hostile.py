@@ -14,7 +14,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store import repository
+from models_store import jobs as job_store
+from models_store import models as model_store
 from models_store.codecs import decode_arrays, encode_arrays
 from models_store.session import session_scope
 from models_store.tables import KeyedJobShard, KeyedJobShardClaim, KeyedModelChunk
@@ -68,7 +69,7 @@ def test_chunks_stored_fixed_width_and_compact_join_in_key_order():
 
 def claim(sessionmaker_: sessionmaker[Session]) -> str:
     with session_scope(sessionmaker_) as session:
-        job = repository.claim_next_job(session, worker_id="w", now=datetime.now(UTC))
+        job = job_store.claim_next_job(session, worker_id="w", now=datetime.now(UTC))
         assert job is not None
         return job.id
 
@@ -243,7 +244,7 @@ def test_a_keyed_model_stored_with_fixed_width_keys_is_still_served(
             np.savez(old_form, **{**arrays, "keys": arrays["keys"].astype(str)})
             chunk.data = old_form.getvalue()
     with session_scope(app_sessionmaker) as session:
-        loaded = repository.load_keyed_arrays(session, model_id=model_id)
+        loaded = model_store.load_keyed_arrays(session, model_id=model_id)
     assert loaded["keys"].tolist() == sorted(keys)
     assert loaded["keys"].dtype == object  # never padded to the longest key in memory
     at = sorted(keys).index(keys[2])

@@ -10,9 +10,13 @@ import numpy as np
 import pytest
 
 from mixreg import service_support
-from models_store import repository
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
+from models_store import models as model_store
 from models_store.session import session_scope
-from service.jobs.training import holdout_split, keyed_global_sample, plan_shards, run_job
+from service.jobs.fit_spec import holdout_split
+from service.jobs.shards import keyed_global_sample, plan_shards
+from service.jobs.training import run_job
 
 N_ACCOUNTS = 400
 ROWS_PER_ACCOUNT = 50
@@ -73,7 +77,7 @@ def test_a_plan_from_blocks_of_keys_is_that_of_the_whole_column(text):
 @pytest.fixture
 def accounts_job(db_sessionmaker, monkeypatch) -> str:
     """A claimed keyed job on 400 accounts of 50 rows each, stored by account in 40 chunks."""
-    monkeypatch.setattr(repository, "DATASET_CHUNK_BYTES", 8 * 3 * CHUNK_ROWS)
+    monkeypatch.setattr(dataset_store, "DATASET_CHUNK_BYTES", 8 * 3 * CHUNK_ROWS)
     rng = np.random.default_rng(1)
     account = np.repeat(np.arange(N_ACCOUNTS), ROWS_PER_ACCOUNT)
     X = rng.standard_normal((N_ROWS, 2))
@@ -81,7 +85,7 @@ def accounts_job(db_sessionmaker, monkeypatch) -> str:
     line = rng.integers(0, 2, size=N_ROWS)
     y = np.einsum("ij,ij->i", X, slopes[account, line]) + 0.05 * rng.standard_normal(N_ROWS)
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.create_dataset(
+        dataset = dataset_store.create_dataset(
             session,
             X=X,
             y=y,
@@ -90,21 +94,23 @@ def accounts_job(db_sessionmaker, monkeypatch) -> str:
             name=None,
             extra={"account": account.astype(np.float64)},
         )
-        repository.create_job(
+        job_store.create_job(
             session,
-            dataset_id=dataset.id,
-            algorithm="am",
-            n_components=2,
-            params={},
-            fit_intercept=True,
-            holdout_fraction=0.2,
-            max_attempts=1,
-            seed=0,
-            split_by="account",
-            keys_per_shard=KEYS_PER_SHARD,
+            job_store.JobRecord(
+                dataset_id=dataset.id,
+                algorithm="am",
+                n_components=2,
+                params={},
+                fit_intercept=True,
+                holdout_fraction=0.2,
+                max_attempts=1,
+                seed=0,
+                split_by="account",
+                keys_per_shard=KEYS_PER_SHARD,
+            ),
         )
     with session_scope(db_sessionmaker) as session:
-        return repository.claim_next_job(session, worker_id="w1", now=datetime.now(UTC)).id
+        return job_store.claim_next_job(session, worker_id="w1", now=datetime.now(UTC)).id
 
 
 def test_a_keyed_jobs_process_never_holds_every_row(
@@ -113,7 +119,7 @@ def test_a_keyed_jobs_process_never_holds_every_row(
     rows_read: list[int] = []
     key_blocks: list[int] = []
     whole_reads: list[str] = []
-    read_rows, iter_columns = repository.read_dataset_rows, repository.iter_dataset_columns
+    read_rows, iter_columns = dataset_store.read_dataset_rows, dataset_store.iter_dataset_columns
 
     def counted_read_rows(session, *, dataset, rows, column):
         rows_read.append(rows.size)
@@ -131,10 +137,10 @@ def test_a_keyed_jobs_process_never_holds_every_row(
 
         return refuse
 
-    monkeypatch.setattr(repository, "read_dataset_rows", counted_read_rows)
-    monkeypatch.setattr(repository, "iter_dataset_columns", counted_iter_columns)
+    monkeypatch.setattr(dataset_store, "read_dataset_rows", counted_read_rows)
+    monkeypatch.setattr(dataset_store, "iter_dataset_columns", counted_iter_columns)
     for name in ("iter_dataset_blocks", "load_dataset_arrays", "load_dataset_columns"):
-        monkeypatch.setattr(repository, name, whole(name))
+        monkeypatch.setattr(dataset_store, name, whole(name))
 
     status = run_job(
         accounts_job, migrated_database_url, worker_id="w1", keyed_global_rows=GLOBAL_ROWS
@@ -146,8 +152,8 @@ def test_a_keyed_jobs_process_never_holds_every_row(
     # The key column, twice (distinct keys, then rows to shards), one chunk at a time.
     assert key_blocks == [CHUNK_ROWS] * (2 * N_ROWS // CHUNK_ROWS)
     with session_scope(db_sessionmaker) as session:
-        job = repository.get_job(session, job_id=accounts_job)
-        model = repository.get_model(session, model_id=job.model_id)
+        job = job_store.get_job(session, job_id=accounts_job)
+        model = model_store.get_model(session, model_id=job.model_id)
         # The global model is fitted and scored on its sample, each row on its side of the
         # job's split.
         _, held = keyed_global_sample(N_ROWS, 0.2, 0, GLOBAL_ROWS)
@@ -162,13 +168,13 @@ def test_a_keyed_jobs_progress_moves_with_the_rows_fitted(
     """The global model fitted on every row takes its rows' share of the bar (16,000 training
     rows beside the keys' 20,000), not a fixed tenth that then jumps."""
     reports: list[tuple[float, int | None]] = []
-    update_progress = repository.update_progress
+    update_progress = job_store.update_progress
 
     def recorded(session, **fields):
         reports.append((fields["fraction"], fields["keys_done"]))
         return update_progress(session, **fields)
 
-    monkeypatch.setattr(repository, "update_progress", recorded)
+    monkeypatch.setattr(job_store, "update_progress", recorded)
     status = run_job(
         accounts_job,
         migrated_database_url,

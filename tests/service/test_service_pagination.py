@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from models_store import repository
+from models_store import models as model_store
 from models_store.session import session_scope
 from models_store.tables import Dataset
 
@@ -27,29 +27,31 @@ def add_job(client, X, y) -> str:
 
 def add_model(app_sessionmaker, dataset_id: str) -> str:
     with session_scope(app_sessionmaker) as session:
-        return repository.create_model(
+        return model_store.create_model(
             session,
-            job_id=None,
-            dataset_id=dataset_id,
-            name=None,
-            algorithm="am",
-            n_components=1,
-            n_features=2,
-            feature_names=["x0", "x1"],
-            fit_intercept=True,
-            params={},
-            seed=0,
-            coef=[[1.0, 2.0]],
-            intercept=[0.5],
-            shares=[1.0],
-            train_min_loss=0.1,
-            holdout_min_loss=None,
-            baseline={"train_min_loss": 0.2, "holdout_min_loss": None},
-            n_train=20,
-            n_holdout=0,
-            loss_history=[0.1],
-            n_iter=1,
-            fit_seconds=0.0,
+            model_store.ModelRecord(
+                job_id=None,
+                dataset_id=dataset_id,
+                name=None,
+                algorithm="am",
+                n_components=1,
+                n_features=2,
+                feature_names=["x0", "x1"],
+                fit_intercept=True,
+                params={},
+                seed=0,
+                coef=[[1.0, 2.0]],
+                intercept=[0.5],
+                shares=[1.0],
+                train_min_loss=0.1,
+                holdout_min_loss=None,
+                baseline={"train_min_loss": 0.2, "holdout_min_loss": None},
+                n_train=20,
+                n_holdout=0,
+                loss_history=[0.1],
+                n_iter=1,
+                fit_seconds=0.0,
+            ),
         ).id
 
 

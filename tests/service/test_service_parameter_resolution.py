@@ -11,8 +11,8 @@ import pytest
 from mixreg._subsample import capped_stirling2, stirling2
 from service.config import Settings
 from service.errors import InvalidInputError
+from service.jobs.fit_spec import FitSpec
 from service.jobs.submit import check_fit
-from service.jobs.training import FitSpec
 
 SETTINGS = Settings()
 # Loosely, for a busy machine: each k takes milliseconds on an idle one.

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models_store import repository
+from models_store import datasets as dataset_store
+from models_store import models as model_store
 from models_store.session import session_scope
 from service.errors import InvalidInputError, NotFoundError
 from service.serving.prediction import ModelCache, StoredLines, delete_model, load_lines, predict
@@ -61,7 +62,7 @@ class _NoDatabase:
 def test_load_lines_reads_the_database_once(db_sessionmaker):
     coef = np.array([[0.1, 0.2], [0.3, 0.4]]) / 3
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.create_dataset(
+        dataset = dataset_store.create_dataset(
             session,
             X=np.ones((2, 2)),
             y=np.ones(2),
@@ -69,34 +70,36 @@ def test_load_lines_reads_the_database_once(db_sessionmaker):
             target_name=None,
             name=None,
         )
-        model = repository.create_model(
+        model = model_store.create_model(
             session,
-            job_id=None,
-            dataset_id=dataset.id,
-            name=None,
-            algorithm="am",
-            n_components=2,
-            n_features=2,
-            feature_names=["a", "b"],
-            fit_intercept=True,
-            params={},
-            seed=0,
-            coef=coef,
-            intercept=[1 / 7, 2 / 7],
-            shares=[0.5, 0.5],
-            train_min_loss=1.0,
-            holdout_min_loss=None,
-            baseline={
-                "coef": [0.0, 0.0],
-                "intercept": 0.0,
-                "train_min_loss": 1.0,
-                "holdout_min_loss": None,
-            },
-            n_train=2,
-            n_holdout=0,
-            loss_history=[1.0],
-            n_iter=1,
-            fit_seconds=0.1,
+            model_store.ModelRecord(
+                job_id=None,
+                dataset_id=dataset.id,
+                name=None,
+                algorithm="am",
+                n_components=2,
+                n_features=2,
+                feature_names=["a", "b"],
+                fit_intercept=True,
+                params={},
+                seed=0,
+                coef=coef,
+                intercept=[1 / 7, 2 / 7],
+                shares=[0.5, 0.5],
+                train_min_loss=1.0,
+                holdout_min_loss=None,
+                baseline={
+                    "coef": [0.0, 0.0],
+                    "intercept": 0.0,
+                    "train_min_loss": 1.0,
+                    "holdout_min_loss": None,
+                },
+                n_train=2,
+                n_holdout=0,
+                loss_history=[1.0],
+                n_iter=1,
+                fit_seconds=0.1,
+            ),
         )
         model_id = model.id
     cache = ModelCache(capacity=4)

@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from models_store import repository
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
 from models_store.session import session_scope
 from service.config import Settings
 from service.jobs.queue import EmbeddedWorker
@@ -35,7 +36,7 @@ def worker(db_sessionmaker, migrated_database_url):
 def queue_jobs(sessionmaker, count: int, **job_fields) -> list[str]:
     rng = np.random.default_rng(0)
     with session_scope(sessionmaker) as session:
-        dataset = repository.create_dataset(
+        dataset = dataset_store.create_dataset(
             session,
             X=rng.standard_normal((40, 2)),
             y=rng.standard_normal(40),
@@ -53,13 +54,14 @@ def queue_jobs(sessionmaker, count: int, **job_fields) -> list[str]:
             **job_fields,
         }
         return [
-            repository.create_job(session, dataset_id=dataset.id, **fields).id for _ in range(count)
+            job_store.create_job(session, job_store.JobRecord(dataset_id=dataset.id, **fields)).id
+            for _ in range(count)
         ]
 
 
 def job_of(sessionmaker, job_id):
     with session_scope(sessionmaker) as session:
-        return repository.get_job(session, job_id=job_id)
+        return job_store.get_job(session, job_id=job_id)
 
 
 def statuses_of(sessionmaker, job_ids) -> list[str]:
@@ -93,7 +95,7 @@ def test_runs_at_most_the_configured_number_of_fits_at_once(worker, db_sessionma
     assert statuses_of(db_sessionmaker, job_ids) == ["running", "running", "queued"]
 
     with session_scope(db_sessionmaker) as session:
-        repository.request_cancel(session, job_id=job_ids[0])
+        job_store.request_cancel(session, job_id=job_ids[0])
     run_until(worker, lambda: job_of(db_sessionmaker, job_ids[2]).status == "running")
     assert statuses_of(db_sessionmaker, job_ids) == ["cancelled", "running", "running"]
     assert sorted(worker._running) == sorted(job_ids[1:])
@@ -129,7 +131,7 @@ def test_jobs_of_a_lost_worker_are_requeued_and_run(worker, db_sessionmaker):
     [job_id] = queue_jobs(db_sessionmaker, 1)
     long_ago = datetime.now(UTC) - timedelta(minutes=5)
     with session_scope(db_sessionmaker) as session:
-        repository.claim_next_job(session, worker_id="dead-worker", now=long_ago)
+        job_store.claim_next_job(session, worker_id="dead-worker", now=long_ago)
     run_until(worker, lambda: job_of(db_sessionmaker, job_id).status == "succeeded")
     job = job_of(db_sessionmaker, job_id)
     assert (job.attempts, job.worker_id) == (2, worker.worker_id)

@@ -14,15 +14,18 @@ from pydantic import TypeAdapter
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from models_store import migrate, repository
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
+from models_store import migrate
+from models_store import models as model_store
 from models_store.session import make_engine, make_sessionmaker, session_scope
 from models_store.tables import Dataset, Job
 from service.config import SettingsError, load_settings
+from service.fit_schemas import FitRequest
 from service.jobs.procrastinate_worker import claim_for_task
 from service.jobs.submit import prepare_fit, submit_fit
 from service.jobs.task_queue import FIT_QUEUE, FIT_TASK, FitTaskQueue
 from service.main import create_app
-from service.schemas import FitRequest
 from service.serving.cache_check import evict_deleted_models
 from service.serving.prediction import ModelCache, StoredLines
 
@@ -73,7 +76,7 @@ def test_a_job_and_its_task_are_committed_together(postgres_sessions):
         job_id = submit(session, FitTaskQueue().enqueue)
 
     with session_scope(postgres_sessions) as session:
-        job = repository.get_job(session, job_id=job_id)
+        job = job_store.get_job(session, job_id=job_id)
         task = session.execute(
             text("SELECT id, task_name, queue_name, status, args FROM procrastinate_jobs")
         ).one()
@@ -82,7 +85,7 @@ def test_a_job_and_its_task_are_committed_together(postgres_sessions):
 
 def test_a_failure_between_insert_and_defer_leaves_neither(postgres_sessions):
     def fail_before_defer(session: Session, job_id: str) -> None:
-        assert repository.get_job(session, job_id=job_id) is not None  # inserted, uncommitted
+        assert job_store.get_job(session, job_id=job_id) is not None  # inserted, uncommitted
         raise InjectedError
 
     with pytest.raises(InjectedError), session_scope(postgres_sessions) as session:
@@ -110,12 +113,12 @@ def test_cancelling_a_queued_job_cancels_its_task_in_the_same_transaction(postgr
         job_id = submit(session, queue.enqueue)
 
     with session_scope(postgres_sessions) as session:
-        job = repository.request_cancel(session, job_id=job_id)
+        job = job_store.request_cancel(session, job_id=job_id)
         assert job is not None and job.task_id is not None
         assert queue.abort(session, job.task_id)
 
     with session_scope(postgres_sessions) as session:
-        assert repository.get_job(session, job_id=job_id).status == "cancelled"
+        assert job_store.get_job(session, job_id=job_id).status == "cancelled"
         assert session.scalar(text("SELECT status FROM procrastinate_jobs")) == "cancelled"
         assert not queue.abort(session, job.task_id)  # nothing left to cancel
 
@@ -217,45 +220,47 @@ def test_the_worker_command_needs_the_procrastinate_mode():
 
 def test_models_deleted_elsewhere_leave_the_cache(db_sessionmaker):
     with session_scope(db_sessionmaker) as session:
-        dataset_id = repository.create_dataset(
+        dataset_id = dataset_store.create_dataset(
             session, X=np.eye(3), y=np.ones(3), feature_names=None, target_name=None, name=None
         ).id
         model_ids = [
-            repository.create_model(
+            model_store.create_model(
                 session,
-                job_id=None,
-                dataset_id=dataset_id,
-                name=None,
-                algorithm="am",
-                n_components=1,
-                n_features=3,
-                feature_names=["a", "b", "c"],
-                fit_intercept=True,
-                params={},
-                seed=0,
-                coef=[[1.0, 2.0, 3.0]],
-                intercept=[0.5],
-                shares=[1.0],
-                train_min_loss=0.0,
-                holdout_min_loss=None,
-                baseline={},
-                n_train=3,
-                n_holdout=0,
-                loss_history=[0.0],
-                n_iter=1,
-                fit_seconds=0.0,
+                model_store.ModelRecord(
+                    job_id=None,
+                    dataset_id=dataset_id,
+                    name=None,
+                    algorithm="am",
+                    n_components=1,
+                    n_features=3,
+                    feature_names=["a", "b", "c"],
+                    fit_intercept=True,
+                    params={},
+                    seed=0,
+                    coef=[[1.0, 2.0, 3.0]],
+                    intercept=[0.5],
+                    shares=[1.0],
+                    train_min_loss=0.0,
+                    holdout_min_loss=None,
+                    baseline={},
+                    n_train=3,
+                    n_holdout=0,
+                    loss_history=[0.0],
+                    n_iter=1,
+                    fit_seconds=0.0,
+                ),
             ).id
             for _ in range(3)
         ]
     cache = ModelCache(capacity=8)
     with session_scope(db_sessionmaker) as session:
         for model_id in model_ids:
-            cache.put(StoredLines.of_model(repository.get_model(session, model_id=model_id)))
+            cache.put(StoredLines.of_model(model_store.get_model(session, model_id=model_id)))
     assert evict_deleted_models(cache, db_sessionmaker) == []
 
     # Deleted through another process: this one's cache still holds it until the check.
     with session_scope(db_sessionmaker) as session:
-        assert repository.delete_model(session, model_id=model_ids[1])
+        assert model_store.delete_model(session, model_id=model_ids[1])
 
     assert evict_deleted_models(cache, db_sessionmaker) == [model_ids[1]]
     assert sorted(cache.model_ids()) == sorted([model_ids[0], model_ids[2]])
@@ -264,7 +269,7 @@ def test_models_deleted_elsewhere_leave_the_cache(db_sessionmaker):
 
 def job_row(session_factory, job_id: str) -> tuple:
     with session_scope(session_factory) as session:
-        job = repository.get_job(session, job_id=job_id)
+        job = job_store.get_job(session, job_id=job_id)
         assert job is not None
         return (job.status, job.worker_id, job.attempts, job.started_at, job.finished_at)
 
@@ -288,11 +293,11 @@ def test_a_retried_task_leaves_a_job_that_is_not_queued_alone(postgres_sessions,
         job_id = submit(session, FitTaskQueue().enqueue)
     with session_scope(postgres_sessions) as session:
         if state == "cancelled":
-            repository.request_cancel(session, job_id=job_id, now=now)
+            job_store.request_cancel(session, job_id=job_id, now=now)
         else:
-            assert repository.claim_job(session, job_id=job_id, worker_id="worker-a", now=now)
+            assert job_store.claim_job(session, job_id=job_id, worker_id="worker-a", now=now)
             if state != "running elsewhere":
-                repository.finish_job(
+                job_store.finish_job(
                     session, job_id=job_id, worker_id="worker-a", status=state, error=None, now=now
                 )
     before = job_row(postgres_sessions, job_id)

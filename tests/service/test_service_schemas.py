@@ -7,9 +7,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from mixreg import ALGORITHM_PARAMETERS, ALGORITHMS
 from service.config import Settings
+from service.fit_schemas import PARAMS_MODELS, FitRequest
 from service.jobs.submit import request_hash
 from service.main import create_app
-from service.schemas import PARAMS_MODELS, FitRequest
 
 fit_request = TypeAdapter(FitRequest)
 

@@ -13,14 +13,15 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session, sessionmaker
 
-from models_store import repository
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
 from models_store.session import session_scope
 from service.jobs.training import run_job
 
 HEARTBEAT_INTERVAL_S = 0.2
 STALE_AFTER_S = 1.5
 SLOW_LOAD_S = 4 * STALE_AFTER_S
-# The exit status of a fit process that found its attempt superseded (service.jobs.training).
+# The exit status of a fit process that found its attempt superseded (service.jobs.lease).
 EXIT_ATTEMPT_SUPERSEDED = 76
 
 
@@ -31,13 +32,13 @@ def _run_job_loading_slowly(
     is set once the process has imported the fit code (a worker's fork server has it
     imported beforehand)."""
     started.set()
-    read_blocks = repository.iter_dataset_blocks
+    read_blocks = dataset_store.iter_dataset_blocks
 
     def slow_blocks(session: Session, *, dataset: Any) -> Iterator[Any]:
         time.sleep(delay_s)
         yield from read_blocks(session, dataset=dataset)
 
-    repository.iter_dataset_blocks = slow_blocks  # type: ignore[assignment]
+    dataset_store.iter_dataset_blocks = slow_blocks  # type: ignore[assignment]
     run_job(
         job_id,
         database_url,
@@ -52,25 +53,27 @@ def _queue_job(factory: sessionmaker[Session]) -> str:
     X = rng.standard_normal((60, 1))
     y = np.where(rng.random(60) < 0.5, 2 * X[:, 0], -2 * X[:, 0])
     with session_scope(factory) as session:
-        dataset = repository.create_dataset(
+        dataset = dataset_store.create_dataset(
             session, X=X, y=y, feature_names=None, target_name=None, name=None
         )
-        return repository.create_job(
+        return job_store.create_job(
             session,
-            dataset_id=dataset.id,
-            algorithm="am-classic",
-            n_components=2,
-            params={},
-            fit_intercept=True,
-            holdout_fraction=0.0,
-            seed=0,
-            max_attempts=3,
+            job_store.JobRecord(
+                dataset_id=dataset.id,
+                algorithm="am-classic",
+                n_components=2,
+                params={},
+                fit_intercept=True,
+                holdout_fraction=0.0,
+                seed=0,
+                max_attempts=3,
+            ),
         ).id
 
 
 def _claim(factory: sessionmaker[Session], worker_id: str) -> int:
     with session_scope(factory) as session:
-        job = repository.claim_next_job(session, worker_id=worker_id, now=datetime.now(UTC))
+        job = job_store.claim_next_job(session, worker_id=worker_id, now=datetime.now(UTC))
         assert job is not None
         return job.attempts
 
@@ -79,7 +82,7 @@ def _reap(factory: sessionmaker[Session]) -> list[str]:
     """One round of the reaper: requeue the jobs whose heartbeat is older than STALE_AFTER_S."""
     now = datetime.now(UTC)
     with session_scope(factory) as session:
-        requeued, failed = repository.requeue_stale_jobs(
+        requeued, failed = job_store.requeue_stale_jobs(
             session, stale_before=now - timedelta(seconds=STALE_AFTER_S), now=now
         )
     return requeued + failed
@@ -98,7 +101,7 @@ def _fit_process(
     process.start()
     assert started.wait(120), "the fit process did not start"
     with session_scope(factory) as session:
-        assert repository.heartbeat(
+        assert job_store.heartbeat(
             session, job_id=job_id, worker_id=worker_id, now=datetime.now(UTC)
         )
     return process
@@ -123,7 +126,7 @@ def test_a_dataset_that_loads_for_longer_than_stale_after_is_not_a_lost_worker(
     assert reaped == []
     assert process.exitcode == 0
     with session_scope(db_sessionmaker) as session:
-        job = repository.get_job(session, job_id=job_id)
+        job = job_store.get_job(session, job_id=job_id)
         assert job is not None
         assert (job.status, job.attempts, job.error) == ("succeeded", 1, None)
 
@@ -134,12 +137,12 @@ def test_a_fit_process_whose_attempt_was_superseded_exits(migrated_database_url,
     # The first attempt would load for a minute: long enough to see whether it stops by itself.
     process = _fit_process(db_sessionmaker, job_id, migrated_database_url, "w", 60.0)
     with session_scope(db_sessionmaker) as session:
-        renewed = repository.get_job(session, job_id=job_id).heartbeat_at  # type: ignore[union-attr]
+        renewed = job_store.get_job(session, job_id=job_id).heartbeat_at  # type: ignore[union-attr]
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             with session_scope(db_sessionmaker) as session:
-                job = repository.get_job(session, job_id=job_id)
+                job = job_store.get_job(session, job_id=job_id)
                 assert job is not None and job.heartbeat_at is not None
                 if job.heartbeat_at > renewed:  # the fit process beats: it is loading
                     break
@@ -147,7 +150,7 @@ def test_a_fit_process_whose_attempt_was_superseded_exits(migrated_database_url,
         # The reaper takes the job away and the same worker claims it again: attempt 2.
         with session_scope(db_sessionmaker) as session:
             far_future = datetime.now(UTC) + timedelta(days=1)
-            requeued, _ = repository.requeue_stale_jobs(
+            requeued, _ = job_store.requeue_stale_jobs(
                 session, stale_before=far_future, now=datetime.now(UTC)
             )
             assert requeued == [job_id]
@@ -160,6 +163,6 @@ def test_a_fit_process_whose_attempt_was_superseded_exits(migrated_database_url,
             process.kill()
         process.join()
     with session_scope(db_sessionmaker) as session:
-        job = repository.get_job(session, job_id=job_id)
+        job = job_store.get_job(session, job_id=job_id)
         assert job is not None
         assert (job.status, job.attempts, job.worker_id) == ("running", 2, "w")

@@ -14,10 +14,13 @@ from mixreg import MixtureOfLinearRegressions, mixture_score, predict_lines
 from mixreg._loss import row_min_losses
 from mixreg._selection import LIKELIHOOD_DROP_SLACK
 from mixreg.datasets import make_realizable
-from models_store import repository
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
+from models_store import models as model_store
 from models_store.session import session_scope
 from service.config import Settings
-from service.jobs.training import holdout_split, run_job
+from service.jobs.fit_spec import holdout_split
+from service.jobs.training import run_job
 
 MAX_K_SWEEP = 6
 SEED = 1
@@ -328,37 +331,39 @@ def test_a_fit_worse_than_the_baseline_says_so(
 def test_models_stored_before_the_diagnostics_read_as_unknown(client, app_sessionmaker, data):
     X, y = data
     with session_scope(app_sessionmaker) as session:
-        dataset = repository.create_dataset(
+        dataset = dataset_store.create_dataset(
             session, X=X, y=y, feature_names=None, target_name=None, name=None
         )
-        model_id = repository.create_model(
+        model_id = model_store.create_model(
             session,
-            job_id=None,
-            dataset_id=dataset.id,
-            name=None,
-            algorithm="am",
-            n_components=1,
-            n_features=2,
-            feature_names=["x0", "x1"],
-            fit_intercept=True,
-            params={},
-            seed=0,
-            coef=[[1.0, 2.0]],
-            intercept=[0.5],
-            shares=[1.0],
-            train_min_loss=1.0,
-            holdout_min_loss=0.5,
-            baseline={
-                "coef": [1.0, 2.0],
-                "intercept": 0.0,
-                "train_min_loss": 2.0,
-                "holdout_min_loss": 0.75,
-            },
-            n_train=16,
-            n_holdout=4,
-            loss_history=[1.0],
-            n_iter=1,
-            fit_seconds=0.1,
+            model_store.ModelRecord(
+                job_id=None,
+                dataset_id=dataset.id,
+                name=None,
+                algorithm="am",
+                n_components=1,
+                n_features=2,
+                feature_names=["x0", "x1"],
+                fit_intercept=True,
+                params={},
+                seed=0,
+                coef=[[1.0, 2.0]],
+                intercept=[0.5],
+                shares=[1.0],
+                train_min_loss=1.0,
+                holdout_min_loss=0.5,
+                baseline={
+                    "coef": [1.0, 2.0],
+                    "intercept": 0.0,
+                    "train_min_loss": 2.0,
+                    "holdout_min_loss": 0.75,
+                },
+                n_train=16,
+                n_holdout=4,
+                loss_history=[1.0],
+                n_iter=1,
+                fit_seconds=0.1,
+            ),
         ).id
     model = client.get(f"/models/{model_id}").json()
     assert (model["converged"], model["log_likelihood"], model["bic"]) == (None, None, None)
@@ -376,7 +381,7 @@ def test_the_jobs_best_min_loss_is_the_chosen_models(
     response = client.post("/fit", json=inline(X, y, k=k, algorithm=algorithm))
     assert response.status_code == 202, response.text
     with session_scope(app_sessionmaker) as session:
-        claimed = repository.claim_next_job(session, worker_id="test", now=datetime.now(UTC))
+        claimed = job_store.claim_next_job(session, worker_id="test", now=datetime.now(UTC))
         assert claimed is not None
         job_id = claimed.id
     # Every progress report written: the last one is the search's, not the chosen model's.

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from models_store import repository
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
 from models_store.session import session_scope
 from service.config import Settings
 from service.jobs.supervisor import FitSupervisor, RunningFit
@@ -80,7 +81,7 @@ def test_the_time_limit_counts_from_the_end_of_the_data_load(db_sessionmaker, sq
     settings = Settings(database_url=sqlite_url, embedded_worker=False, job_time_limit_s=0.5)
     supervisor = FitSupervisor(session_factory=db_sessionmaker, settings=settings, worker_id="w")
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.create_dataset(
+        dataset = dataset_store.create_dataset(
             session,
             X=np.ones((3, 1)),
             y=np.ones(3),
@@ -88,17 +89,19 @@ def test_the_time_limit_counts_from_the_end_of_the_data_load(db_sessionmaker, sq
             target_name=None,
             name=None,
         )
-        job_id = repository.create_job(
+        job_id = job_store.create_job(
             session,
-            dataset_id=dataset.id,
-            algorithm="am",
-            n_components=1,
-            params={},
-            fit_intercept=True,
-            holdout_fraction=0.0,
-            max_attempts=1,
+            job_store.JobRecord(
+                dataset_id=dataset.id,
+                algorithm="am",
+                n_components=1,
+                params={},
+                fit_intercept=True,
+                holdout_fraction=0.0,
+                max_attempts=1,
+            ),
         ).id
-        assert repository.claim_next_job(session, worker_id="w", now=datetime.now(UTC))
+        assert job_store.claim_next_job(session, worker_id="w", now=datetime.now(UTC))
     context = multiprocessing.get_context("spawn")
     # Stands for a fit process that is still loading its data.
     process = context.Process(target=time.sleep, args=(60,))
@@ -127,6 +130,6 @@ def test_the_time_limit_counts_from_the_end_of_the_data_load(db_sessionmaker, sq
             process.kill()
         process.join()
     with session_scope(db_sessionmaker) as session:
-        job = repository.get_job(session, job_id=job_id)
+        job = job_store.get_job(session, job_id=job_id)
         assert job is not None
         assert (job.status, job.error) == ("failed", "time limit of 0.5 s exceeded")

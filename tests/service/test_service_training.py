@@ -9,12 +9,16 @@ import pytest
 from pydantic import TypeAdapter
 
 from mixreg import MixtureOfLinearRegressions, min_loss
-from models_store import repository
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
+from models_store import models as model_store
 from models_store.session import session_scope
 from service.errors import ConflictError, InvalidInputError, NotFoundError
+from service.fit_schemas import FitRequest
+from service.jobs.fit_spec import FitSpec, holdout_split
+from service.jobs.fitting import fit_mixture
 from service.jobs.submit import prepare_fit, submit_fit
-from service.jobs.training import FitSpec, fit_mixture, holdout_split, run_job
-from service.schemas import FitRequest
+from service.jobs.training import run_job
 
 fit_request = TypeAdapter(FitRequest)
 
@@ -93,9 +97,9 @@ def test_submit_fit_stores_inline_data_and_a_queued_job(db_sessionmaker, data):
         job_id = submission.job.id
     assert submission.created
     with session_scope(db_sessionmaker) as session:
-        job = repository.get_job(session, job_id=job_id)
-        dataset = repository.get_dataset(session, dataset_id=job.dataset_id)
-        stored_X, stored_y = repository.load_dataset_arrays(dataset)
+        job = job_store.get_job(session, job_id=job_id)
+        dataset = dataset_store.get_dataset(session, dataset_id=job.dataset_id)
+        stored_X, stored_y = dataset_store.load_dataset_arrays(dataset)
         assert (job.status, job.max_attempts, job.params["step_size"]) == ("queued", 5, "auto")
     np.testing.assert_array_equal(stored_X, X)
     np.testing.assert_array_equal(stored_y, y)
@@ -130,13 +134,13 @@ def test_submit_fit_replays_and_conflicts_on_idempotency_keys(db_sessionmaker, d
                 max_attempts=3,
                 max_k_sweep=20,
             )
-        assert repository.list_jobs(session, status=None, limit=10, offset=0)[1] == 1
+        assert job_store.list_jobs(session, status=None, limit=10, offset=0)[1] == 1
 
 
 def test_submit_fit_checks_what_mixreg_would_reject(db_sessionmaker, data):
     X, y = data
     with session_scope(db_sessionmaker) as session:
-        dataset = repository.create_dataset(
+        dataset = dataset_store.create_dataset(
             session, X=X, y=y, feature_names=None, target_name=None, name=None
         )
         with pytest.raises(InvalidInputError, match=r"^k=17 is more than the 16 training rows"):
@@ -164,13 +168,13 @@ def test_submit_fit_checks_what_mixreg_would_reject(db_sessionmaker, data):
                 max_attempts=3,
                 max_k_sweep=20,
             )
-        assert repository.list_jobs(session, status=None, limit=1, offset=0)[1] == 0
+        assert job_store.list_jobs(session, status=None, limit=1, offset=0)[1] == 0
 
 
 def queue_and_claim(sessionmaker, data, **job_fields) -> str:
     X, y = data
     with session_scope(sessionmaker) as session:
-        dataset = repository.create_dataset(
+        dataset = dataset_store.create_dataset(
             session, X=X, y=y, feature_names=["p", "q"], target_name="t", name=None
         )
         fields = {
@@ -183,9 +187,9 @@ def queue_and_claim(sessionmaker, data, **job_fields) -> str:
             "seed": 0,
             **job_fields,
         }
-        repository.create_job(session, dataset_id=dataset.id, **fields)
+        job_store.create_job(session, job_store.JobRecord(dataset_id=dataset.id, **fields))
     with session_scope(sessionmaker) as session:
-        job = repository.claim_next_job(session, worker_id="w1", now=datetime.now(UTC))
+        job = job_store.claim_next_job(session, worker_id="w1", now=datetime.now(UTC))
         return job.id
 
 
@@ -195,8 +199,8 @@ def test_run_job_stores_the_model_and_finishes_the_job(
     job_id = queue_and_claim(db_sessionmaker, data, name="named")
     assert run_job(job_id, migrated_database_url, worker_id="w1") == "succeeded"
     with session_scope(db_sessionmaker) as session:
-        job = repository.get_job(session, job_id=job_id)
-        model = repository.get_model(session, model_id=job.model_id)
+        job = job_store.get_job(session, job_id=job_id)
+        model = model_store.get_model(session, model_id=job.model_id)
         assert (job.status, job.error, job.progress_fraction) == ("succeeded", None, 1.0)
         assert job.finished_at is not None
         assert (model.job_id, model.name, model.feature_names) == (job_id, "named", ["p", "q"])
@@ -214,7 +218,7 @@ def test_run_job_fails_the_job_with_mixregs_message(db_sessionmaker, migrated_da
     job_id = queue_and_claim(db_sessionmaker, data, params={"step_size": -1.0})
     assert run_job(job_id, migrated_database_url) == "failed"
     with session_scope(db_sessionmaker) as session:
-        job = repository.get_job(session, job_id=job_id)
+        job = job_store.get_job(session, job_id=job_id)
         assert job.error == "step_size must be > 0; got -1.0"
         assert job.model_id is None
 
@@ -222,19 +226,19 @@ def test_run_job_fails_the_job_with_mixregs_message(db_sessionmaker, migrated_da
 def test_run_job_stops_when_cancel_was_requested(db_sessionmaker, migrated_database_url, data):
     job_id = queue_and_claim(db_sessionmaker, data)
     with session_scope(db_sessionmaker) as session:
-        repository.request_cancel(session, job_id=job_id)
+        job_store.request_cancel(session, job_id=job_id)
     assert run_job(job_id, migrated_database_url, progress_interval_s=0) == "cancelled"
     with session_scope(db_sessionmaker) as session:
-        job = repository.get_job(session, job_id=job_id)
+        job = job_store.get_job(session, job_id=job_id)
         assert job.status == "cancelled"
-        assert repository.list_models(session, limit=1, offset=0)[1] == 0
+        assert model_store.list_models(session, limit=1, offset=0)[1] == 0
 
 
 def test_run_job_leaves_a_job_of_another_worker_alone(db_sessionmaker, migrated_database_url, data):
     job_id = queue_and_claim(db_sessionmaker, data)
     assert run_job(job_id, migrated_database_url, worker_id="someone-else") == "lost"
     with session_scope(db_sessionmaker) as session:
-        job = repository.get_job(session, job_id=job_id)
+        job = job_store.get_job(session, job_id=job_id)
         assert (job.status, job.worker_id) == ("running", "w1")
 
 
@@ -253,8 +257,8 @@ def test_the_stored_holdout_loss_is_scored_on_exactly_the_holdout_rows(
     )
     assert run_job(job_id, migrated_database_url, worker_id="w1") == "succeeded"
     with session_scope(db_sessionmaker) as session:
-        job = repository.get_job(session, job_id=job_id)
-        model = repository.get_model(session, model_id=job.model_id)
+        job = job_store.get_job(session, job_id=job_id)
+        model = model_store.get_model(session, model_id=job.model_id)
 
     train, holdout = holdout_split(len(y), 0.3, seed=1)
     assert (model.n_train, model.n_holdout) == (len(train), len(holdout)) == (70, 30)

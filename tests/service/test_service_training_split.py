@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.jobs.training import FitSpec, TrainHoldout
+from service.jobs.fit_spec import FitSpec, TrainHoldout
 
 
 def spec(holdout_fraction: float, seed: int) -> FitSpec:

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
-from models_store import repository
+from models_store import datasets as dataset_store
 from service import limits
 from service.api import cursors
 from service.api.deps import SessionDep, SessionFactoryDep, SettingsDep, ValidDataset
@@ -213,10 +213,11 @@ async def create(
         )
     finally:
         upload.close()
-    response.headers["Location"] = stored.dataset.url
+    dataset = dataset_out(stored.dataset)
+    response.headers["Location"] = dataset.url
     if not stored.created:
         response.headers["Idempotent-Replayed"] = "true"
-    return stored.dataset.model_copy(update={"dropped_rows": dict(staged.dropped_rows)})
+    return dataset.model_copy(update={"dropped_rows": dict(staged.dropped_rows)})
 
 
 @router.get("", response_model=Page[DatasetOut])
@@ -228,7 +229,7 @@ def list_(
 ) -> Page[DatasetOut]:
     """Stored datasets, newest first."""
     after = cursors.page_key(cursor, offset=offset)
-    rows, total = repository.list_datasets(session, limit=limit + 1, offset=offset, after=after)
+    rows, total = dataset_store.list_datasets(session, limit=limit + 1, offset=offset, after=after)
     datasets, next_cursor = cursors.next_page(rows, limit)
     return Page[DatasetOut](
         items=[dataset_out(dataset) for dataset in datasets],

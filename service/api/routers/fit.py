@@ -10,8 +10,8 @@ from service import limits
 from service.api.deps import SessionDep, SettingsDep, TaskQueueDep, WorkerDep
 from service.api.routing import OffLoopFitRoute, prepared_fit
 from service.auth.middleware import ApiKeyDep
+from service.fit_schemas import FitAccepted, FitRequest, FitVariant
 from service.jobs.submit import prepare_fit, submit_fit
-from service.schemas import FitAccepted, FitRequest, FitVariant
 from service.views import job_url
 
 # Inline data make a body of tens of megabytes: parsed and validated in a child process.

@@ -22,6 +22,7 @@ from service import limits
 from service.api.errors import status_of
 from service.api.routers import health
 from service.config import Settings
+from service.data import model_references
 from service.errors import ServiceError
 from service.problems import PROBLEM_MEDIA_TYPE, problem_response
 from service.schemas_v2 import (
@@ -30,7 +31,7 @@ from service.schemas_v2 import (
     ModelMetadata,
     ServerMetadata,
 )
-from service.serving import inference_v2, references
+from service.serving import inference_v2
 from service.serving.endpoint import INLINE_ANSWER_VALUES, INLINE_BODY_BYTES, lines_of
 from service.serving.prediction import StoredLines
 
@@ -90,7 +91,7 @@ def _reference(model_name: str, version: str | None) -> str:
     """The model reference of the protocol's model name and version."""
     if version is None:
         return model_name
-    parsed = references.parse_reference(model_name)
+    parsed = model_references.parse_reference(model_name)
     if parsed.model_id is not None:
         inference_v2.check_version(model_name, version)
         return model_name

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Query
 
-from models_store import repository
+from models_store import jobs as job_store
 from models_store.tables import TERMINAL_JOB_STATUSES
 from service.api import cursors
 from service.api.deps import SessionDep, TaskQueueDep, ValidJob, WorkerDep
@@ -29,7 +29,7 @@ def list_(
 ) -> Page[JobOut]:
     """Jobs, newest first."""
     after = cursors.page_key(cursor, offset=offset)
-    rows, total = repository.list_jobs(
+    rows, total = job_store.list_jobs(
         session, status=status, limit=limit + 1, offset=offset, after=after
     )
     jobs, next_cursor = cursors.next_page(rows, limit)
@@ -65,7 +65,7 @@ def cancel(
     """Cancel a job: a queued job at once, a running fit within a second or two."""
     if job.status in TERMINAL_JOB_STATUSES:
         raise ConflictError(f"job {job.id} already finished with status {job.status}")
-    cancelled = repository.request_cancel(session, job_id=job.id)
+    cancelled = job_store.request_cancel(session, job_id=job.id)
     assert cancelled is not None  # it existed a moment ago in this transaction
     if task_queue is not None and cancelled.task_id is not None:
         # Committed with the job's flag: the worker running the task is told to abort it.

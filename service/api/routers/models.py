@@ -11,7 +11,8 @@ from fastapi.responses import StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.convertors import Convertor, register_url_convertor
 
-from models_store import registry, repository
+from models_store import models as model_store
+from models_store import registry
 from service.api import cursors
 from service.api.deps import (
     MODEL_REFERENCE,
@@ -24,6 +25,7 @@ from service.api.deps import (
     ValidModelVersion,
 )
 from service.api.routers.predict import PREDICT_RESPONSES, predict_body
+from service.data import model_references
 from service.schemas import (
     MAX_OFFSET,
     KeyLines,
@@ -33,7 +35,7 @@ from service.schemas import (
     Page,
     PredictResponse,
 )
-from service.serving import exports, formats, prediction, references
+from service.serving import exports, formats, prediction
 from service.serving.endpoint import lines_of, serve_predict
 from service.views import model_out, model_summary, model_url
 
@@ -74,7 +76,7 @@ def list_(
 ) -> Page[ModelSummary]:
     """Fitted models, newest first."""
     after = cursors.page_key(cursor, offset=offset)
-    rows, total = repository.list_models(session, limit=limit + 1, offset=offset, after=after)
+    rows, total = model_store.list_models(session, limit=limit + 1, offset=offset, after=after)
     models, next_cursor = cursors.next_page(rows, limit)
     versions = registry.versions_of_models(session, model_ids=[model.id for model in models])
     return Page[ModelSummary](
@@ -145,7 +147,7 @@ def import_(
     """Store a model from its export (from this or another server): the JSON document, or a
     keyed model's ``.zip`` archive (``Content-Type: application/zip``)."""
     if registered_model is not None:
-        references.check_name(registered_model, what="registered_model")
+        model_references.check_name(registered_model, what="registered_model")
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == exports.ARCHIVE_MEDIA_TYPE:
         model, version = exports.import_archive(
@@ -188,7 +190,7 @@ def export(model: ValidModel, session: SessionDep) -> Response:
             media_type=formats.JSON_MEDIA_TYPE,
             headers={"Content-Disposition": f'attachment; filename="model-{model.id}.json"'},
         )
-    keyed_arrays = repository.load_keyed_arrays(session, model_id=model.id)
+    keyed_arrays = model_store.load_keyed_arrays(session, model_id=model.id)
     document = exports.export_document(model, version, keyed_arrays)
     # Spooled: a large archive goes to a temporary file and out in blocks.
     # Closed by the response once sent (or below if writing fails), not by a with block.
@@ -236,7 +238,7 @@ def onnx(
         lines = replace(
             prediction.StoredLines.of_model(model),
             split_by=model.split_by,
-            keyed=prediction.keyed_lines(repository.load_keyed_arrays(session, model_id=model.id)),
+            keyed=prediction.keyed_lines(model_store.load_keyed_arrays(session, model_id=model.id)),
         )
         content = exports.onnx_keyed_model(lines, dtype=dtype)
         return Response(

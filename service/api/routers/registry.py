@@ -14,6 +14,7 @@ from models_store.tables import ModelAlias, ModelVersion, RegisteredModel
 from service.api import cursors
 from service.api.deps import ReferenceResolverDep, SessionDep
 from service.auth.middleware import ApiKeyDep
+from service.data import model_references
 from service.errors import ConflictError, NotFoundError
 from service.schemas import (
     AliasEventOut,
@@ -23,7 +24,6 @@ from service.schemas import (
     ModelVersionOut,
     RegisteredModelOut,
 )
-from service.serving import references
 
 router = APIRouter(prefix="/registered-models", tags=["registered-models"])
 
@@ -159,7 +159,7 @@ def set_alias(
     """Point an alias at a version, creating it or moving it atomically. This API process
     follows the move at once, every other within ``MIXREG_ALIAS_REFRESH_S`` seconds; the move
     is recorded (see ``GET /registered-models/{name}/alias-events``)."""
-    references.check_name(alias, what="the alias")
+    model_references.check_name(alias, what="the alias")
     _registered(session, name)
     version = registry.get_version(session, name=name, version=target.version)
     if version is None:

@@ -26,7 +26,7 @@ FloatArray = NDArray[np.float64]
 
 MAX_POINTS = 5000
 """At most this many rows are drawn; of a larger dataset, a seeded sample
-(``models_store.repository.sample_dataset_rows``)."""
+(``models_store.datasets.sample_dataset_rows``)."""
 
 # matplotlib's default cycle ("tab10"): the component colours of every picture.
 COMPONENT_COLOURS = (

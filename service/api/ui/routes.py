@@ -19,15 +19,18 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from sqlalchemy.orm import Session
 
-from models_store import registry, repository
+from models_store import datasets as dataset_store
+from models_store import jobs as job_store
+from models_store import models as model_store
+from models_store import registry
 from models_store.session import read_scope
 from models_store.tables import Job, Model, ModelVersion
 from service.api.deps import SessionFactoryDep
 from service.api.ui import plots, sign_in
 from service.auth.middleware import ApiKeyDep
+from service.data import model_references
 from service.errors import ConflictError, NotFoundError
 from service.schemas import GateOut
-from service.serving import references
 from service.views import job_out, model_out, model_summary
 
 HERE = Path(__file__).parent
@@ -71,13 +74,13 @@ def _title(kind: str, name: str | None, identifier: str) -> str:
 
 
 def _model_picture(session: Session, model: Model) -> plots.ModelPicture:
-    dataset = repository.get_dataset(session, dataset_id=model.dataset_id)
+    dataset = dataset_store.get_dataset(session, dataset_id=model.dataset_id)
     if dataset is None:
         raise NotFoundError(
             f"the dataset {model.dataset_id} of model {model.id} is gone (deleted, or the model "
             f"was imported); the picture needs its rows"
         )
-    X, y = repository.sample_dataset_rows(session, dataset=dataset, max_rows=plots.MAX_POINTS)
+    X, y = dataset_store.sample_dataset_rows(session, dataset=dataset, max_rows=plots.MAX_POINTS)
     shape = (model.n_components, model.n_features)
     # A keyed model's own lines are its global model's (every key's rows): the title says so,
     # since a key's lines would look different.
@@ -156,7 +159,7 @@ def model_plot(
     picture: plots.ModelPicture | None = None
     with read_scope(session_factory) as session:
         # By id, name@alias or version; the picture is the resolved model's.
-        model = references.get_model(session, model_id)
+        model = model_references.get_model(session, model_id)
         resolved_id = model.id
         etag = f'"model-{resolved_id}"'
         png = cache.get(resolved_id)
@@ -183,7 +186,7 @@ def sweep_plot(
     the preferred k marked."""
     etag = f'"sweep-{job_id}"'
     with read_scope(session_factory) as session:
-        job = repository.get_job(session, job_id=job_id)
+        job = job_store.get_job(session, job_id=job_id)
         if job is None:
             raise NotFoundError(f"job {job_id} does not exist")
         if job.k_values is None:
@@ -256,13 +259,13 @@ def overview(
 ) -> HTMLResponse:
     """Jobs with their progress, and models with their scores and pictures, a page of each."""
     with read_scope(session_factory) as session:
-        jobs, jobs_total = repository.list_jobs(
+        jobs, jobs_total = job_store.list_jobs(
             session, status=None, limit=PAGE_JOBS, offset=(jobs_page - 1) * PAGE_JOBS
         )
-        models, models_total = repository.list_models(
+        models, models_total = model_store.list_models(
             session, limit=PAGE_MODELS, offset=(models_page - 1) * PAGE_MODELS
         )
-        counts = repository.count_jobs_by_status(session)
+        counts = job_store.count_jobs_by_status(session)
         job_views = [job_out(job, caller=api_key) for job in jobs]
         versions = registry.versions_of_models(session, model_ids=[model.id for model in models])
         model_views = [model_summary(model, versions.get(model.id)) for model in models]
@@ -291,12 +294,12 @@ def overview(
 def model_page(request: Request, model_id: str, session_factory: SessionFactoryDep) -> HTMLResponse:
     """One model: its picture, lines, scores and warnings."""
     with read_scope(session_factory) as session:
-        model = references.get_model(session, model_id)
+        model = model_references.get_model(session, model_id)
         view = model_out(model, registry.version_of_model(session, model_id=model.id))
         table = (
             None
             if model.groups_column is None
-            else repository.load_group_table(session, model_id=model.id)
+            else model_store.load_group_table(session, model_id=model.id)
         )
     groups_per_line = (
         None if table is None else np.bincount(table.lines, minlength=view.n_components).tolist()

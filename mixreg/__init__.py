@@ -14,9 +14,6 @@ fitted lines. Helpers that only a service needs (request checks, keyed-fit statu
 steps of a k sweep) live in :mod:`mixreg.service_support` (docs/adr/0026).
 """
 
-from typing import TYPE_CHECKING, Any
-
-from . import service_support
 from ._bootstrap import BootstrapResult
 from ._chunks import ArrayChunks, Chunk, ChunkSource, NpyChunks, write_npy_chunks
 from ._dask import DaskArrayChunks, DaskChunks
@@ -69,30 +66,3 @@ __all__ = [
     "select_n_components",
     "write_npy_chunks",
 ]
-
-# Until service/jobs/training.py and service/schemas.py (being split at the same time) import
-# these from mixreg.service_support, ``mixreg.NAME`` still finds them; they are in no
-# ``__all__`` of this package. Delete this forwarding once nothing in service/ uses it
-# (tests/mixreg/test_public_namespace.py lists the modules that still do).
-_FORWARDED_TO_SERVICE_SUPPORT = frozenset(service_support.__all__)
-
-if TYPE_CHECKING:
-    # The forwarded names, typed for the type checker (at run time __getattr__ finds them).
-    from .service_support import FAILURE_REASON as FAILURE_REASON
-    from .service_support import MAX_ABS_Y as MAX_ABS_Y
-    from .service_support import MAX_FAILURES_LISTED as MAX_FAILURES_LISTED
-    from .service_support import STATUSES as STATUSES
-    from .service_support import check_n_components_list as check_n_components_list
-    from .service_support import component_order as component_order
-    from .service_support import key_array as key_array
-    from .service_support import likelihood_drops as likelihood_drops
-    from .service_support import minimum_rows_per_line as minimum_rows_per_line
-    from .service_support import missing_keys as missing_keys
-    from .service_support import preferred_n_components as preferred_n_components
-    from .service_support import sweep_warm_start as sweep_warm_start
-
-
-def __getattr__(name: str) -> Any:
-    if name in _FORWARDED_TO_SERVICE_SUPPORT:
-        return getattr(service_support, name)
-    raise AttributeError(f"module 'mixreg' has no attribute {name!r}")

@@ -24,11 +24,11 @@ class IngestError(ValueError):
     """The input data cannot be used; the message says where and why."""
 
 
-def _count(number: int, noun: str) -> str:
+def count_text(number: int, noun: str) -> str:
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
-def _describe_non_finite(value: float) -> str:
+def describe_non_finite(value: float) -> str:
     if math.isnan(value):
         return "NaN"
     return "infinite" if value > 0 else "-infinite"
@@ -45,7 +45,7 @@ def check_finite_matrix(X: FloatArray, *, name: str = "X", row_offset: int = 0) 
     bad = np.argwhere(~finite)
     if bad.size:
         row, column = (int(index) for index in bad[0])
-        what = _describe_non_finite(float(X[row, column]))
+        what = describe_non_finite(float(X[row, column]))
         raise IngestError(f"{name}[{row_offset + row}][{column}] is {what}; {FINITE_HINT}")
 
 
@@ -57,7 +57,7 @@ def check_finite_vector(y: FloatArray, *, name: str = "y", offset: int = 0) -> N
     bad = np.flatnonzero(~finite)
     if bad.size:
         index = int(bad[0])
-        what = _describe_non_finite(float(y[index]))
+        what = describe_non_finite(float(y[index]))
         raise IngestError(f"{name}[{offset + index}] is {what}; {FINITE_HINT}")
 
 
@@ -71,7 +71,7 @@ def matrix_from_rows(rows: Sequence[Sequence[float]], *, name: str = "X") -> Flo
     for index, row in enumerate(rows):
         if len(row) != n_columns:
             raise IngestError(
-                f"{name} row {index} has {_count(len(row), 'value')}, expected {n_columns} "
+                f"{name} row {index} has {count_text(len(row), 'value')}, expected {n_columns} "
                 f"(the length of row 0)"
             )
     matrix = np.asarray(rows, dtype=np.float64)

@@ -20,7 +20,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError, PydanticKnownError
 
-from mixreg import ALGORITHMS, GROUPED_ALGORITHMS, check_n_components_list
+from mixreg import ALGORITHMS, GROUPED_ALGORITHMS
+from mixreg.service_support import check_n_components_list
 from service import checks
 from service.config import MAX_K_SWEEP_LIMIT
 from service.schemas import (

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from service.data.ingest import DatasetLimits, IngestError, check_text
+from service.checks import IngestError, check_text
+from service.data.ingest import DatasetLimits
 
 FloatArray = NDArray[np.float64]
 

@@ -26,6 +26,7 @@ from starlette.datastructures import UploadFile
 from models_store import datasets as dataset_store
 from models_store.session import session_scope
 from models_store.tables import Dataset
+from service import checks
 from service.config import Settings
 from service.data import ingest, json_bodies
 from service.data.column_choice import ColumnChoice
@@ -75,7 +76,7 @@ class TableOptions:
             if value is not None and file_format not in formats
         ]
         if given:
-            raise ingest.IngestError(
+            raise checks.IngestError(
                 f"{', '.join(given)} applies to named columns (CSV; features and ignore also "
                 f"Parquet), not to a {file_format} upload"
             )
@@ -103,9 +104,9 @@ def _read_npz(
     if options.target is None:
         return staged
     try:
-        ingest.check_text(options.target, name="target")
+        checks.check_text(options.target, name="target")
         if not options.target or options.target in {*staged.feature_names, *staged.kept}:
-            raise ingest.IngestError(
+            raise checks.IngestError(
                 f"target '{options.target}' names the NPZ's array y, so it is neither empty, "
                 f"a feature nor a kept column"
             )
@@ -178,7 +179,7 @@ def _reading(read: Callable[[], StagedDataset]) -> StagedDataset:
         return read()
     except ingest.DatasetTooLargeError as exc:
         raise DataTooLargeError(str(exc)) from None
-    except ingest.IngestError as exc:
+    except checks.IngestError as exc:
         raise InvalidInputError(str(exc)) from None
 
 
@@ -366,7 +367,7 @@ async def _read_json_dataset(request: Request) -> tuple[DatasetIn, ingest.Parsed
             parsed = json_bodies.parse_dataset_body(body)
     except ingest.DatasetTooLargeError as exc:
         raise DataTooLargeError(str(exc)) from None
-    except ingest.IngestError as exc:
+    except checks.IngestError as exc:
         raise InvalidInputError(str(exc)) from None
     if isinstance(parsed, list):
         raise RequestValidationError(parsed)

@@ -11,23 +11,25 @@ the memory of one block; a dataset is stored only once all of it has been read a
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from mixreg.service_support import MAX_ABS_Y
-
-if TYPE_CHECKING:
-    pass
+from service.checks import (
+    IngestError,
+    check_text,
+    matrix_from_rows,
+    resolve_feature_names,
+    vector_from_values,
+)
 
 FloatArray = NDArray[np.float64]
 BinaryFile = IO[bytes]
 
-FINITE_HINT = "all values must be finite numbers"
 NA_ERROR = "error"
 NA_DROP = "drop"
 NA_POLICIES = (NA_ERROR, NA_DROP)
@@ -36,10 +38,6 @@ or leave its row out."""
 
 BLOCK_BYTES = 8 * 1024 * 1024
 """About this many bytes of float64 rows are read, checked and staged at a time."""
-
-
-class IngestError(ValueError):
-    """The input data cannot be used; the message says where and why."""
 
 
 class DatasetTooLargeError(IngestError):
@@ -124,70 +122,6 @@ def rows_per_block(n_features: int) -> int:
     return max(1, BLOCK_BYTES // (8 * (max(1, n_features) + 1)))
 
 
-def count_text(number: int, noun: str) -> str:
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
-
-
-def describe_non_finite(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    return "infinite" if value > 0 else "-infinite"
-
-
-def check_finite_matrix(X: FloatArray, *, name: str = "X", row_offset: int = 0) -> None:
-    """Raise if any entry of the 2-D array ``X`` is NaN or infinite, naming the first one.
-
-    ``row_offset`` is the index of ``X``'s first row in the whole matrix.
-    """
-    finite = np.isfinite(X)
-    if finite.all():
-        return
-    bad = np.argwhere(~finite)
-    if bad.size:
-        row, column = (int(index) for index in bad[0])
-        what = describe_non_finite(float(X[row, column]))
-        raise IngestError(f"{name}[{row_offset + row}][{column}] is {what}; {FINITE_HINT}")
-
-
-def check_finite_vector(y: FloatArray, *, name: str = "y", offset: int = 0) -> None:
-    """Raise if any entry of the 1-D array ``y`` is NaN or infinite, naming the first one."""
-    finite = np.isfinite(y)
-    if finite.all():
-        return
-    bad = np.flatnonzero(~finite)
-    if bad.size:
-        index = int(bad[0])
-        what = describe_non_finite(float(y[index]))
-        raise IngestError(f"{name}[{offset + index}] is {what}; {FINITE_HINT}")
-
-
-def matrix_from_rows(rows: Sequence[Sequence[float]], *, name: str = "X") -> FloatArray:
-    """A finite float64 matrix from a list of equally long rows."""
-    if len(rows) == 0:
-        raise IngestError(f"{name} is empty; at least one row is required")
-    n_columns = len(rows[0])
-    if n_columns == 0:
-        raise IngestError(f"{name} row 0 has no values; at least one feature is required")
-    for index, row in enumerate(rows):
-        if len(row) != n_columns:
-            raise IngestError(
-                f"{name} row {index} has {count_text(len(row), 'value')}, expected {n_columns} "
-                f"(the length of row 0)"
-            )
-    matrix = np.asarray(rows, dtype=np.float64)
-    check_finite_matrix(matrix, name=name)
-    return matrix
-
-
-def vector_from_values(values: Sequence[float], *, name: str = "y") -> FloatArray:
-    """A finite, non-empty float64 vector."""
-    if len(values) == 0:
-        raise IngestError(f"{name} is empty; at least one value is required")
-    vector = np.asarray(values, dtype=np.float64)
-    check_finite_vector(vector, name=name)
-    return vector
-
-
 def check_fittable_scale(X: FloatArray, y: FloatArray, *, row_offset: int = 0) -> None:
     """Raise if squaring the data overflows: every fit squares y and the rows of X."""
     with np.errstate(over="ignore"):
@@ -211,37 +145,6 @@ def check_same_length(X: FloatArray, y: FloatArray) -> None:
     """Raise unless ``y`` has one value per row of ``X``."""
     if y.shape[0] != X.shape[0]:
         raise IngestError(f"y has {y.shape[0]} values but X has {X.shape[0]} rows")
-
-
-def check_text(value: str, *, name: str = "") -> None:
-    """Raise if ``value`` cannot be stored as text: a NUL character or an unpaired surrogate."""
-    where = f"{name} " if name else ""
-    if "\x00" in value:
-        raise IngestError(f"{where}contains a NUL character (\\u0000), which cannot be stored")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise IngestError(
-            f"{where}contains the unpaired surrogate \\u{ord(value[exc.start]):04x}, "
-            f"which is not a character"
-        ) from None
-
-
-def resolve_feature_names(names: Sequence[str] | None, n_features: int) -> list[str]:
-    """The given feature names checked against ``n_features``, or ``x0, x1, ...``."""
-    if names is None:
-        return [f"x{index}" for index in range(n_features)]
-    if len(names) != n_features:
-        raise IngestError(f"feature_names has {len(names)} names but X has {n_features} columns")
-    seen: set[str] = set()
-    for index, feature in enumerate(names):
-        if not feature:
-            raise IngestError(f"feature_names[{index}] is empty")
-        check_text(feature, name=f"feature_names[{index}]")
-        if feature in seen:
-            raise IngestError(f"feature_names[{index}] repeats the name '{feature}'")
-        seen.add(feature)
-    return list(names)
 
 
 def parse_arrays(

@@ -15,15 +15,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from service.data.ingest import (
-    NO_LIMITS,
-    DatasetLimits,
-    IngestError,
-    ParsedDataset,
-    check_finite_matrix,
-    check_finite_vector,
-    check_fittable_scale,
-)
+from service.checks import IngestError, check_finite_matrix, check_finite_vector
+from service.data.ingest import NO_LIMITS, DatasetLimits, ParsedDataset, check_fittable_scale
 
 FloatArray = NDArray[np.float64]
 

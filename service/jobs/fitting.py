@@ -3,9 +3,9 @@ least-squares baseline, warnings, groups' metrics, the gate and the uncertainty.
 
 A k sweep fits every k on the same split with the same seed, one after the other (with
 ``auto``, each k also starts from the (k - 1)-line fit plus one line, as
-:func:`mixreg.select_n_components` does: :func:`mixreg.sweep_warm_start`). Warnings of the fit
-(``ConvergenceWarning`` and ``mixreg``'s own) and a holdout min-loss above the baseline's are
-recorded on the model and the job, which still succeeds.
+:func:`mixreg.select_n_components` does: :func:`mixreg.service_support.sweep_warm_start`).
+Warnings of the fit (``ConvergenceWarning`` and ``mixreg``'s own) and a holdout min-loss
+above the baseline's are recorded on the model and the job, which still succeeds.
 """
 
 from __future__ import annotations
@@ -30,13 +30,11 @@ from mixreg import (
     MixtureOfLinearRegressions,
     MixtureScore,
     SummaryRow,
-    likelihood_drops,
     min_loss,
     mixture_score,
     predict_lines,
-    preferred_n_components,
-    sweep_warm_start,
 )
+from mixreg.service_support import likelihood_drops, preferred_n_components, sweep_warm_start
 from service.fit_schemas import AUTO_STANDARD_ERRORS_MAX_ROWS
 from service.jobs import fit_memory
 from service.jobs.fit_spec import (
@@ -243,8 +241,9 @@ def fit_sweep(
 
     ``progress`` sees the fraction of the whole sweep, and the k being fitted as
     ``info["n_components"]``. Each k gets the whole time budget; with ``auto`` each k also
-    starts from the (k - 1)-line fit plus one line (:func:`mixreg.sweep_warm_start`). Ties in
-    BIC go to the smaller k. Raises ``ValueError`` like :func:`fit_mixture`.
+    starts from the (k - 1)-line fit plus one line
+    (:func:`mixreg.service_support.sweep_warm_start`). Ties in BIC go to the smaller k.
+    Raises ``ValueError`` like :func:`fit_mixture`.
     """
     return fit_split(TrainHoldout.of_arrays(X, y, spec), spec, progress=progress)
 

@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 from sqlalchemy.orm import Session, sessionmaker
 
 import mixreg
+from mixreg import service_support
 from models_store import datasets as dataset_store
 from models_store import jobs as job_store
 from models_store import shards as shard_store
@@ -294,9 +295,9 @@ def plan_shards(
     # Closed at once when a key is refused: the reader holds a database cursor.
     with _closing_blocks(read_keys()) as blocks:
         for block in blocks:
-            missing = mixreg.missing_keys(block)
+            missing = service_support.missing_keys(block)
             rows_without_key += int(missing.sum())
-            distinct_parts.append(np.unique(mixreg.key_array(block[~missing])))
+            distinct_parts.append(np.unique(service_support.key_array(block[~missing])))
             if max_key_chars is not None:
                 _check_key_lengths(distinct_parts[-1], block, start, max_key_chars, column)
             start += block.shape[0]
@@ -308,8 +309,9 @@ def plan_shards(
     rows_of: list[list[IndexArray]] = [[] for _ in range(n_shards)]
     start = 0
     for block in read_keys():
-        present = np.flatnonzero(~mixreg.missing_keys(block))
-        shard_of_row = np.searchsorted(distinct, mixreg.key_array(block[present])) // keys_per_shard
+        present = np.flatnonzero(~service_support.missing_keys(block))
+        keys = service_support.key_array(block[present])
+        shard_of_row = np.searchsorted(distinct, keys) // keys_per_shard
         # A stable sort keeps each shard's rows increasing, and blocks come in row order.
         order = np.argsort(shard_of_row, kind="stable")
         bounds = np.searchsorted(shard_of_row[order], np.arange(n_shards + 1))
@@ -488,9 +490,9 @@ def fit_keyed(
         status=stored.get("status", np.zeros(0, dtype=np.int8)),
         rows_without_key=rows_without_key,
         failures={
-            str(key): mixreg.FAILURE_REASON
-            for key in stored["keys"][stored["status"] == mixreg.STATUSES.index("failed")][
-                : mixreg.MAX_FAILURES_LISTED
+            str(key): service_support.FAILURE_REASON
+            for key in stored["keys"][stored["status"] == service_support.STATUSES.index("failed")][
+                : service_support.MAX_FAILURES_LISTED
             ]
         }
         if n_keys

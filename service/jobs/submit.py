@@ -16,6 +16,7 @@ from mixreg.service_support import check_n_components_list
 from models_store import datasets as dataset_store
 from models_store import jobs as job_store
 from models_store.tables import Dataset, Job
+from service import checks
 from service.data import columns, ingest, model_references
 from service.data.json_bodies import ValidationErrors, located_in_the_body
 from service.errors import ConflictError, InvalidInputError, NotFoundError
@@ -70,7 +71,7 @@ def prepare_fit(request: FitVariant) -> PreparedFit:
     data = request.data
     try:
         parsed = ingest.parse_arrays(data.X, data.y, data.feature_names)
-    except ingest.IngestError as exc:
+    except checks.IngestError as exc:
         raise InvalidInputError(str(exc)) from None
     emptied = request.model_copy(update={"data": data.model_copy(update={"X": [], "y": []})})
     return PreparedFit(request=emptied, digest=digest, data=parsed)

@@ -32,8 +32,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from service import limits
+from service.checks import IngestError
 from service.config import Settings
-from service.data.ingest import DatasetTooLargeError, IngestError
+from service.data.ingest import DatasetTooLargeError
 from service.data.model_references import is_reference_like
 from service.errors import (
     DataTooLargeError,

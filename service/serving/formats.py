@@ -20,6 +20,7 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
+from service import checks
 from service.data import ingest
 from service.data.readers.npy import NpyHeader, read_npy_header, read_npz_member_header
 
@@ -59,9 +60,9 @@ def read_npy_matrix(
 def _check_matrix_shape(header: NpyHeader, *, name: str, check_shape: ShapeCheck | None) -> None:
     n_rows, n_features = header.shape
     if n_rows == 0:
-        raise ingest.IngestError("X is empty; at least one row is required")
+        raise checks.IngestError("X is empty; at least one row is required")
     if n_features == 0:
-        raise ingest.IngestError("X row 0 has no values; at least one feature is required")
+        raise checks.IngestError("X row 0 has no values; at least one feature is required")
     if check_shape is not None:
         check_shape(n_rows, n_features, name)
 
@@ -75,7 +76,7 @@ def _finite_matrix(data: bytes | bytearray, header: NpyHeader) -> FloatArray:
     shape = (n_rows, n_features)
     matrix = values.reshape(shape, order="F") if header.fortran_order else values.reshape(shape)
     X = np.ascontiguousarray(matrix, dtype=np.float64)
-    ingest.check_finite_matrix(X)
+    checks.check_finite_matrix(X)
     return X
 
 
@@ -107,18 +108,18 @@ def read_npz_keyed(
     try:
         archive = zipfile.ZipFile(io.BytesIO(body))
     except _ARCHIVE_ERRORS as exc:
-        raise ingest.IngestError(f"the .npz body is not a readable zip archive: {exc}") from None
+        raise checks.IngestError(f"the .npz body is not a readable zip archive: {exc}") from None
     with archive:
         members = {name.removesuffix(".npy"): name for name in archive.namelist()}
         if set(members) != {"X", "keys"}:
-            raise ingest.IngestError(
+            raise checks.IngestError(
                 "the .npz body must hold exactly the arrays X and keys; it holds "
                 f"{', '.join(sorted(members)) or 'none'}"
             )
         X_name, keys_name = "the .npz array X", "the .npz array keys"
         X_header = read_npz_member_header(archive, members["X"], name=X_name)
         if X_header.dtype.kind not in "biuf" or len(X_header.shape) != 2:
-            raise ingest.IngestError(
+            raise checks.IngestError(
                 f"{X_name} must be a 2-D array of numbers, got shape {X_header.shape} of "
                 f"{X_header.dtype}"
             )
@@ -127,7 +128,7 @@ def read_npz_keyed(
         _check_decoded(X_header, keys_header, max_decoded_bytes, decoded_setting)
         n_rows = X_header.shape[0]
         if keys_header.shape != (n_rows,) or keys_header.dtype.kind not in "iuU":
-            raise ingest.IngestError(
+            raise checks.IngestError(
                 f"the .npz array keys must be 1-D integers or text with one key per row of X "
                 f"({n_rows:,}), got shape {keys_header.shape} of {keys_header.dtype}"
             )
@@ -174,7 +175,7 @@ def _decompressed(
             while filled < size:
                 block = stream.read(min(DECOMPRESS_BLOCK_BYTES, size - filled))
                 if not block:
-                    raise ingest.IngestError(
+                    raise checks.IngestError(
                         f"{name} declares {header.data_bytes:,} bytes of data but holds only "
                         f"{filled - header.data_offset:,}"
                     )
@@ -183,13 +184,13 @@ def _decompressed(
             # Reading on to the member's end checks its CRC-32.
             if stream.read(1):
                 declared = header.data_bytes
-                raise ingest.IngestError(
+                raise checks.IngestError(
                     f"{name} holds more than the {declared:,} bytes of data its header declares"
                 )
-    except ingest.IngestError:
+    except checks.IngestError:
         raise
     except _ARCHIVE_ERRORS as exc:
-        raise ingest.IngestError(f"{name} cannot be read: {exc}") from None
+        raise checks.IngestError(f"{name} cannot be read: {exc}") from None
     finally:
         view.release()
     return data
@@ -199,12 +200,12 @@ def _checked_keys(keys: NDArray[Any]) -> list[str | int]:
     """The keys of the rows as Python values, each checked."""
     if keys.dtype.kind == "u" and keys.size and int(keys.max()) >= 2**63:
         at = int(np.argmax(keys >= 2**63))
-        raise ingest.IngestError(f"keys[{at}] is beyond a 64-bit signed integer")
+        raise checks.IngestError(f"keys[{at}] is beyond a 64-bit signed integer")
     if keys.dtype.kind in "iu":
         integers: list[str | int] = keys.astype(np.int64).tolist()
         return integers
     if keys.dtype.itemsize == 0:  # every key is empty text
-        raise ingest.IngestError(
+        raise checks.IngestError(
             f"keys[0] must be a text of 1 to {MAX_KEY_LENGTH} characters without NUL"
         )
     lengths = np.char.str_len(keys)
@@ -216,7 +217,7 @@ def _checked_keys(keys: NDArray[Any]) -> list[str | int]:
     bad = (lengths == 0) | (lengths > MAX_KEY_LENGTH) | holds_nul
     if bad.any():
         at = int(np.argmax(bad))
-        raise ingest.IngestError(
+        raise checks.IngestError(
             f"keys[{at}] must be a text of 1 to {MAX_KEY_LENGTH} characters without NUL"
         )
     texts: list[str | int] = keys.tolist()

@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import ValidationError
 
-from service.data import ingest
+from service import checks
 from service.errors import NotFoundError, ServiceError
 from service.schemas_v2 import (
     InferenceRequest,
@@ -341,8 +341,8 @@ def _input_rows(
         values = _json_values(tensor, count=count, dtype=dtype)
     X = np.ascontiguousarray(values.reshape(n_rows, n_features), dtype=np.float64)
     try:
-        ingest.check_finite_matrix(X, name=tensor.name)
-    except ingest.IngestError as exc:
+        checks.check_finite_matrix(X, name=tensor.name)
+    except checks.IngestError as exc:
         raise InferenceProtocolError(str(exc)) from None
     return X
 

@@ -7,8 +7,8 @@ import io
 import numpy as np
 import pytest
 
+from service.checks import IngestError
 from service.data import ingest
-from service.data.ingest import IngestError
 from service.data.readers import csv as csv_reader
 from service.data.readers import npz as npz_reader
 

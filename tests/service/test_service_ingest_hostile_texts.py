@@ -16,9 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 from fastapi.testclient import TestClient
 
+from service.checks import IngestError
 from service.data import ingest
 from service.data.column_choice import ColumnChoice
-from service.data.ingest import DatasetLimits, DatasetTooLargeError, IngestError
+from service.data.ingest import DatasetLimits, DatasetTooLargeError
 from service.data.readers import csv as csv_reader
 from service.data.readers import npz as npz_reader
 from service.data.readers import parquet as parquet_reader

@@ -12,9 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from models_store import datasets as dataset_store
+from service.checks import IngestError
 from service.data import datasets, ingest, staging
 from service.data.column_choice import ColumnChoice
-from service.data.ingest import DatasetLimits, DatasetTooLargeError, IngestError
+from service.data.ingest import DatasetLimits, DatasetTooLargeError
 from service.data.readers import csv as csv_reader
 from service.data.readers import npz as npz_reader
 from service.data.readers import parquet as parquet_reader

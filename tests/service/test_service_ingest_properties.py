@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from service import checks
 from service.data import ingest, staging
 from service.data.readers import csv as csv_reader
 from service.data.readers import npy as npy_reader
@@ -32,12 +33,12 @@ PROPERTY = settings(
 LIMITS = ingest.DatasetLimits(max_rows=50, max_features=8)
 
 
-def outcome(read) -> staging.StagedDataset | ingest.IngestError:
+def outcome(read) -> staging.StagedDataset | checks.IngestError:
     """The staged rows a parser returns, or the ``IngestError`` it raises (anything else
     propagates and fails the test)."""
     try:
         staged = read()
-    except ingest.IngestError as exc:
+    except checks.IngestError as exc:
         assert str(exc), "an error must say what is wrong"
         return exc
     with staged:
@@ -182,7 +183,7 @@ def test_a_damaged_npz_is_read_or_refused_with_a_message(data):
 @given(st.binary(max_size=300))
 def test_npz_of_any_bytes_is_refused_with_a_message(data):
     result = outcome(lambda: npz_reader.read_npz(io.BytesIO(data), limits=LIMITS))
-    assert isinstance(result, ingest.IngestError)
+    assert isinstance(result, checks.IngestError)
 
 
 def test_an_npz_whose_member_claims_a_huge_array_is_refused_before_allocating():
@@ -195,7 +196,7 @@ def test_an_npz_whose_member_claims_a_huge_array_is_refused_before_allocating():
         zipped.writestr("X.npy", header.getvalue())
         zipped.writestr("y.npy", header.getvalue())
     result = outcome(lambda: npz_reader.read_npz(io.BytesIO(archive.getvalue()), limits=LIMITS))
-    assert isinstance(result, ingest.IngestError)
+    assert isinstance(result, checks.IngestError)
 
 
 # --- .npy pairs ---

@@ -14,8 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from service.checks import IngestError
 from service.data import column_choice, ingest, staging
-from service.data.ingest import DatasetLimits, DatasetTooLargeError, IngestError
+from service.data.ingest import DatasetLimits, DatasetTooLargeError
 from service.data.readers import csv as csv_reader
 from service.data.readers import npy as npy_reader
 from service.data.readers import npz as npz_reader

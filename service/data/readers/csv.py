@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from service.checks import FINITE_HINT, IngestError, count_text, describe_non_finite
 from service.data.column_choice import (
     CSV_DELIMITERS,
     EVERY_COLUMN,
@@ -22,17 +23,13 @@ from service.data.column_choice import (
     delimiter_hint,
 )
 from service.data.ingest import (
-    FINITE_HINT,
     NA_DROP,
     NA_ERROR,
     NO_LIMITS,
     BinaryFile,
     DatasetLimits,
-    IngestError,
     ParsedDataset,
     check_na_policy,
-    count_text,
-    describe_non_finite,
     rows_per_block,
 )
 from service.data.staging import (

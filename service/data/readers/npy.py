@@ -18,14 +18,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from service.checks import IngestError, resolve_feature_names
 from service.data import ingest
-from service.data.ingest import (
-    NO_LIMITS,
-    BinaryFile,
-    DatasetLimits,
-    IngestError,
-    resolve_feature_names,
-)
+from service.data.ingest import NO_LIMITS, BinaryFile, DatasetLimits
 from service.data.staging import NUMBER, STRING, StagedDataset, staged_dataset
 
 FloatArray = NDArray[np.float64]

@@ -13,14 +13,8 @@ from contextlib import ExitStack, contextmanager
 import numpy as np
 from numpy.typing import NDArray
 
-from service.data.ingest import (
-    NO_LIMITS,
-    BinaryFile,
-    DatasetLimits,
-    IngestError,
-    ParsedDataset,
-    resolve_feature_names,
-)
+from service.checks import IngestError, resolve_feature_names
+from service.data.ingest import NO_LIMITS, BinaryFile, DatasetLimits, ParsedDataset
 from service.data.readers.npy import (
     NPY_MAGIC,
     ZIP_ERRORS,

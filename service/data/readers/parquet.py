@@ -9,16 +9,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from service.checks import FINITE_HINT, IngestError, describe_non_finite
 from service.data import ingest
 from service.data.column_choice import EVERY_COLUMN, ColumnChoice, check_column_names
-from service.data.ingest import (
-    FINITE_HINT,
-    NO_LIMITS,
-    BinaryFile,
-    DatasetLimits,
-    IngestError,
-    describe_non_finite,
-)
+from service.data.ingest import NO_LIMITS, BinaryFile, DatasetLimits
 from service.data.staging import (
     NUMBER,
     STRING,

@@ -107,7 +107,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
     2: ("schemas", "auth"),
     1: ("config", "errors", "logs", "metrics", "problems", "checks"),
 }
-ROOM_OF_MODULE = {"fit_schemas": "schemas", "schemas_v2": "schemas"}
+ROOM_OF_MODULE = {"fit_schemas": "schemas", "schemas_v2": "schemas", "schemas_outcomes": "schemas"}
 
 
 def room_of(module: str) -> str | None:

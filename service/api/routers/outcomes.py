@@ -14,6 +14,7 @@ from models_store import prediction_log
 from models_store.tables import PredictionLogSetting
 from service.api.deps import SessionDep, SettingsDep
 from service.auth.middleware import ApiKeyDep
+from service.data import model_references
 from service.errors import InvalidInputError, LimitExceededError, NotFoundError
 from service.schemas_outcomes import (
     LogSettingOut,
@@ -24,7 +25,7 @@ from service.schemas_outcomes import (
     OutcomeWindowOut,
     SampleRateIn,
 )
-from service.serving import outcomes, references
+from service.serving import outcomes
 from service.serving.prediction_log import PredictionLogger
 
 router = APIRouter(tags=["outcomes"])
@@ -76,13 +77,13 @@ def put_setting(
     """Log this share of the predict requests that name ``target`` (``name@alias``) or are
     answered by it (a model id); 0 logs none. Every process follows within
     ``MIXREG_ALIAS_REFRESH_S``."""
-    parsed = references.parse_reference(target)
+    parsed = model_references.parse_reference(target)
     if parsed.model_id is None and parsed.alias is None:
         raise InvalidInputError(
             f"target '{target[:140]}': give a model id or name@alias; a rate follows the "
             f"reference a request names, or the model that answers it"
         )
-    references.get_model(session, target)  # 404 naming what does not exist
+    model_references.get_model(session, target)  # 404 naming what does not exist
     setting = prediction_log.put_setting(
         session,
         target=target,

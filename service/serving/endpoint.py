@@ -38,6 +38,7 @@ from service.errors import (
     DataTooLargeError,
     InvalidInputError,
     NotAcceptableError,
+    ServiceError,
     UnsupportedMediaTypeError,
 )
 from service.schemas import ModelPredictRequest, PredictRequest
@@ -318,11 +319,28 @@ def posterior_rows(group_line: NDArray[np.intp], posteriors: FloatArray) -> list
     return rows
 
 
+@dataclass(frozen=True)
+class EncodedAnswer:
+    """An answer ready to send: its bytes, their media type and the headers naming the model."""
+
+    body: bytes
+    media_type: str
+    headers: dict[str, str]
+
+    def response(self) -> Response:
+        """The answer as a Starlette response."""
+        return Response(self.body, media_type=self.media_type, headers=self.headers)
+
+
 def answer(
     lines: StoredLines, data: PredictInput, *, npy: bool, output: str = "predictions"
-) -> Response:
+) -> EncodedAnswer:
     """Predict ``data`` with ``lines`` and encode the answer (``.npy`` of ``output`` if
-    ``npy``)."""
+    ``npy``).
+
+    Every predict answer is computed here, whichever way the request came (the routes, or the
+    edge middleware's fast path): once this returns, the prediction is complete.
+    """
     predictions = predict_rows(lines, data.X, data.keys, unknown_keys=data.unknown_keys)
     groups_of_rows = None if data.groups is None else lines.lines_of_groups(data.groups)
     # Also refuses concomitant values sent to a model without a gate.
@@ -344,11 +362,7 @@ def answer(
                 f"output '{output}' needs a gated model; model {lines.model_id} has no gate"
             )
         array = predictions if gated is None or output == "predictions" else getattr(gated, output)
-        return Response(
-            formats.npy_bytes(array),
-            media_type=formats.NPY_MEDIA_TYPE,
-            headers=answered_by(lines),
-        )
+        return EncodedAnswer(formats.npy_bytes(array), formats.NPY_MEDIA_TYPE, answered_by(lines))
     payload: dict[str, object] = {"model_id": lines.model_id}
     if lines.version is not None:
         payload["registered_model"] = lines.registered_model
@@ -367,9 +381,7 @@ def answer(
         payload["expected"] = gated.expected
         payload["most_likely"] = gated.most_likely
         payload["most_likely_component"] = gated.most_likely_component
-    return Response(
-        formats.json_bytes(payload), media_type=formats.JSON_MEDIA_TYPE, headers=answered_by(lines)
-    )
+    return EncodedAnswer(formats.json_bytes(payload), formats.JSON_MEDIA_TYPE, answered_by(lines))
 
 
 MODEL_ID_HEADER = "Mixreg-Model-Id"
@@ -483,8 +495,59 @@ async def serve_predict(
         data.X.shape[0], lines.n_components, settings=settings, matrices=matrices, vectors=vectors
     )
     if inline and data.X.shape[0] * lines.coef.shape[0] <= INLINE_ANSWER_VALUES:
-        return answer(lines, data, npy=npy, output=output)
-    return await run_in_threadpool(answer, lines, data, npy=npy, output=output)
+        return answer(lines, data, npy=npy, output=output).response()
+    encoded = await run_in_threadpool(answer, lines, data, npy=npy, output=output)
+    return encoded.response()
+
+
+def fast_json_predict(
+    body: bytes,
+    content_type: str | None,
+    accept: str | None,
+    *,
+    cache: ModelCache,
+    resolver: ReferenceResolver,
+    settings: Settings,
+) -> EncodedAnswer | None:
+    """The answer to a ``POST /predict`` JSON ``body`` of at most ``INLINE_BODY_BYTES`` (its
+    ``Content-Type`` and ``Accept`` headers given), or None when it is not the common case — a
+    plain body (model id and rows of numbers, as
+    ``_read_plain_json`` reads), a JSON answer, a model already resolved and cached, an answer
+    within the limits and small enough to compute on the event loop.
+
+    The edge middleware calls it before routing; on None the request goes the whole way, to
+    :func:`serve_predict`, which then answers it as it always would, errors included. Anything
+    it accepts, :func:`serve_predict` answers with the same bytes and headers.
+    """
+    if (
+        not _is_json(media_type_of(content_type or ""))
+        or len(body) > settings.max_predict_json_bytes
+        or formats.prefers_npy(accept)
+    ):
+        return None
+    data = _read_plain_json(body, named_in_body=True)
+    if data is None or data.model_id is None:
+        return None
+    model_id = resolver.cached(data.model_id)
+    lines = None if model_id is None else cache.get(model_id)
+    if lines is None or data.X.shape[0] * lines.coef.shape[0] > INLINE_ANSWER_VALUES:
+        return None
+    try:
+        limits.check_data_shape(*data.X.shape, settings=settings, what="X")
+        matrices, vectors = answer_outputs(
+            lines, npy=False, output="predictions", scored=data.y is not None, grouped=False
+        )
+        limits.check_answer_size(
+            data.X.shape[0],
+            lines.n_components,
+            settings=settings,
+            matrices=matrices,
+            vectors=vectors,
+        )
+        return answer(lines, data, npy=False)
+    except ServiceError:
+        # Explained by serve_predict, which reaches the same error.
+        return None
 
 
 def _check_binary_shape(

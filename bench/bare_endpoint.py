@@ -30,6 +30,13 @@ async_app = FastAPI()
 sync_app = FastAPI()
 
 
+@async_app.get("/healthz")
+@sync_app.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """Ready (the benchmark waits for it)."""
+    return {"status": "ok"}
+
+
 @async_app.post("/predict")
 async def predict_async(body: PredictBody) -> list[float]:
     """A constant list of k floats, on the event loop."""

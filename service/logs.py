@@ -22,10 +22,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from starlette.types import Scope
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
+
+if TYPE_CHECKING:
+    from uvicorn._types import HTTPScope
 
 LogFormat = Literal["text", "json"]
 
@@ -173,10 +176,11 @@ class AccessLog:
         self._flush_scheduled = False
         root = logging.getLogger()
         for created, scope, status, request_id in pending:
+            http_scope = cast("HTTPScope", scope)
             arguments = (
-                get_client_addr(scope),
+                get_client_addr(http_scope),
                 scope["method"],
-                get_path_with_query_string(scope),
+                get_path_with_query_string(http_scope),
                 scope["http_version"],
                 status,
             )

@@ -22,10 +22,10 @@ import re
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
+from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -69,7 +69,7 @@ class BodySizeLimit:
         return self.max_body_bytes, "MIXREG_MAX_BODY_BYTES"
 
     @staticmethod
-    def refusal(scope: Scope, declared: str | None, limit: int, setting: str) -> Any:
+    def refusal(scope: Scope, declared: str | None, limit: int, setting: str) -> Response | None:
         """The 413 of a declared ``Content-Length`` over ``limit``, or None."""
         if declared is not None and declared.isdigit() and int(declared) > limit:
             return problem_response(
@@ -309,6 +309,7 @@ class EdgeMiddleware:
     ) -> None:
         """Count and time the request by its route template; log its access line (batched for
         the predictions answered here)."""
+        template: str | None
         if fast:
             template = PREDICT_PATH
         else:

@@ -1,22 +1,34 @@
 """Logging: plain text (the default) or one JSON object per line, with the request id of the
 request and the job id of the job each line is about.
 
-The ids travel in context variables: the request-id middleware sets ``request_id`` for
-everything logged while a request is handled (uvicorn's access line included), and
-:func:`job_context` sets ``job_id`` around work on one job. Lines of the job queue written as
-``"job %s ..."`` name their job by their first argument, so they carry it too.
+The ids travel in context variables: the edge middleware sets ``request_id`` for everything
+logged while a request is handled, and :func:`job_context` sets ``job_id`` around work on one
+job. Lines of the job queue written as ``"job %s ..."`` name their job by their first argument,
+so they carry it too.
+
+The access lines are uvicorn's (same logger, message and arguments), but written by
+:class:`AccessLog` for the edge middleware, each with its request's id: the hot path's lines in
+batches, off the request's time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from starlette.types import Scope
+from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
+
+if TYPE_CHECKING:
+    from uvicorn._types import HTTPScope
 
 LogFormat = Literal["text", "json"]
 
@@ -25,8 +37,11 @@ job_id_var: ContextVar[str | None] = ContextVar("mixreg_job_id", default=None)
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s%(context)s"
 # uvicorn's loggers get the same handler (through the root logger), so a process logs in one
-# format.
-UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
+# format. Its access logger writes nothing itself: AccessLog writes its lines.
+UVICORN_LOGGERS = ("uvicorn", "uvicorn.error")
+ACCESS_LOGGER = "uvicorn.access"
+ACCESS_MESSAGE = '%s - "%s %s HTTP/%s" %d'
+"""uvicorn's access line: client, method, path with query, HTTP version, status."""
 # Standard attributes of a LogRecord; anything else on a record came from ``extra=``.
 _RECORD_ATTRIBUTES = frozenset(
     vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()
@@ -116,8 +131,64 @@ def configure_logging(log_format: LogFormat, *, level: int = logging.INFO) -> No
     )
     root.addHandler(handler)
     root.setLevel(level)
-    for name in UVICORN_LOGGERS:
+    for name in (*UVICORN_LOGGERS, ACCESS_LOGGER):
         uvicorn_logger = logging.getLogger(name)
         for existing in list(uvicorn_logger.handlers):
             uvicorn_logger.removeHandler(existing)
         uvicorn_logger.propagate = True
+    # Without handlers or propagation uvicorn skips its own access line altogether (it checks
+    # hasHandlers() per connection); AccessLog writes it, with the request id.
+    logging.getLogger(ACCESS_LOGGER).propagate = False
+
+
+class AccessLog:
+    """uvicorn's access lines, written for the edge middleware with each request's id.
+
+    A line of the hot path (``record(..., batched=True)``) waits up to ``FLUSH_DELAY_S`` (or
+    ``MAX_PENDING`` lines) to be written with others, once the event loop is free; any other
+    line writes the waiting ones first, then itself, so lines keep their order. Each keeps the
+    time its request was answered. The access logger's own filters (key redaction) and level
+    apply; its lines go to the root logger's handlers.
+    """
+
+    FLUSH_DELAY_S = 0.05
+    MAX_PENDING = 256
+
+    def __init__(self) -> None:
+        self._logger = logging.getLogger(ACCESS_LOGGER)
+        self._pending: list[tuple[float, Scope, int, str]] = []
+        self._flush_scheduled = False
+
+    def record(self, scope: Scope, status: int, request_id: str, *, batched: bool) -> None:
+        """Log the answer ``status`` to the request ``scope`` (now, or soon if ``batched``)."""
+        if not self._logger.isEnabledFor(logging.INFO):
+            return
+        self._pending.append((time.time(), scope, status, request_id))
+        if not batched or len(self._pending) >= self.MAX_PENDING:
+            self.flush()
+        elif not self._flush_scheduled:
+            asyncio.get_running_loop().call_later(self.FLUSH_DELAY_S, self.flush)
+            self._flush_scheduled = True
+
+    def flush(self) -> None:
+        """Write every waiting line."""
+        pending, self._pending = self._pending, []
+        self._flush_scheduled = False
+        root = logging.getLogger()
+        for created, scope, status, request_id in pending:
+            http_scope = cast("HTTPScope", scope)
+            arguments = (
+                get_client_addr(http_scope),
+                scope["method"],
+                get_path_with_query_string(http_scope),
+                scope["http_version"],
+                status,
+            )
+            record = self._logger.makeRecord(
+                ACCESS_LOGGER, logging.INFO, __file__, 0, ACCESS_MESSAGE, arguments, None
+            )
+            record.created = created
+            record.msecs = (created - int(created)) * 1000
+            record.request_id = request_id
+            if self._logger.filter(record):
+                root.handle(record)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,12 +20,7 @@ from models_store.session import make_engine, make_sessionmaker, read_scope
 from models_store.tables import JOB_STATUSES
 from service.api.docs import install_docs
 from service.api.errors import install_problem_handlers
-from service.api.middleware import (
-    BodySizeLimitMiddleware,
-    MetricsMiddleware,
-    RequestIdMiddleware,
-    UiSecurityHeadersMiddleware,
-)
+from service.api.middleware import BodySizeLimit, EdgeMiddleware
 from service.api.routers import (
     datasets,
     fit,
@@ -39,16 +35,17 @@ from service.api.routers import (
 from service.api.ui import routes as ui
 from service.auth import openapi as auth_openapi
 from service.auth.keys import KeyRing
-from service.auth.middleware import AuthMiddleware, access_summary
-from service.auth.origin import BrowserGuardMiddleware, parse_allowed_hosts
+from service.auth.middleware import AuthGate, access_summary
+from service.auth.origin import BrowserGuard, parse_allowed_hosts
 from service.auth.redaction import install_key_redaction
 from service.config import Settings, load_settings
 from service.data import json_bodies
 from service.jobs.queue import EmbeddedWorker
 from service.jobs.task_queue import FitTaskQueue
-from service.logs import configure_logging
+from service.logs import AccessLog, configure_logging
 from service.metrics import ServiceMetrics
 from service.serving.cache_check import ModelCacheChecker
+from service.serving.endpoint import INLINE_BODY_BYTES, fast_json_predict
 from service.serving.outcomes import recent_outcomes
 from service.serving.prediction import ModelCache
 from service.serving.prediction_log import PredictionLogger
@@ -108,6 +105,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = ServiceMetrics()
     keyring = KeyRing(file=settings.api_keys_file, environment=settings.api_keys)
     install_key_redaction()
+    access_log = AccessLog()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -151,6 +149,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await run_in_threadpool(worker.stop)
             await run_in_threadpool(json_bodies.stop_parsers)
             engine.dispose()
+            access_log.flush()
 
     app = FastAPI(
         title="mixreg",
@@ -178,28 +177,33 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.keyring = keyring
     install_problem_handlers(app, union_tags=frozenset(ALGORITHMS))
+    # One layer in front of routing: request ids, the page's headers, metrics and access lines,
+    # the browser guard, the key check and the body limit, in that order; so a request without
+    # a valid key gets no further, whatever its path, and every answer, refusals included,
+    # carries its request id. Small JSON predictions of cached models are answered there.
     app.add_middleware(
-        BodySizeLimitMiddleware,
-        max_body_bytes=settings.max_body_bytes,
-        max_upload_bytes=settings.max_upload_bytes,
+        EdgeMiddleware,
+        metrics=metrics,
+        browser_guard=BrowserGuard(allowed_hosts=parse_allowed_hosts(settings.allowed_hosts)),
+        auth=AuthGate(
+            keyring=keyring,
+            metrics_require_key=settings.metrics_require_key,
+            allow_unauthenticated=settings.allow_unauthenticated,
+        ),
+        body_limit=BodySizeLimit(
+            max_body_bytes=settings.max_body_bytes,
+            max_upload_bytes=settings.max_upload_bytes,
+        ),
+        access_log=access_log,
+        fast_predict=functools.partial(
+            fast_json_predict,
+            cache=app.state.model_cache,
+            resolver=app.state.reference_resolver,
+            settings=settings,
+            state=app.state,
+        ),
+        fast_predict_bytes=INLINE_BODY_BYTES,
     )
-    # Outside routing and body parsing: a request without a valid key gets no further, whatever
-    # its path (routes added later included).
-    app.add_middleware(
-        AuthMiddleware,
-        keyring=keyring,
-        metrics_require_key=settings.metrics_require_key,
-        allow_unauthenticated=settings.allow_unauthenticated,
-    )
-    # Outside the key check: a page in a browser is refused whatever key the browser holds.
-    app.add_middleware(
-        BrowserGuardMiddleware, allowed_hosts=parse_allowed_hosts(settings.allowed_hosts)
-    )
-    app.add_middleware(MetricsMiddleware, metrics=metrics)
-    # Outside the guards: the page's refusals and redirects carry its policy too.
-    app.add_middleware(UiSecurityHeadersMiddleware)
-    # Outermost: every answer carries its request id, refusals of the middleware above too.
-    app.add_middleware(RequestIdMiddleware)
     # Predictions first: requests are matched against the routes in order, and single-row
     # predictions are the hot path (matching them past every other route cost a third of
     # their time). OPENAPI_TAGS keeps the documentation's order.

@@ -287,6 +287,9 @@ class RevokedKeyError(Exception):
         self.record = record
 
 
+MAX_VERIFIED_KEYS = 1024
+"""How many verified keys a key ring remembers (it starts over when full)."""
+
 # Compared against when the presented id is unknown, so that path takes as long as a mismatch.
 _UNKNOWN_KEY_HASH = hash_key("unknown")
 
@@ -305,6 +308,10 @@ class KeyRing:
         self._file_keys: list[ApiKey] = []
         self._file_state: tuple[int, int, int] | None = None
         self._by_id: dict[str, ApiKey] = {}
+        # Keys presented and verified since the keys were last read -> their records: a key
+        # sent again costs a dict lookup, not a hash. Emptied whenever the keys are read again
+        # (a revocation included).
+        self._verified: dict[str, ApiKey] = {}
         self._loaded = False
         self._refresh(strict=True)
 
@@ -343,6 +350,7 @@ class KeyRing:
                 continue
             by_id[record.id] = record
         self._by_id = by_id
+        self._verified = {}
         self._file_state = state
         self._loaded = True
 
@@ -356,6 +364,9 @@ class KeyRing:
         if len(presented) > MAX_KEY_LENGTH:
             raise InvalidKeyError
         self._refresh(strict=False)
+        verified = self._verified.get(presented)
+        if verified is not None:
+            return verified
         identifier = key_id(presented)
         record = self._by_id.get(identifier) if identifier is not None else None
         stored_hash = record.key_hash if record is not None else _UNKNOWN_KEY_HASH
@@ -364,4 +375,7 @@ class KeyRing:
             raise InvalidKeyError
         if record.revoked:
             raise RevokedKeyError(record)
+        if len(self._verified) >= MAX_VERIFIED_KEYS:
+            self._verified = {}
+        self._verified[presented] = record
         return record

@@ -1,4 +1,5 @@
-"""The ASGI middleware that checks the API key of every request before anything else runs.
+"""The check of the API key of every request before anything else runs (the service's edge
+middleware, :mod:`service.api.middleware`, runs it).
 
 It sits in front of routing, so an unknown path, a body to parse or a route added later gets no
 further than a missing key; only the open paths of ``policy`` pass without one (a valid key sent
@@ -9,6 +10,7 @@ answers with an HTTP 403.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 from http.cookies import CookieError, SimpleCookie
@@ -17,7 +19,7 @@ from urllib.parse import parse_qsl
 
 from fastapi import Depends, Request
 from starlette.responses import RedirectResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from service.auth import policy
 from service.auth.keys import ApiKey, InvalidKeyError, KeyRing, RevokedKeyError, looks_like_key
@@ -38,7 +40,7 @@ def _challenge(error: str | None = None, **parameters: str) -> str:
     return "Bearer " + ", ".join(f'{name}="{value}"' for name, value in fields.items())
 
 
-def _route_path(scope: Scope) -> str:
+def route_path(scope: Scope) -> str:
     path: str = scope["path"]
     root: str = scope.get("root_path", "")
     return path[len(root) :] if root and path.startswith(root) else path
@@ -46,19 +48,20 @@ def _route_path(scope: Scope) -> str:
 
 def is_local_client(client: tuple[str, int] | None) -> bool:
     """True for a loopback peer, or one that is not a network peer at all (a Unix socket)."""
-    if client is None:
-        return True
+    return True if client is None else _is_local_address(client[0])
+
+
+@functools.lru_cache(maxsize=256)
+def _is_local_address(host: str) -> bool:
+    """Whether the peer address ``host`` is loopback or not an IP address; remembered, as a
+    server sees few distinct peers and keyless requests check theirs every time."""
     try:
-        address = ipaddress.ip_address(client[0])
+        address = ipaddress.ip_address(host)
     except ValueError:
         return True
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
     return address.is_loopback
-
-
-def _authorization(scope: Scope) -> list[str]:
-    return [value.decode("latin-1") for name, value in scope["headers"] if name == b"authorization"]
 
 
 def session_cookie(scope: Scope) -> str | None:
@@ -87,8 +90,8 @@ def _credential_in_query(scope: Scope) -> str | None:
     return None
 
 
-class AuthMiddleware:
-    """Answer 401, 403 or 400 (problem+json with ``WWW-Authenticate``) unless the request
+class AuthGate:
+    """Refuse with 401, 403 or 400 (problem+json with ``WWW-Authenticate``) unless the request
     carries ``Authorization: Bearer <key>`` with a key of the scope it needs, or reads the web
     page with its signed session cookie (a browser without either is sent to sign in).
 
@@ -98,45 +101,44 @@ class AuthMiddleware:
 
     def __init__(
         self,
-        app: ASGIApp,
         *,
         keyring: KeyRing,
         metrics_require_key: bool,
         allow_unauthenticated: bool,
     ) -> None:
-        self.app = app
         self.keyring = keyring
         self.metrics_open = not metrics_require_key
         self.allow_unauthenticated = allow_unauthenticated
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "websocket":
-            await receive()  # the connection request
-            await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
-            return
-        if scope["type"] != "http":  # lifespan
-            await self.app(scope, receive, send)
-            return
-        path = _route_path(scope)
+    @staticmethod
+    async def refuse_websocket(receive: Receive, send: Send) -> None:
+        """Close a websocket connection before accepting it (the service has none)."""
+        await receive()  # the connection request
+        await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
+
+    async def admit(
+        self, scope: Scope, receive: Receive, send: Send, *, authorization: list[str]
+    ) -> bool:
+        """True if the HTTP request may go on (its key, if any, is then in its state); else
+        the refusal was sent. ``authorization``: the values of its ``Authorization`` headers."""
+        path = route_path(scope)
         if policy.is_open(path, metrics_open=self.metrics_open) or policy.is_public_asset(
             scope["method"], path
         ):
-            record = self._optional_key(scope)
+            record = self._optional_key(authorization)
             if record is not None:
                 scope.setdefault("state", {})[_STATE_KEY] = record
-            await self.app(scope, receive, send)
-            return
+            return True
         if not self.keyring.enabled:
             if self.allow_unauthenticated or is_local_client(scope.get("client")):
-                await self.app(scope, receive, send)
-                return
+                return True
             detail = (
                 "this server has no API keys, so it answers only clients on its own machine; "
                 "configure keys (MIXREG_API_KEYS_FILE or MIXREG_API_KEYS), or set "
                 "MIXREG_ALLOW_UNAUTHENTICATED=true to serve anyone"
             )
             await self._refuse(scope, receive, send, status=403, slug="forbidden", detail=detail)
-            return
+            return False
         parameter = _credential_in_query(scope)
         if parameter is not None:
             detail = (
@@ -154,22 +156,21 @@ class AuthMiddleware:
                 detail=detail,
                 challenge=challenge,
             )
-            return
+            return False
         method: str = scope["method"]
-        if not _authorization(scope) and policy.accepts_session(method, path):
+        if not authorization and policy.accepts_session(method, path):
             session = self._session(scope)
             if session is not None:
                 scope.setdefault("state", {})[_STATE_KEY] = session.key
-                await self.app(scope, receive, send)
-                return
+                return True
             if policy.is_page(method, path):
                 # A browser without a key or session: to the sign-in form, not a JSON problem.
                 response = RedirectResponse(policy.SIGN_IN_PATH, status_code=303)
                 await response(scope, receive, send)
-                return
-        record = await self._authenticate(scope, receive, send)
+                return False
+        record = await self._authenticate(scope, receive, send, authorization)
         if record is None:
-            return
+            return False
         needed = policy.required_scope(method, path)
         if not record.grants(needed):
             logger.info("API key %s (%s) refused on %s %s", record.id, record.scope, method, path)
@@ -187,15 +188,14 @@ class AuthMiddleware:
                 detail=detail,
                 challenge=challenge,
             )
-            return
+            return False
         scope.setdefault("state", {})[_STATE_KEY] = record
-        await self.app(scope, receive, send)
+        return True
 
-    def _optional_key(self, scope: Scope) -> ApiKey | None:
+    def _optional_key(self, values: list[str]) -> ApiKey | None:
         """The valid, unrevoked key an open path was sent, if any (never a refusal)."""
         if not self.keyring.enabled:
             return None
-        values = _authorization(scope)
         if len(values) != 1:
             return None
         scheme, _, credentials = values[0].strip().partition(" ")
@@ -211,9 +211,11 @@ class AuthMiddleware:
         cookie = session_cookie(scope)
         return None if cookie is None else session_of(cookie, self.keyring)
 
-    async def _authenticate(self, scope: Scope, receive: Receive, send: Send) -> ApiKey | None:
-        """The key of the request, or None once a 401 was sent."""
-        values = _authorization(scope)
+    async def _authenticate(
+        self, scope: Scope, receive: Receive, send: Send, values: list[str]
+    ) -> ApiKey | None:
+        """The key of the request (``values``: its ``Authorization`` headers), or None once a
+        401 was sent."""
         if not values:
             detail = "this endpoint needs an API key: send the header Authorization: Bearer <key>"
             await self._unauthorized(scope, receive, send, detail, _challenge())

@@ -17,8 +17,8 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import urlsplit
 
-from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import Response
+from starlette.types import Scope
 
 from service.problems import problem_response
 
@@ -87,34 +87,46 @@ def same_origin(origin: str, host: str) -> bool:
     return (origin_host[0], origin_port) == (request_host[0], request_port)
 
 
-class BrowserGuardMiddleware:
-    """Answer 400 to a ``Host`` that is not allowed and 403 to a cross-site write
-    (problem+json naming the header and the setting)."""
+class BrowserGuard:
+    """The refusals of requests a browser was made to send: a 400 to a ``Host`` that is not
+    allowed and a 403 to a cross-site write (problem+json naming the header and the setting).
 
-    def __init__(self, app: ASGIApp, *, allowed_hosts: frozenset[str]) -> None:
-        self.app = app
+    Run by the service's edge middleware before the key is looked at. The ``Host`` values seen
+    are remembered with their verdict (a bounded table), so a request costs a dict lookup.
+    """
+
+    HOST_TABLE_SIZE = 256
+    """How many distinct ``Host`` values are remembered (the table starts over when full)."""
+
+    def __init__(self, *, allowed_hosts: frozenset[str]) -> None:
         self.allowed_hosts = allowed_hosts
         self.any_host = "*" in allowed_hosts
+        self._host_allowed: dict[str, bool] = {}
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":  # websockets are refused by the auth middleware
-            await self.app(scope, receive, send)
-            return
-        headers = Headers(scope=scope)
-        host = headers.get("host", "")
-        refusal = self._host_refusal(scope, host) or self._origin_refusal(scope, headers, host)
+    def refusal(
+        self, scope: Scope, *, host: str, origin: str | None, sec_fetch_site: str | None
+    ) -> Response | None:
+        """The problem response refusing the request, or None if it may go on."""
+        refusal = self._host_refusal(scope, host) or self._origin_refusal(
+            scope, host, origin, sec_fetch_site
+        )
         if refusal is None:
-            await self.app(scope, receive, send)
-            return
+            return None
         status, slug, detail = refusal
-        response = problem_response(status=status, detail=detail, instance=scope["path"], slug=slug)
-        await response(scope, receive, send)
+        return problem_response(status=status, detail=detail, instance=scope["path"], slug=slug)
+
+    def _host_is_allowed(self, host: str) -> bool:
+        allowed = self._host_allowed.get(host)
+        if allowed is None:
+            parsed = split_host(host)
+            allowed = parsed is not None and parsed[0] in self.allowed_hosts
+            if len(self._host_allowed) >= self.HOST_TABLE_SIZE:
+                self._host_allowed.clear()
+            self._host_allowed[host] = allowed
+        return allowed
 
     def _host_refusal(self, scope: Scope, host: str) -> tuple[int, str, str] | None:
-        if self.any_host or scope["path"] in PROBE_PATHS:
-            return None
-        parsed = split_host(host)
-        if parsed is not None and parsed[0] in self.allowed_hosts:
+        if self.any_host or scope["path"] in PROBE_PATHS or self._host_is_allowed(host):
             return None
         shown = repr(host[:100]) if host else "(none)"
         return (
@@ -125,10 +137,11 @@ class BrowserGuardMiddleware:
         )
 
     @staticmethod
-    def _origin_refusal(scope: Scope, headers: Headers, host: str) -> tuple[int, str, str] | None:
+    def _origin_refusal(
+        scope: Scope, host: str, origin: str | None, sec_fetch_site: str | None
+    ) -> tuple[int, str, str] | None:
         if scope["method"] in _SAFE_METHODS:
             return None
-        origin = headers.get("origin")
         if origin is not None and not same_origin(origin, host):
             return (
                 403,
@@ -136,7 +149,7 @@ class BrowserGuardMiddleware:
                 f"a request from the web page at {origin[:100]!r} may not change anything "
                 f"here: only pages this server serves may send writes from a browser",
             )
-        if headers.get("sec-fetch-site", "").lower() == "cross-site":
+        if sec_fetch_site is not None and sec_fetch_site.lower() == "cross-site":
             return (
                 403,
                 "cross-origin",

@@ -40,6 +40,7 @@ from service.errors import (
     DataTooLargeError,
     InvalidInputError,
     NotAcceptableError,
+    ServiceError,
     UnsupportedMediaTypeError,
 )
 from service.logs import request_id_var
@@ -321,11 +322,28 @@ def posterior_rows(group_line: NDArray[np.intp], posteriors: FloatArray) -> list
     return rows
 
 
+@dataclass(frozen=True)
+class EncodedAnswer:
+    """An answer ready to send: its bytes, their media type and the headers naming the model."""
+
+    body: bytes
+    media_type: str
+    headers: dict[str, str]
+
+    def response(self) -> Response:
+        """The answer as a Starlette response."""
+        return Response(self.body, media_type=self.media_type, headers=self.headers)
+
+
 def answer(
     lines: StoredLines, data: PredictInput, *, npy: bool, output: str = "predictions"
-) -> Response:
+) -> EncodedAnswer:
     """Predict ``data`` with ``lines`` and encode the answer (``.npy`` of ``output`` if
-    ``npy``)."""
+    ``npy``).
+
+    Every predict answer is computed here, whichever way the request came (the routes, or the
+    edge middleware's fast path): once this returns, the prediction is complete.
+    """
     predictions = predict_rows(lines, data.X, data.keys, unknown_keys=data.unknown_keys)
     groups_of_rows = None if data.groups is None else lines.lines_of_groups(data.groups)
     # Also refuses concomitant values sent to a model without a gate.
@@ -347,11 +365,7 @@ def answer(
                 f"output '{output}' needs a gated model; model {lines.model_id} has no gate"
             )
         array = predictions if gated is None or output == "predictions" else getattr(gated, output)
-        return Response(
-            formats.npy_bytes(array),
-            media_type=formats.NPY_MEDIA_TYPE,
-            headers=answered_by(lines),
-        )
+        return EncodedAnswer(formats.npy_bytes(array), formats.NPY_MEDIA_TYPE, answered_by(lines))
     payload: dict[str, object] = {"model_id": lines.model_id}
     if lines.version is not None:
         payload["registered_model"] = lines.registered_model
@@ -370,9 +384,7 @@ def answer(
         payload["expected"] = gated.expected
         payload["most_likely"] = gated.most_likely
         payload["most_likely_component"] = gated.most_likely_component
-    return Response(
-        formats.json_bytes(payload), media_type=formats.JSON_MEDIA_TYPE, headers=answered_by(lines)
-    )
+    return EncodedAnswer(formats.json_bytes(payload), formats.JSON_MEDIA_TYPE, answered_by(lines))
 
 
 MODEL_ID_HEADER = "Mixreg-Model-Id"
@@ -486,20 +498,81 @@ async def serve_predict(
         data.X.shape[0], lines.n_components, settings=settings, matrices=matrices, vectors=vectors
     )
     if inline and data.X.shape[0] * lines.coef.shape[0] <= INLINE_ANSWER_VALUES:
-        response = answer(lines, data, npy=npy, output=output)
+        encoded = answer(lines, data, npy=npy, output=output)
     else:
-        response = await run_in_threadpool(answer, lines, data, npy=npy, output=output)
-    # Once answered: a sampling check, and for a sampled request a queue append.
-    request.app.state.prediction_log.offer(
-        request_id=request_id_var.get(),
-        reference=reference,
-        lines=lines,
-        X=data.X,
-        keys=data.keys,
-        unknown_keys=data.unknown_keys,
-        concomitant=data.concomitant,
-    )
-    return response
+        encoded = await run_in_threadpool(answer, lines, data, npy=npy, output=output)
+    _offer_to_log(request.app.state, reference, lines, data)
+    return encoded.response()
+
+
+def _offer_to_log(state: Any, reference: str, lines: StoredLines, data: Any) -> None:
+    """Once answered: the prediction log's sampling check, and for a sampled request a queue
+    append (the app's ``prediction_log``, made at startup)."""
+    prediction_log = getattr(state, "prediction_log", None)
+    if prediction_log is not None:
+        prediction_log.offer(
+            request_id=request_id_var.get(),
+            reference=reference,
+            lines=lines,
+            X=data.X,
+            keys=data.keys,
+            unknown_keys=data.unknown_keys,
+            concomitant=data.concomitant,
+        )
+
+
+def fast_json_predict(
+    body: bytes,
+    content_type: str | None,
+    accept: str | None,
+    *,
+    cache: ModelCache,
+    resolver: ReferenceResolver,
+    settings: Settings,
+    state: Any = None,
+) -> EncodedAnswer | None:
+    """The answer to a ``POST /predict`` JSON ``body`` of at most ``INLINE_BODY_BYTES`` (its
+    ``Content-Type`` and ``Accept`` headers given), or None when it is not the common case — a
+    plain body (model id and rows of numbers, as
+    ``_read_plain_json`` reads), a JSON answer, a model already resolved and cached, an answer
+    within the limits and small enough to compute on the event loop.
+
+    The edge middleware calls it before routing; on None the request goes the whole way, to
+    :func:`serve_predict`, which then answers it as it always would, errors included. Anything
+    it accepts, :func:`serve_predict` answers with the same bytes and headers, and offers to
+    the prediction log of the app whose ``state`` is given, as :func:`serve_predict` does.
+    """
+    if (
+        not _is_json(media_type_of(content_type or ""))
+        or len(body) > settings.max_predict_json_bytes
+        or formats.prefers_npy(accept)
+    ):
+        return None
+    data = _read_plain_json(body, named_in_body=True)
+    if data is None or data.model_id is None:
+        return None
+    model_id = resolver.cached(data.model_id)
+    lines = None if model_id is None else cache.get(model_id)
+    if lines is None or data.X.shape[0] * lines.coef.shape[0] > INLINE_ANSWER_VALUES:
+        return None
+    try:
+        limits.check_data_shape(*data.X.shape, settings=settings, what="X")
+        matrices, vectors = answer_outputs(
+            lines, npy=False, output="predictions", scored=data.y is not None, grouped=False
+        )
+        limits.check_answer_size(
+            data.X.shape[0],
+            lines.n_components,
+            settings=settings,
+            matrices=matrices,
+            vectors=vectors,
+        )
+        encoded = answer(lines, data, npy=False)
+    except ServiceError:
+        # Explained by serve_predict, which reaches the same error.
+        return None
+    _offer_to_log(state, data.model_id, lines, data)
+    return encoded
 
 
 def _check_binary_shape(

@@ -11,7 +11,7 @@ from numpy.typing import NDArray
 from ._am import SolverResult
 from ._loss import CandidateScorer, assign, weighted_mean
 from ._lstsq import lstsq_by_labels, refit_exactly
-from ._ransac import ransac_lines
+from ._ransac import equal_row_ids, ransac_lines
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.intp]
@@ -178,8 +178,16 @@ def fit_candidates(
         theta, _ = lstsq_by_labels(Z, y, labels, n_components)
     else:
         parts, sizes = parts_from_labels(labels, n_components)
+        # The sub-sample is drawn with replacement: its repeated rows are told apart up front.
         theta = ransac_lines(
-            Z, y, parts, sizes, rng, min_samples=min_samples, fit_intercept=fit_intercept
+            Z,
+            y,
+            parts,
+            sizes,
+            rng,
+            min_samples=min_samples,
+            fit_intercept=fit_intercept,
+            row_ids=equal_row_ids(Z),
         )
     return theta.reshape(n_partitions, n_components, Z.shape[1])
 

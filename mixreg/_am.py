@@ -10,14 +10,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._loss import Grouping, assign, grouped_assignment, smallest_by_line, weighted_mean
-from ._lstsq import (
-    WIDE_MIN_PARAMS,
+from ._lstsq import WIDE_MIN_PARAMS, WeightedLeastSquares, gram_matrix, lstsq_by_labels
+from ._normal_equations import pseudo_inverse
+from ._partition_moments import (
     PartitionSums,
-    WeightedLeastSquares,
     WidePartitionMoments,
-    gram_matrix,
-    lstsq_by_labels,
-    pseudo_inverse,
     refit_exactly,
     shared_origin,
 )
@@ -433,11 +430,11 @@ def classic_am_batch(
 
     Every iteration of a group of starts is one matrix product to assign the rows and an
     update of all the parts' normal equations by the rows that changed parts (one product over
-    all rows when many did, :class:`~mixreg._lstsq.PartitionSums`; on wide data, one start at
-    a time, :class:`~mixreg._lstsq.WidePartitionMoments`). A start stops when its
-    partition no longer changes (a fixed point: refitting would give the same lines) or its
-    min-loss improved by a relative ``tol`` or less; its min-loss never increases. A line that
-    wins no rows keeps its previous value.
+    all rows when many did, :class:`~mixreg._partition_moments.PartitionSums`; on wide data,
+    one start at a time, :class:`~mixreg._partition_moments.WidePartitionMoments`). A start
+    stops when its partition no longer changes (a fixed point: refitting would give the same
+    lines) or its min-loss improved by a relative ``tol`` or less; its min-loss never
+    increases. A line that wins no rows keeps its previous value.
 
     Parameters
     ----------
@@ -461,8 +458,8 @@ def classic_am_batch(
     solver : WeightedLeastSquares, optional
         Of ``Z`` and ``y``, when the caller keeps one for many polishes of the same rows;
         formed here for more than one start. With it, every refit is read from running sums
-        of the parts (:class:`~mixreg._lstsq.PartitionSums`); without, each part is solved
-        centred.
+        of the parts (:class:`~mixreg._partition_moments.PartitionSums`); without, each part is
+        solved centred.
 
     Returns
     -------
@@ -598,7 +595,7 @@ def refit_exactly_until_stable(
 ) -> FloatArray:
     """Refit each line on the rows it wins to working precision, until the partition is stable.
 
-    Classical AM steps with :func:`~mixreg._lstsq.refit_exactly`: each line ends as the
+    Classical AM steps with :func:`~mixreg._partition_moments.refit_exactly`: each line ends as the
     least-squares line of the rows it predicts best (``LinearRegression`` on those rows), and
     the min-loss never increases. A line that wins no rows keeps its value. Stops when the
     partition no longer changes, after a few rounds, or once ``deadline`` has passed (after

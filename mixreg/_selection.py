@@ -27,7 +27,7 @@ from ._estimator import (
 from ._inference import MixtureParameters
 from ._likelihood import best_maximum_likelihood, split_starts
 from ._loss import Grouping, predict_lines, single_threaded_blas, weighted_mean
-from ._lstsq import refit_exactly
+from ._partition_moments import refit_exactly
 from ._validation import check_groups, check_sample_weight, check_X_y
 
 FloatArray = NDArray[np.float64]

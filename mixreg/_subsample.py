@@ -10,7 +10,8 @@ from numpy.typing import NDArray
 
 from ._am import SolverResult
 from ._loss import CandidateScorer, assign, weighted_mean
-from ._lstsq import lstsq_by_labels, refit_exactly
+from ._lstsq import lstsq_by_labels
+from ._partition_moments import refit_exactly
 from ._ransac import equal_row_ids, ransac_lines
 
 FloatArray = NDArray[np.float64]

@@ -116,6 +116,12 @@ class _GradientSteps:
     Each pass of an iteration walks the rows in blocks whose ``(k, block)`` arrays stay in
     cache, so the work per row (assignment, gradient, line search, update) reads the
     residuals from memory once instead of once per operation.
+
+    A step's update of the residuals is left pending until the next evaluation, which applies
+    it block by block just before it assigns that block's rows and adds their gradient: the
+    block of ``Z`` and of the residuals is then read from memory once for both, where applying
+    the step in a pass of its own read them twice. The numbers are the same, operation for
+    operation; :func:`gradient_am` always evaluates after an update.
     """
 
     def __init__(
@@ -157,6 +163,10 @@ class _GradientSteps:
             self.change = [np.empty_like(block) for block in self.residuals]
             self.previous_change = [np.empty_like(block) for block in self.residuals]
         self.previous_step: FloatArray | None = None
+        # The last step, not yet applied to the residuals: the fixed step's change of the lines
+        # or, with "auto", the coefficients of the direction and of the previous step.
+        self.pending_step: FloatArray | None = None
+        self.pending_coefficients: tuple[FloatArray, FloatArray | None] | None = None
 
     def evaluate(self) -> Evaluation:
         """Assign the rows, and sum the min-loss and each line's gradient over its rows."""
@@ -169,6 +179,7 @@ class _GradientSteps:
             zip(self.blocks, self.residuals, self.labels, strict=True)
         ):
             Zb = self.Z[block]
+            self._apply_pending(index, Zb)
             if refresh:
                 np.matmul(self.theta, Zb.T, out=residuals)
                 np.subtract(self.y[block], residuals, out=residuals)
@@ -183,8 +194,27 @@ class _GradientSteps:
                 weights = self.block_weights[index]
                 total += float((best * weights) @ best)
                 self.gradient += (owned * weights) @ Zb
+        self.pending_step = self.pending_coefficients = None
         loss = total / self.total_weight
         return Evaluation(loss=loss, criterion=loss)
+
+    def _apply_pending(self, index: int, Zb: FloatArray) -> None:
+        """Bring block ``index``'s residuals (and with "auto" its changes of predictions) up
+        to date with the last step."""
+        residuals = self.residuals[index]
+        if self.pending_step is not None:
+            residuals -= self.pending_step @ Zb.T
+        elif self.pending_coefficients is not None:
+            along, again = self.pending_coefficients
+            change, previous_change = self.change[index], self.previous_change[index]
+            # The step's change of predictions, kept for the next step.
+            change *= along[:, None]
+            if again is not None:
+                previous_change *= again[:, None]
+                previous_change += change
+            else:
+                previous_change[...] = change
+            residuals -= previous_change
 
     def _assign(self, residuals: FloatArray, labels: NDArray[np.intp]) -> NDArray[np.bool_]:
         """Each row's best line (ties to the lowest index), as labels and a one-hot mask."""
@@ -202,8 +232,7 @@ class _GradientSteps:
         if self.preconditioner is None:
             step = self.fixed_scale * self.gradient
             self.theta += step
-            for block, residuals in zip(self.blocks, self.residuals, strict=True):
-                residuals -= step @ self.Z[block].T
+            self.pending_step = step
         else:
             self._subspace_step(self.gradient @ self.preconditioner)
         self.steps_since_refresh += 1
@@ -253,17 +282,7 @@ class _GradientSteps:
         step = along[:, None] * direction
         if previous is not None:
             step += again[:, None] * previous
-        for residuals, change, previous_change in zip(
-            self.residuals, self.change, self.previous_change, strict=True
-        ):
-            # The step's change of predictions, kept for the next step.
-            change *= along[:, None]
-            if previous is not None:
-                previous_change *= again[:, None]
-                previous_change += change
-            else:
-                previous_change[...] = change
-            residuals -= previous_change
+        self.pending_coefficients = (along, again if previous is not None else None)
         self.theta += step
         self.previous_step = step
 

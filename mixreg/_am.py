@@ -152,7 +152,8 @@ class _GradientSteps:
         if sample_weight is not None:
             self.block_weights = [sample_weight[block] for block in self.blocks]
         self.residuals = [np.empty((n_components, b.stop - b.start)) for b in self.blocks]
-        self.labels = [np.zeros(b.stop - b.start, dtype=np.intp) for b in self.blocks]
+        # Which line owns each row of a block: one-hot over the lines, (k, block).
+        self.owners = [np.zeros((n_components, b.stop - b.start), dtype=bool) for b in self.blocks]
         self.parts = np.arange(n_components)[:, None]
         self.gradient = np.zeros_like(theta)
         self.steps_since_refresh = _RESIDUAL_REFRESH
@@ -175,15 +176,15 @@ class _GradientSteps:
             self.steps_since_refresh = 0
         total = 0.0
         self.gradient.fill(0.0)
-        for index, (block, residuals, labels) in enumerate(
-            zip(self.blocks, self.residuals, self.labels, strict=True)
+        for index, (block, residuals, owners) in enumerate(
+            zip(self.blocks, self.residuals, self.owners, strict=True)
         ):
             Zb = self.Z[block]
             self._apply_pending(index, Zb)
             if refresh:
                 np.matmul(self.theta, Zb.T, out=residuals)
                 np.subtract(self.y[block], residuals, out=residuals)
-            mask = self._assign(residuals, labels)
+            mask = self._assign(residuals, owners)
             # -grad F_i(theta_j) / 2 = z_i r_ij, summed over the rows S_j that line j wins.
             owned = residuals * mask
             best = owned.sum(axis=0)
@@ -216,17 +217,29 @@ class _GradientSteps:
                 previous_change[...] = change
             residuals -= previous_change
 
-    def _assign(self, residuals: FloatArray, labels: NDArray[np.intp]) -> NDArray[np.bool_]:
-        """Each row's best line (ties to the lowest index), as labels and a one-hot mask."""
+    def _assign(self, residuals: FloatArray, owners: NDArray[np.bool_]) -> NDArray[np.bool_]:
+        """Each row's best line (ties to the lowest index), written into ``owners`` as a
+        one-hot mask over the lines.
+
+        The lines whose squared residual equals the row's smallest are marked, then every mark
+        after a row's first is cleared: a few passes over booleans, where labels set line by
+        line under a mask cost a gather and a scatter per line.
+        """
         squared = residuals * residuals
-        smallest = squared[0]
-        labels.fill(0)
+        smallest = squared[0].copy()
         for component in range(1, self.n_components):
-            closer = squared[component] < smallest
-            labels[closer] = component
             np.minimum(smallest, squared[component], out=smallest)
-        mask: NDArray[np.bool_] = labels == self.parts
-        return mask
+        np.equal(squared, smallest, out=owners)
+        taken = owners[0].copy()
+        for component in range(1, self.n_components):
+            # For booleans, a > b is a and not b: keep the mark only where no line before has one.
+            np.greater(owners[component], taken, out=owners[component])
+            taken |= owners[component]
+        if not taken.all():
+            # A NaN residual (the minimum is then NaN and equals nothing): the line-by-line
+            # comparisons decide, as they always did.
+            owners[...] = _labels_line_by_line(squared) == self.parts
+        return owners
 
     def update(self) -> None:
         if self.preconditioner is None:
@@ -247,18 +260,18 @@ class _GradientSteps:
         # Per line, over its rows: <u,u>, <u,v>, <v,v>, <v,r> with u the direction's change
         # of predictions and v the previous step's.
         uu, uv, vv, vr = (np.zeros(k) for _ in range(4))
-        for index, (block, residuals, labels, change, previous_change) in enumerate(
+        for index, (block, residuals, owners, change, previous_change) in enumerate(
             zip(
                 self.blocks,
                 self.residuals,
-                self.labels,
+                self.owners,
                 self.change,
                 self.previous_change,
                 strict=True,
             )
         ):
             np.matmul(direction, self.Z[block].T, out=change)
-            mask: NDArray[np.bool_] | FloatArray = labels == self.parts
+            mask: NDArray[np.bool_] | FloatArray = owners
             if self.block_weights is not None:
                 mask = mask * self.block_weights[index]
             own = change * mask
@@ -285,6 +298,17 @@ class _GradientSteps:
         self.pending_coefficients = (along, again if previous is not None else None)
         self.theta += step
         self.previous_step = step
+
+
+def _labels_line_by_line(squared: FloatArray) -> NDArray[np.intp]:
+    """Each row's line: a later line takes the row where its squared residual is strictly
+    below the smallest so far (NaN never is, and once in the running minimum, stays)."""
+    smallest = squared[0].copy()
+    labels = np.zeros(squared.shape[1], dtype=np.intp)
+    for component in range(1, squared.shape[0]):
+        labels[squared[component] < smallest] = component
+        np.minimum(smallest, squared[component], out=smallest)
+    return labels
 
 
 # Elements of a (k, block) array of one row block: 2^15 float64 values, 256 KiB, in cache.

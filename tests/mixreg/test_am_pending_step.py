@@ -1,5 +1,6 @@
-"""Gradient AM applies each step to the residuals in the next evaluation's pass over the rows:
-the lines and losses must be those of the straightforward order, bit for bit."""
+"""Gradient AM applies each step to the residuals in the next evaluation's pass over the rows,
+and marks each row's line in one pass over booleans: the lines and losses must be those of the
+straightforward code, bit for bit."""
 
 import numpy as np
 import pytest
@@ -14,7 +15,12 @@ FloatArray = NDArray[np.float64]
 
 class _EagerSteps(_GradientSteps):
     """The steps as first written: each update applies itself to every block's residuals in a
-    pass of its own, before the next evaluation reads them again."""
+    pass of its own, before the next evaluation reads them again; each row's line is found by
+    setting labels line by line."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.labels = [np.zeros(b.stop - b.start, dtype=np.intp) for b in self.blocks]
 
     def evaluate(self) -> Evaluation:
         """Assign the rows, and sum the min-loss and each line's gradient over its rows."""
@@ -155,3 +161,21 @@ def test_pending_step_gives_the_lines_and_losses_bit_for_bit(monkeypatch, step_s
     assert np.array_equal(fused.theta, eager_theta)
     assert fused.loss_history == eager_losses
     assert eager_losses[-1] < eager_losses[0]
+
+
+def test_one_hot_owners_are_the_line_by_line_labels_with_ties_and_non_finite_residuals():
+    rng = np.random.default_rng(3)
+    residuals = rng.normal(size=(4, 500))
+    residuals[2, :50] = -residuals[1, :50]  # exact ties: the lower line keeps the row
+    residuals[:, 50:60] = 0.5  # four-way ties
+    residuals[3, 60:70] = np.inf
+    residuals[:, 70:75] = np.inf
+    steps = _GradientSteps(np.ones((500, 1)), np.zeros(500), np.zeros((4, 1)), 0.1)
+    owners = np.zeros((4, 500), dtype=bool)
+    expected = _EagerSteps._assign(steps, residuals, np.zeros(500, dtype=np.intp))
+    assert np.array_equal(steps._assign(residuals, owners), expected)
+    assert owners[:, :50].sum(axis=0).tolist() == [1] * 50
+    # A NaN anywhere sends the block through the line-by-line comparisons.
+    residuals[2, 100] = np.nan
+    expected = _EagerSteps._assign(steps, residuals, np.zeros(500, dtype=np.intp))
+    assert np.array_equal(steps._assign(residuals, owners), expected)

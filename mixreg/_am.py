@@ -10,14 +10,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._loss import Grouping, assign, grouped_assignment, smallest_by_line, weighted_mean
-from ._lstsq import (
-    WIDE_MIN_PARAMS,
+from ._lstsq import WIDE_MIN_PARAMS, WeightedLeastSquares, gram_matrix, lstsq_by_labels
+from ._normal_equations import pseudo_inverse
+from ._partition_moments import (
     PartitionSums,
-    WeightedLeastSquares,
     WidePartitionMoments,
-    gram_matrix,
-    lstsq_by_labels,
-    pseudo_inverse,
     refit_exactly,
     shared_origin,
 )
@@ -119,6 +116,12 @@ class _GradientSteps:
     Each pass of an iteration walks the rows in blocks whose ``(k, block)`` arrays stay in
     cache, so the work per row (assignment, gradient, line search, update) reads the
     residuals from memory once instead of once per operation.
+
+    A step's update of the residuals is left pending until the next evaluation, which applies
+    it block by block just before it assigns that block's rows and adds their gradient: the
+    block of ``Z`` and of the residuals is then read from memory once for both, where applying
+    the step in a pass of its own read them twice. The numbers are the same, operation for
+    operation; :func:`gradient_am` always evaluates after an update.
     """
 
     def __init__(
@@ -149,7 +152,8 @@ class _GradientSteps:
         if sample_weight is not None:
             self.block_weights = [sample_weight[block] for block in self.blocks]
         self.residuals = [np.empty((n_components, b.stop - b.start)) for b in self.blocks]
-        self.labels = [np.zeros(b.stop - b.start, dtype=np.intp) for b in self.blocks]
+        # Which line owns each row of a block: one-hot over the lines, (k, block).
+        self.owners = [np.zeros((n_components, b.stop - b.start), dtype=bool) for b in self.blocks]
         self.parts = np.arange(n_components)[:, None]
         self.gradient = np.zeros_like(theta)
         self.steps_since_refresh = _RESIDUAL_REFRESH
@@ -160,6 +164,10 @@ class _GradientSteps:
             self.change = [np.empty_like(block) for block in self.residuals]
             self.previous_change = [np.empty_like(block) for block in self.residuals]
         self.previous_step: FloatArray | None = None
+        # The last step, not yet applied to the residuals: the fixed step's change of the lines
+        # or, with "auto", the coefficients of the direction and of the previous step.
+        self.pending_step: FloatArray | None = None
+        self.pending_coefficients: tuple[FloatArray, FloatArray | None] | None = None
 
     def evaluate(self) -> Evaluation:
         """Assign the rows, and sum the min-loss and each line's gradient over its rows."""
@@ -168,14 +176,15 @@ class _GradientSteps:
             self.steps_since_refresh = 0
         total = 0.0
         self.gradient.fill(0.0)
-        for index, (block, residuals, labels) in enumerate(
-            zip(self.blocks, self.residuals, self.labels, strict=True)
+        for index, (block, residuals, owners) in enumerate(
+            zip(self.blocks, self.residuals, self.owners, strict=True)
         ):
             Zb = self.Z[block]
+            self._apply_pending(index, Zb)
             if refresh:
                 np.matmul(self.theta, Zb.T, out=residuals)
                 np.subtract(self.y[block], residuals, out=residuals)
-            mask = self._assign(residuals, labels)
+            mask = self._assign(residuals, owners)
             # -grad F_i(theta_j) / 2 = z_i r_ij, summed over the rows S_j that line j wins.
             owned = residuals * mask
             best = owned.sum(axis=0)
@@ -186,27 +195,57 @@ class _GradientSteps:
                 weights = self.block_weights[index]
                 total += float((best * weights) @ best)
                 self.gradient += (owned * weights) @ Zb
+        self.pending_step = self.pending_coefficients = None
         loss = total / self.total_weight
         return Evaluation(loss=loss, criterion=loss)
 
-    def _assign(self, residuals: FloatArray, labels: NDArray[np.intp]) -> NDArray[np.bool_]:
-        """Each row's best line (ties to the lowest index), as labels and a one-hot mask."""
+    def _apply_pending(self, index: int, Zb: FloatArray) -> None:
+        """Bring block ``index``'s residuals (and with "auto" its changes of predictions) up
+        to date with the last step."""
+        residuals = self.residuals[index]
+        if self.pending_step is not None:
+            residuals -= self.pending_step @ Zb.T
+        elif self.pending_coefficients is not None:
+            along, again = self.pending_coefficients
+            change, previous_change = self.change[index], self.previous_change[index]
+            # The step's change of predictions, kept for the next step.
+            change *= along[:, None]
+            if again is not None:
+                previous_change *= again[:, None]
+                previous_change += change
+            else:
+                previous_change[...] = change
+            residuals -= previous_change
+
+    def _assign(self, residuals: FloatArray, owners: NDArray[np.bool_]) -> NDArray[np.bool_]:
+        """Each row's best line (ties to the lowest index), written into ``owners`` as a
+        one-hot mask over the lines.
+
+        The lines whose squared residual equals the row's smallest are marked, then every mark
+        after a row's first is cleared: a few passes over booleans, where labels set line by
+        line under a mask cost a gather and a scatter per line.
+        """
         squared = residuals * residuals
-        smallest = squared[0]
-        labels.fill(0)
+        smallest = squared[0].copy()
         for component in range(1, self.n_components):
-            closer = squared[component] < smallest
-            labels[closer] = component
             np.minimum(smallest, squared[component], out=smallest)
-        mask: NDArray[np.bool_] = labels == self.parts
-        return mask
+        np.equal(squared, smallest, out=owners)
+        taken = owners[0].copy()
+        for component in range(1, self.n_components):
+            # For booleans, a > b is a and not b: keep the mark only where no line before has one.
+            np.greater(owners[component], taken, out=owners[component])
+            taken |= owners[component]
+        if not taken.all():
+            # A NaN residual (the minimum is then NaN and equals nothing): the line-by-line
+            # comparisons decide, as they always did.
+            owners[...] = _labels_line_by_line(squared) == self.parts
+        return owners
 
     def update(self) -> None:
         if self.preconditioner is None:
             step = self.fixed_scale * self.gradient
             self.theta += step
-            for block, residuals in zip(self.blocks, self.residuals, strict=True):
-                residuals -= step @ self.Z[block].T
+            self.pending_step = step
         else:
             self._subspace_step(self.gradient @ self.preconditioner)
         self.steps_since_refresh += 1
@@ -221,18 +260,18 @@ class _GradientSteps:
         # Per line, over its rows: <u,u>, <u,v>, <v,v>, <v,r> with u the direction's change
         # of predictions and v the previous step's.
         uu, uv, vv, vr = (np.zeros(k) for _ in range(4))
-        for index, (block, residuals, labels, change, previous_change) in enumerate(
+        for index, (block, residuals, owners, change, previous_change) in enumerate(
             zip(
                 self.blocks,
                 self.residuals,
-                self.labels,
+                self.owners,
                 self.change,
                 self.previous_change,
                 strict=True,
             )
         ):
             np.matmul(direction, self.Z[block].T, out=change)
-            mask: NDArray[np.bool_] | FloatArray = labels == self.parts
+            mask: NDArray[np.bool_] | FloatArray = owners
             if self.block_weights is not None:
                 mask = mask * self.block_weights[index]
             own = change * mask
@@ -256,19 +295,20 @@ class _GradientSteps:
         step = along[:, None] * direction
         if previous is not None:
             step += again[:, None] * previous
-        for residuals, change, previous_change in zip(
-            self.residuals, self.change, self.previous_change, strict=True
-        ):
-            # The step's change of predictions, kept for the next step.
-            change *= along[:, None]
-            if previous is not None:
-                previous_change *= again[:, None]
-                previous_change += change
-            else:
-                previous_change[...] = change
-            residuals -= previous_change
+        self.pending_coefficients = (along, again if previous is not None else None)
         self.theta += step
         self.previous_step = step
+
+
+def _labels_line_by_line(squared: FloatArray) -> NDArray[np.intp]:
+    """Each row's line: a later line takes the row where its squared residual is strictly
+    below the smallest so far (NaN never is, and once in the running minimum, stays)."""
+    smallest = squared[0].copy()
+    labels = np.zeros(squared.shape[1], dtype=np.intp)
+    for component in range(1, squared.shape[0]):
+        labels[squared[component] < smallest] = component
+        np.minimum(smallest, squared[component], out=smallest)
+    return labels
 
 
 # Elements of a (k, block) array of one row block: 2^15 float64 values, 256 KiB, in cache.
@@ -433,11 +473,11 @@ def classic_am_batch(
 
     Every iteration of a group of starts is one matrix product to assign the rows and an
     update of all the parts' normal equations by the rows that changed parts (one product over
-    all rows when many did, :class:`~mixreg._lstsq.PartitionSums`; on wide data, one start at
-    a time, :class:`~mixreg._lstsq.WidePartitionMoments`). A start stops when its
-    partition no longer changes (a fixed point: refitting would give the same lines) or its
-    min-loss improved by a relative ``tol`` or less; its min-loss never increases. A line that
-    wins no rows keeps its previous value.
+    all rows when many did, :class:`~mixreg._partition_moments.PartitionSums`; on wide data,
+    one start at a time, :class:`~mixreg._partition_moments.WidePartitionMoments`). A start
+    stops when its partition no longer changes (a fixed point: refitting would give the same
+    lines) or its min-loss improved by a relative ``tol`` or less; its min-loss never
+    increases. A line that wins no rows keeps its previous value.
 
     Parameters
     ----------
@@ -461,8 +501,8 @@ def classic_am_batch(
     solver : WeightedLeastSquares, optional
         Of ``Z`` and ``y``, when the caller keeps one for many polishes of the same rows;
         formed here for more than one start. With it, every refit is read from running sums
-        of the parts (:class:`~mixreg._lstsq.PartitionSums`); without, each part is solved
-        centred.
+        of the parts (:class:`~mixreg._partition_moments.PartitionSums`); without, each part is
+        solved centred.
 
     Returns
     -------
@@ -598,7 +638,7 @@ def refit_exactly_until_stable(
 ) -> FloatArray:
     """Refit each line on the rows it wins to working precision, until the partition is stable.
 
-    Classical AM steps with :func:`~mixreg._lstsq.refit_exactly`: each line ends as the
+    Classical AM steps with :func:`~mixreg._partition_moments.refit_exactly`: each line ends as the
     least-squares line of the rows it predicts best (``LinearRegression`` on those rows), and
     the min-loss never increases. A line that wins no rows keeps its value. Stops when the
     partition no longer changes, after a few rounds, or once ``deadline`` has passed (after

@@ -39,7 +39,7 @@ from numpy.typing import ArrayLike, NDArray
 from ._estimator import MixtureOfLinearRegressions
 from ._fit_warnings import minimum_rows_per_line
 from ._loss import single_threaded_blas
-from ._lstsq import _WELL_CONDITIONED_PIVOT_RATIO, solve_normal_equations
+from ._normal_equations import _WELL_CONDITIONED_PIVOT_RATIO, solve_normal_equations
 from ._validation import as_generator
 
 FloatArray = NDArray[np.float64]

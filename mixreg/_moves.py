@@ -24,7 +24,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._loss import Grouping
-from ._lstsq import normal_equations_by_label, solve_normal_equations
+from ._lstsq import normal_equations_by_label
+from ._normal_equations import solve_normal_equations
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.intp]

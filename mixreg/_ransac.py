@@ -69,6 +69,7 @@ def ransac_lines(
     max_trials: int = MAX_TRIALS,
     stop_probability: float = STOP_PROBABILITY,
     sample_weight: FloatArray | None = None,
+    row_ids: IntArray | None = None,
 ) -> FloatArray:
     """Fit one robust line per part.
 
@@ -95,6 +96,11 @@ def ransac_lines(
         out of the norm when a minimal subset is singular, as in ``LinearRegression``).
     max_trials, stop_probability
         As in ``RANSACRegressor``.
+    sample_weight : ndarray of shape (n_rows,), optional
+    row_ids : ndarray of shape (n_rows,), optional
+        Equal ids for equal rows of ``Z`` (:func:`equal_row_ids`), so that a minimal subset
+        holding one row twice is known singular before it is solved; by default each row is
+        taken to be distinct. Only the speed depends on it, never the lines.
 
     Returns
     -------
@@ -121,6 +127,7 @@ def ransac_lines(
             Z,
             y,
             parts[chosen, :width],
+            (parts if row_ids is None else row_ids[parts])[chosen, :width],
             sizes[chosen],
             valid[chosen, :width],
             rng,
@@ -133,16 +140,45 @@ def ransac_lines(
     return theta
 
 
-def _fit_minimal_subsets(Zs: FloatArray, ys: FloatArray, fit_intercept: bool) -> FloatArray:
-    """Least squares on each minimal subset: an exact solve when square and non-singular."""
+def _fit_minimal_subsets(
+    Zs: FloatArray, ys: FloatArray, fit_intercept: bool, repeated: NDArray[np.bool_]
+) -> FloatArray:
+    """Least squares on each minimal subset: an exact solve when square and non-singular.
+
+    ``repeated`` marks the subsets that hold one row twice (the sub-sample is drawn with
+    replacement, so a part may list a row more than once). Those are the systems that are
+    (nearly) singular; they are set aside so that one failing system does not send the whole
+    stack through the determinant and a second solve, and are then treated as before: an
+    exact solve unless their LU has a zero pivot, least squares then.
+    """
     n_rows, n_params = Zs.shape[-2:]
     if n_rows != n_params:
         return _lstsq_like_linear_regression(Zs, ys, fit_intercept)
+    if not repeated.any():
+        solved = _solve_or_none(Zs, ys)
+        return solved if solved is not None else _solve_singular_aside(Zs, ys, fit_intercept)
+    # The subsets without a repeated row are solved together; an identity stands in for the
+    # others, so their failure cannot fail the stack.
+    solved = _solve_or_none(np.where(repeated[..., None, None], np.eye(n_params), Zs), ys)
+    if solved is None:
+        return _solve_singular_aside(Zs, ys, fit_intercept)
+    solved[repeated] = _solve_singular_aside(Zs[repeated], ys[repeated], fit_intercept)
+    return solved
+
+
+def _solve_or_none(Zs: FloatArray, ys: FloatArray) -> FloatArray | None:
+    """The exact solve of a stack of square systems, or None when one has a zero pivot."""
     try:
         return np.asarray(np.linalg.solve(Zs, ys[..., None])[..., 0], dtype=np.float64)
     except np.linalg.LinAlgError:
-        pass
-    # Repeated rows (the sub-sample is drawn with replacement) make exactly singular systems.
+        return None
+
+
+def _solve_singular_aside(Zs: FloatArray, ys: FloatArray, fit_intercept: bool) -> FloatArray:
+    """Exact solves where the determinant is non-zero, least squares on the singular rest."""
+    if not Zs.shape[0]:
+        return np.zeros(Zs.shape[:-1])
+    n_params = Zs.shape[-1]
     det = np.linalg.det(Zs)
     singular = ~np.isfinite(det) | (det == 0.0)
     safe = np.where(singular[..., None, None], np.eye(n_params), Zs)
@@ -174,6 +210,7 @@ def _ransac_block(
     Z: FloatArray,
     y: FloatArray,
     parts: IntArray,
+    part_ids: IntArray,
     sizes: IntArray,
     valid: NDArray[np.bool_],
     rng: np.random.Generator,
@@ -220,12 +257,16 @@ def _ransac_block(
         # on wide data min_samples is p + 1 and a whole round would be R p^2 per part.
         budget = _BLOCK_ELEMENTS if Za.shape[2] <= WIDE_MIN_PARAMS + 1 else _BLOCK_ELEMENTS >> 3
         per_chunk = max(1, budget // max(1, active.size * min_samples * Za.shape[2]))
+        repeated = _repeats_a_row(
+            (part_ids if active.size == n_parts else part_ids[active])[rows, round_picks]
+        )
         theta = np.concatenate(
             [
                 _fit_minimal_subsets(
                     Za[rows, round_picks[:, chunk : chunk + per_chunk]],
                     ya[rows, round_picks[:, chunk : chunk + per_chunk]],
                     fit_intercept,
+                    repeated[:, chunk : chunk + per_chunk],
                 )
                 for chunk in range(0, last - first, per_chunk)
             ],
@@ -269,6 +310,20 @@ def _ransac_block(
     return lstsq_of_parts(Z, y, parts, best_inliers * row_weights)
 
 
+def equal_row_ids(Z: FloatArray) -> IntArray:
+    """An id per row of ``Z``, equal for equal rows (for a small ``Z``: it sorts the rows)."""
+    _, ids = np.unique(Z, axis=0, return_inverse=True)
+    row_ids: IntArray = ids.reshape(-1)
+    return row_ids
+
+
+def _repeats_a_row(subset_rows: IntArray) -> NDArray[np.bool_]:
+    """Whether each minimal subset (last axis: its row indices) names one row twice."""
+    ordered = np.sort(subset_rows, axis=-1)
+    repeated: NDArray[np.bool_] = (ordered[..., 1:] == ordered[..., :-1]).any(axis=-1)
+    return repeated
+
+
 def weighted_median(values: FloatArray, weights: FloatArray) -> FloatArray:
     """Median of each row of ``values`` with each entry counted ``weights`` times.
 
@@ -309,7 +364,8 @@ def _r2_on_inliers(
     """
     # Only inliers' residuals (at most the threshold) are squared: an outlier's residual under
     # a line through a near-degenerate minimal subset may overflow when squared.
-    squared = np.square(np.where(inliers, residuals, 0.0))
+    squared = np.where(inliers, residuals, 0.0)
+    np.square(squared, out=squared)
     if weights is None:
         weights = inliers.astype(np.float64)
     else:

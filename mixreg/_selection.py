@@ -23,7 +23,7 @@ from ._fit_warnings import DegenerateFitWarning, minimum_rows_per_line
 from ._inference import MixtureParameters
 from ._likelihood import best_maximum_likelihood, split_starts
 from ._loss import Grouping, predict_lines, single_threaded_blas, weighted_mean
-from ._lstsq import refit_exactly
+from ._partition_moments import refit_exactly
 from ._scaling import Scaling
 from ._validation import check_groups, check_sample_weight, check_X_y
 

@@ -35,7 +35,9 @@ from numpy.typing import NDArray
 from ._am import BatchResult, StepCallback, assign_many
 from ._chunks import Chunk, ChunkSource
 from ._loss import predict_lines, row_min_losses
-from ._lstsq import _augmented, _block_rows, _Moments, _rows_by_label, solve_normal_equations
+from ._lstsq import _augmented, _block_rows, _Moments
+from ._normal_equations import solve_normal_equations
+from ._partition_moments import _rows_by_label
 
 if TYPE_CHECKING:
     from ._estimator import MixtureOfLinearRegressions, ProgressCallback

@@ -10,8 +10,9 @@ from numpy.typing import NDArray
 
 from ._am import SolverResult
 from ._loss import CandidateScorer, assign, weighted_mean
-from ._lstsq import lstsq_by_labels, refit_exactly
-from ._ransac import ransac_lines
+from ._lstsq import lstsq_by_labels
+from ._partition_moments import refit_exactly
+from ._ransac import equal_row_ids, ransac_lines
 
 # Algorithm 2 refuses to enumerate more partitions than this.
 MAX_EXHAUSTIVE_PARTITIONS = 100_000
@@ -205,8 +206,16 @@ def fit_candidates(
         theta, _ = lstsq_by_labels(Z, y, labels, n_components)
     else:
         parts, sizes = parts_from_labels(labels, n_components)
+        # The sub-sample is drawn with replacement: its repeated rows are told apart up front.
         theta = ransac_lines(
-            Z, y, parts, sizes, rng, min_samples=min_samples, fit_intercept=fit_intercept
+            Z,
+            y,
+            parts,
+            sizes,
+            rng,
+            min_samples=min_samples,
+            fit_intercept=fit_intercept,
+            row_ids=equal_row_ids(Z),
         )
     return theta.reshape(n_partitions, n_components, Z.shape[1])
 

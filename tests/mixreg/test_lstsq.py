@@ -5,13 +5,13 @@ import pytest
 
 import mixreg._lstsq
 from mixreg._lstsq import (
-    PartitionSums,
     WeightedLeastSquares,
     lstsq_by_label,
     lstsq_row_sets,
     lstsq_weighted,
-    solve_normal_equations,
 )
+from mixreg._normal_equations import solve_normal_equations
+from mixreg._partition_moments import PartitionSums
 
 
 def numpy_lstsq(Z, y):

@@ -370,3 +370,57 @@ def test_singular_trial_is_fitted_like_linear_regression(fixed_trials):
         np.append(reference.estimator_.coef_, reference.estimator_.intercept_),
         rtol=1e-9,
     )
+
+
+def _fit_minimal_subsets_twin(Zs, ys, fit_intercept, repeated):
+    """The minimal-subset fits as first written: one solve of the whole stack and, when one
+    system has a zero pivot, determinants of all and a second solve (``repeated`` unused)."""
+    n_params = Zs.shape[-1]
+    try:
+        return np.linalg.solve(Zs, ys[..., None])[..., 0]
+    except np.linalg.LinAlgError:
+        pass
+    det = np.linalg.det(Zs)
+    singular = ~np.isfinite(det) | (det == 0.0)
+    safe = np.where(singular[..., None, None], np.eye(n_params), Zs)
+    theta = np.linalg.solve(safe, ys[..., None])[..., 0]
+    theta[singular] = mixreg_ransac._lstsq_like_linear_regression(
+        Zs[singular], ys[singular], fit_intercept
+    )
+    return theta
+
+
+@pytest.mark.parametrize("n_features", [1, 3, 5])
+def test_repeated_rows_set_aside_give_the_same_lines_bit_for_bit(monkeypatch, n_features):
+    """A sub-sample drawn with replacement (many minimal subsets hold a row twice, and some
+    rows of the data are equal too): the lines are exactly those of the straightforward fits."""
+    rng = np.random.default_rng(n_features)
+    X, y, _, _ = line_with_outliers(rng, 60, 20, n_features, noise=0.3)
+    X[5], y[5] = X[6], y[6]  # two equal rows of the data, not one row drawn twice
+    drawn = rng.integers(0, len(X), size=150)
+    Z, ys = design(X[drawn]), y[drawn]
+    labels = rng.integers(0, 3, size=(40, 150))
+    from mixreg._subsample import fit_candidates
+
+    def candidates():
+        return fit_candidates(
+            Z,
+            ys,
+            labels,
+            3,
+            base="ransac",
+            rng=np.random.default_rng(7),
+            min_samples=n_features + 1,
+        )
+
+    fast = candidates()
+    monkeypatch.setattr(mixreg_ransac, "_fit_minimal_subsets", _fit_minimal_subsets_twin)
+    straightforward = candidates()
+    assert np.array_equal(fast, straightforward)
+
+
+def test_equal_row_ids_name_equal_rows_alike():
+    Z = np.array([[1.0, 2.0], [3.0, 4.0], [1.0, 2.0], [1.0, 2.5]])
+    ids = mixreg_ransac.equal_row_ids(Z)
+    assert ids[0] == ids[2]
+    assert len({ids[0], ids[1], ids[3]}) == 3

@@ -26,8 +26,9 @@ from models_store.session import make_engine, make_sessionmaker
 from tests.postgres import drop_run_databases, empty_postgres_database, migrated_postgres_database
 from tests.reporting import REPORT_PROPERTY
 
-# Runs pytest inside a test, to check what the fixtures below do to the tests that use them.
-pytest_plugins = ["pytester"]
+# pytester runs pytest inside a test, to check what the fixtures below do to the tests that use
+# them; leftover_processes fails the run when a process it started outlives it.
+pytest_plugins = ["pytester", "tests.leftover_processes"]
 
 
 _BACKEND_FIXTURES = {"sqlite": "sqlite_url", "postgresql": "postgres_url"}

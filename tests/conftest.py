@@ -66,6 +66,13 @@ def _migrated(backend: str, request: pytest.FixtureRequest) -> str:
     return migrated_postgres_database(head_revision())
 
 
+@pytest.fixture
+def migrated_sqlite_url(request: pytest.FixtureRequest) -> str:
+    """URL of a new SQLite file at the newest migration with every table empty (a copy of the
+    file migrated once per process)."""
+    return _migrated("sqlite", request)
+
+
 @pytest.fixture(
     params=[
         pytest.param("sqlite"),

@@ -67,8 +67,14 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60) -> None:
+        """Launch the server and wait until it answers; one that does not is stopped before
+        the error is raised, since no fixture teardown runs for a setup that failed."""
         self.launch()
-        self.wait_until_healthy(timeout)
+        try:
+            self.wait_until_healthy(timeout)
+        except BaseException:
+            self.stop()
+            raise
 
     def launch(self) -> None:
         """Start the process without waiting for it to answer."""

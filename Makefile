@@ -65,9 +65,12 @@ image-digests: ## print the digests the base images' tags point at now (to move 
 
 .PHONY: test
 # Two processes, a test file in one at a time (its servers and fixtures stay together): most
-# end-to-end tests wait on servers they start, so two overlap well even on two cores.
+# end-to-end tests wait on servers they start, so two overlap well even on two cores. Files go
+# out in collection order (tests/e2e early), not xdist's default of most tests first, which
+# sent the long end-to-end files (few tests each) last and left one process running them
+# alone at the end of the run.
 test: install chromium docker-compose ## run the whole test suite
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 # The web page's test screenshots it in Debian's headless Chromium.
 .PHONY: chromium

@@ -25,28 +25,10 @@ import httpx
 import numpy as np
 
 from bench.keyed_workers import descendants
-from bench.servers import ServerProcess
+from bench.servers import ServerProcess, peak_baseline_bytes, proc_status_bytes
 from bench.serving import mixreg_server
 
 JSON = {"content-type": "application/json"}
-
-
-def _status_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1])
-    return 0
-
-
-def _peak_baseline_kib(pid: int) -> int:
-    """The figure the request's peak is compared with: the resident memory now, the
-    high-water mark reset first ("5", Linux >= 4.0); where the kernel does not allow that, the
-    earlier high-water mark (which can hide growth, never invent it)."""
-    try:
-        Path(f"/proc/{pid}/clear_refs").write_text("5")
-    except OSError:
-        return _status_kib(pid, "VmHWM")
-    return _status_kib(pid, "VmRSS")
 
 
 def _json_dataset(n_rows: int, seed: int) -> bytes:
@@ -57,11 +39,11 @@ def _json_dataset(n_rows: int, seed: int) -> bytes:
 def _measured(
     server: ServerProcess, case: str, request_bytes: int, send: Callable[[], httpx.Response]
 ) -> tuple[dict[str, object], httpx.Response]:
-    before = _peak_baseline_kib(server.pid)
+    before = peak_baseline_bytes(server.pid)
     started = time.perf_counter()
     answer = send()
     seconds = time.perf_counter() - started
-    growth = max(0, _status_kib(server.pid, "VmHWM") - before) / 1024
+    growth = max(0, proc_status_bytes(server.pid, "VmHWM") - before) / 2**20
     detail = ""
     if answer.headers.get("content-type") == "application/problem+json":
         detail = str(answer.json().get("detail", ""))

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from bench.servers import ServerProcess
+from bench.servers import ServerProcess, peak_baseline_bytes, proc_status_bytes
 from service.auth.keys import environment_entry, new_key
 
 N_ACCOUNTS = 20
@@ -31,20 +31,6 @@ JSON_ROWS = 75_000
 JSON_FEATURES = 20
 JSON_SERVED_ROWS = 20_000
 HEALTHZ_INTERVAL_S = 0.02
-
-
-def _status_mb(pid: int, field: str) -> float:
-    """A ``/proc/<pid>/status`` figure (``VmRSS``, ``VmHWM``) in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no {field} for process {pid}")
-
-
-def _reset_peak(pid: int) -> float:
-    """Reset the process's resident high-water mark to its resident set; that set, in MB."""
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
-    return _status_mb(pid, "VmRSS")
 
 
 def _server(folder: Path, **settings: str) -> tuple[ServerProcess, dict[str, str]]:
@@ -131,7 +117,7 @@ def _case(
                 healthz.append(time.perf_counter() - sent)
                 time.sleep(HEALTHZ_INTERVAL_S)
 
-    baseline = _reset_peak(server.pid)
+    baseline = peak_baseline_bytes(server.pid)
     prober = threading.Thread(target=poll)
     prober.start()
     try:
@@ -142,7 +128,7 @@ def _case(
     finally:
         done.set()
         prober.join()
-    growth = _status_mb(server.pid, "VmHWM") - baseline
+    growth = (proc_status_bytes(server.pid, "VmHWM") - baseline) / 2**20
     detail = ""
     if response.headers.get("content-type") == "application/problem+json":
         detail = "; " + str(response.json()["detail"])[:160]

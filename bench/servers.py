@@ -23,6 +23,32 @@ def free_port() -> int:
         return port
 
 
+def proc_status_bytes(pid: int | str, field_name: str) -> int:
+    """A memory field of ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``; reported in kB) in bytes."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(f"{field_name}:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"/proc/{pid}/status has no {field_name} field")
+
+
+def reset_peak_rss(pid: int | str) -> bool:
+    """Reset the peak RSS of ``pid`` to its current RSS; False if the kernel refuses."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")  # "5" resets the high-water mark (Linux >= 4.0)
+    except OSError:
+        return False
+    return True
+
+
+def peak_baseline_bytes(pid: int | str) -> int:
+    """The figure a step's peak (``VmHWM`` after it) is compared with: the resident set now,
+    the high-water mark reset first; where the kernel does not allow that, the earlier
+    high-water mark (which can hide growth, never invent it)."""
+    return proc_status_bytes(pid, "VmRSS" if reset_peak_rss(pid) else "VmHWM")
+
+
 class ServerProcess:
     """``command`` (``{port}`` standing for the port) run from the repository with exactly
     the environment ``env`` (plus ``MIXREG_PORT``), its output appended to ``log_path``.

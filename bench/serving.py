@@ -47,7 +47,7 @@ import httpx
 import numpy as np
 
 from bench.sections import Report, load_average, log, machine_lines, write_section
-from bench.servers import ServerProcess
+from bench.servers import ServerProcess, proc_status_bytes, reset_peak_rss
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUTPUT = REPO_ROOT / "bench" / "RESULTS.md"
@@ -130,25 +130,6 @@ def bare_server(folder: Path, app: str) -> ServerProcess:
 
 
 # --------------------------------------------------------------------------- memory
-
-
-def proc_status_bytes(pid: int | str, field_name: str) -> int:
-    """A memory field of /proc/<pid>/status (reported in kB) in bytes."""
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith(f"{field_name}:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"/proc/{pid}/status has no {field_name} field")
-
-
-def reset_peak_rss(pid: int | str) -> bool:
-    """Reset the peak RSS of ``pid`` to its current RSS; False if the kernel refuses."""
-    try:
-        with open(f"/proc/{pid}/clear_refs", "w") as clear_refs:
-            clear_refs.write("5")
-    except OSError:
-        return False
-    return True
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,9 @@ from models_store.session import make_engine, make_sessionmaker
 from tests.postgres import drop_run_databases, empty_postgres_database, migrated_postgres_database
 from tests.reporting import REPORT_PROPERTY
 
-# Runs pytest inside a test, to check what the fixtures below do to the tests that use them.
-pytest_plugins = ["pytester"]
+# pytester runs pytest inside a test, to check what the fixtures below do to the tests that use
+# them; leftover_processes fails the run when a process it started outlives it.
+pytest_plugins = ["pytester", "tests.leftover_processes"]
 
 
 _BACKEND_FIXTURES = {"sqlite": "sqlite_url", "postgresql": "postgres_url"}
@@ -63,6 +64,13 @@ def _migrated(backend: str, request: pytest.FixtureRequest) -> str:
         shutil.copyfile(request.getfixturevalue("migrated_sqlite_template"), path)
         return url
     return migrated_postgres_database(head_revision())
+
+
+@pytest.fixture
+def migrated_sqlite_url(request: pytest.FixtureRequest) -> str:
+    """URL of a new SQLite file at the newest migration with every table empty (a copy of the
+    file migrated once per process)."""
+    return _migrated("sqlite", request)
 
 
 @pytest.fixture(

@@ -67,8 +67,14 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60) -> None:
+        """Launch the server and wait until it answers; one that does not is stopped before
+        the error is raised, since no fixture teardown runs for a setup that failed."""
         self.launch()
-        self.wait_until_healthy(timeout)
+        try:
+            self.wait_until_healthy(timeout)
+        except BaseException:
+            self.stop()
+            raise
 
     def launch(self) -> None:
         """Start the process without waiting for it to answer."""
@@ -229,10 +235,44 @@ def shared_server(
         server.client.close()
 
 
+def module_sqlite_server(
+    tmp_path_factory: pytest.TempPathFactory, name: str, **settings: str
+) -> Iterator[Server]:
+    """A started server on a SQLite file of its own in a folder ``name``, stopped after: the
+    body of a module-scoped ``server`` fixture for tests that share one server."""
+    folder = tmp_path_factory.mktemp(name)
+    server = Server(
+        database_url=f"sqlite:///{folder / 'mixreg.db'}",
+        log_path=folder / "server.log",
+        settings=settings,
+    )
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        server.client.close()
+
+
 @pytest.fixture
 def server(make_server: ServerFactory) -> Server:
     """One server with the default settings (and a fast worker rhythm)."""
     return make_server()
+
+
+def proc_status_mb(pid: int, field: str) -> float:
+    """A ``/proc/<pid>/status`` memory figure (``VmRSS``, ``VmHWM``) in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no {field} for process {pid}")
+
+
+def reset_peak_mb(pid: int) -> float:
+    """Restart the process's resident high-water mark (``VmHWM``) from its resident set now,
+    and return that set in MB: the figure a later ``VmHWM`` is compared with."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # "5" resets the high-water mark
+    return proc_status_mb(pid, "VmRSS")
 
 
 def mixture_data(n_rows: int = 200, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:

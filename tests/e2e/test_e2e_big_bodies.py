@@ -10,13 +10,12 @@ import json
 import statistics
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
-from tests.e2e.conftest import Server, ServerFactory
+from tests.e2e.conftest import Server, ServerFactory, proc_status_mb, reset_peak_mb
 
 pytestmark = pytest.mark.e2e
 
@@ -146,21 +145,12 @@ def test_a_big_fit_body_that_does_not_validate_is_a_422_naming_the_field(
     assert [error["loc"] for error in answer.json()["errors"]] == [["body", "k"]]
 
 
-def _status_mb(pid: int, field: str) -> float:
-    """A ``/proc/<pid>/status`` figure (``VmRSS``, ``VmHWM``) in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError(f"no {field} for process {pid}")
-
-
 def post_measured(server: Server, path: str, body: bytes, content_type: str):
     """Post ``body``, polling ``/healthz`` meanwhile: the answer, the server's peak resident
     memory growth (MB) and the slowest ``/healthz`` (s)."""
     assert server.process is not None
     pid = server.process.pid
-    Path(f"/proc/{pid}/clear_refs").write_text("5")  # the peak restarts from the present
-    before = _status_mb(pid, "VmRSS")
+    before = reset_peak_mb(pid)
     done = threading.Event()
     probes: list[float] = []
 
@@ -180,7 +170,7 @@ def post_measured(server: Server, path: str, body: bytes, content_type: str):
     finally:
         done.set()
         prober.join()
-    return answer, _status_mb(pid, "VmHWM") - before, max(probes, default=0.0)
+    return answer, proc_status_mb(pid, "VmHWM") - before, max(probes, default=0.0)
 
 
 def npz(**arrays: np.ndarray) -> bytes:

@@ -19,7 +19,7 @@ import pytest
 
 from mixreg_client import Client
 
-from .conftest import REPO, Server, mixture_data
+from .conftest import REPO, Server, mixture_data, module_sqlite_server
 
 pytestmark = pytest.mark.e2e
 
@@ -34,16 +34,7 @@ FAST = ["--param", "n_init=4", "--param", "n_partitions=50", "--param", "subsamp
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One server (SQLite) for the tests of this module."""
-    folder = tmp_path_factory.mktemp("cli")
-    server = Server(
-        database_url=f"sqlite:///{folder / 'mixreg.db'}",
-        log_path=folder / "server.log",
-        settings=LONG_FITS_ALLOWED,
-    )
-    server.start()
-    yield server
-    server.stop()
-    server.client.close()
+    yield from module_sqlite_server(tmp_path_factory, "cli", **LONG_FITS_ALLOWED)
 
 
 def mixreg(*args: str, url: str | None, timeout: float = 120) -> subprocess.CompletedProcess[str]:

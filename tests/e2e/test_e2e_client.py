@@ -21,7 +21,7 @@ import pytest
 import mixreg_client._core
 from mixreg_client import AsyncClient, Client, Job, MixregError
 
-from .conftest import REPO, Server, mixture_data
+from .conftest import REPO, Server, mixture_data, module_sqlite_server
 
 pytestmark = pytest.mark.e2e
 
@@ -35,16 +35,7 @@ FAST_FIT = {"n_init": 4, "n_partitions": 50, "subsample_size": 30}
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One server (SQLite) for the tests of this module."""
-    folder = tmp_path_factory.mktemp("client")
-    server = Server(
-        database_url=f"sqlite:///{folder / 'mixreg.db'}",
-        log_path=folder / "server.log",
-        settings=LONG_FITS_ALLOWED,
-    )
-    server.start()
-    yield server
-    server.stop()
-    server.client.close()
+    yield from module_sqlite_server(tmp_path_factory, "client", **LONG_FITS_ALLOWED)
 
 
 @pytest.fixture

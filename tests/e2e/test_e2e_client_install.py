@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, Server, mixture_data
+from .conftest import REPO, Server, mixture_data, module_sqlite_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.install]
 
@@ -36,16 +36,7 @@ def client_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    folder = tmp_path_factory.mktemp("server")
-    server = Server(
-        database_url=f"sqlite:///{folder / 'mixreg.db'}",
-        log_path=folder / "server.log",
-        settings={},
-    )
-    server.start()
-    yield server
-    server.stop()
-    server.client.close()
+    yield from module_sqlite_server(tmp_path_factory, "server")
 
 
 def test_the_client_only_install_fits_against_a_server(

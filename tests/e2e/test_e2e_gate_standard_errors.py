@@ -14,7 +14,7 @@ from mixreg.datasets import make_gated
 from mixreg_client import Client
 from service.jobs.fit_spec import holdout_split
 
-from .conftest import Server
+from .conftest import Server, module_sqlite_server
 
 pytestmark = pytest.mark.e2e
 
@@ -24,14 +24,7 @@ SEED = 3
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[Server]:
-    path = tmp_path_factory.mktemp("gate-errors") / "mixreg.db"
-    server = Server(
-        database_url=f"sqlite:///{path}", log_path=path.with_name("server.log"), settings={}
-    )
-    server.start()
-    yield server
-    server.stop()
-    server.client.close()
+    yield from module_sqlite_server(tmp_path_factory, "gate-errors")
 
 
 @pytest.fixture(scope="module")

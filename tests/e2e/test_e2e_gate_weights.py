@@ -13,7 +13,7 @@ from mixreg import MixtureOfLinearRegressions
 from mixreg.datasets import make_gated
 from service.jobs.fit_spec import holdout_split
 
-from .conftest import Server
+from .conftest import Server, module_sqlite_server
 
 pytestmark = pytest.mark.e2e
 
@@ -23,14 +23,7 @@ SEED = 3
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[Server]:
-    path = tmp_path_factory.mktemp("gate-weights") / "mixreg.db"
-    server = Server(
-        database_url=f"sqlite:///{path}", log_path=path.with_name("server.log"), settings={}
-    )
-    server.start()
-    yield server
-    server.stop()
-    server.client.close()
+    yield from module_sqlite_server(tmp_path_factory, "gate-weights")
 
 
 def test_a_weighted_gate_is_the_estimators_weighted_fit(server: Server) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from service.auth.keys import environment_entry, new_key
-from tests.e2e.conftest import Server, mixture_data
+from tests.e2e.conftest import Server, mixture_data, module_sqlite_server
 
 pytestmark = pytest.mark.e2e
 
@@ -45,16 +45,9 @@ def assert_problem(response: httpx.Response, status: int, *fragments: str) -> No
 @pytest.fixture(scope="module")
 def keyless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A server without keys on SQLite, answering at most 100 predictions per request."""
-    folder = tmp_path_factory.mktemp("keyless")
-    server = Server(
-        database_url=f"sqlite:///{folder / 'mixreg.db'}",
-        log_path=folder / "server.log",
-        settings={"MIXREG_MAX_PREDICT_VALUES": str(MAX_PREDICT_VALUES)},
+    yield from module_sqlite_server(
+        tmp_path_factory, "keyless", MIXREG_MAX_PREDICT_VALUES=str(MAX_PREDICT_VALUES)
     )
-    server.start()
-    yield server
-    server.stop()
-    server.client.close()
 
 
 def test_only_allowed_host_names_are_answered(keyless: Server):

@@ -11,7 +11,7 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from .conftest import Server, mixture_data
+from .conftest import Server, mixture_data, module_sqlite_server
 
 pytestmark = pytest.mark.e2e
 
@@ -19,17 +19,8 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[Server]:
-    folder = tmp_path_factory.mktemp("v2")
-    server = Server(
-        database_url=f"sqlite:///{folder / 'mixreg.db'}",
-        log_path=folder / "server.log",
-        settings={},
-    )
-    server.start()
-    yield server
-    server.stop()
-    server.client.close()
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    yield from module_sqlite_server(tmp_path_factory, "v2")
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from mixreg import fit_per_key
 from mixreg.datasets import make_shared_accounts
 from mixreg_client import Client
 
-from .conftest import Server, ServerFactory
+from .conftest import Server, ServerFactory, module_sqlite_server
 
 pytestmark = pytest.mark.e2e
 
@@ -24,15 +24,8 @@ N_ACCOUNTS, N_RATINGS = 12, 60
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[Server]:
-    path = tmp_path_factory.mktemp("keyed") / "mixreg.db"
-    server = Server(
-        database_url=f"sqlite:///{path}", log_path=path.with_name("server.log"), settings={}
-    )
-    server.start()
-    yield server
-    server.stop()
-    server.client.close()
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    yield from module_sqlite_server(tmp_path_factory, "keyed")
 
 
 def accounts() -> tuple[np.ndarray, np.ndarray, list]:
@@ -56,6 +49,16 @@ def upload(server: Server, X, y, columns: dict) -> str:
     assert response.status_code == 201, response.text
     dataset_id: str = response.json()["id"]
     return dataset_id
+
+
+def fit_accounts(server: Server) -> tuple[str, np.ndarray, list]:
+    """A keyed model of ``accounts()`` fitted on ``server``: its id, the rows and their keys."""
+    X, y, names = accounts()
+    dataset_id = upload(server, X, y, {"account": names})
+    job_id = server.fit({"dataset_id": dataset_id, "k": 2, "split_by": "account", "seed": 1})
+    job = server.wait_for_job(job_id, timeout=300)
+    assert job["status"] == "succeeded", job
+    return job["model_id"], X, names
 
 
 def problem(response) -> str:

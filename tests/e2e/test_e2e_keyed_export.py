@@ -17,8 +17,8 @@ import pytest
 
 from mixreg import MixtureOfLinearRegressions
 
-from .conftest import Server
-from .test_e2e_keyed import accounts, upload
+from .conftest import Server, module_sqlite_server
+from .test_e2e_keyed import fit_accounts, upload
 
 pytestmark = pytest.mark.e2e
 
@@ -27,27 +27,15 @@ MAX_DECODED_BYTES = 200_000
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[Server]:
-    path = tmp_path_factory.mktemp("keyed-export") / "mixreg.db"
-    server = Server(
-        database_url=f"sqlite:///{path}",
-        log_path=path.with_name("server.log"),
-        settings={"MIXREG_MAX_DECODED_BYTES": str(MAX_DECODED_BYTES)},
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    yield from module_sqlite_server(
+        tmp_path_factory, "keyed-export", MIXREG_MAX_DECODED_BYTES=str(MAX_DECODED_BYTES)
     )
-    server.start()
-    yield server
-    server.stop()
-    server.client.close()
 
 
 @pytest.fixture(scope="module")
 def keyed_model(server: Server) -> tuple[str, np.ndarray, list]:
-    X, y, names = accounts()
-    dataset_id = upload(server, X, y, {"account": names})
-    job_id = server.fit({"dataset_id": dataset_id, "k": 2, "split_by": "account", "seed": 1})
-    job = server.wait_for_job(job_id, timeout=300)
-    assert job["status"] == "succeeded", job
-    return job["model_id"], X, names
+    return fit_accounts(server)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import pytest
 
 from mixreg_client import Client
 
-from .conftest import REPO, Server, mixture_data
+from .conftest import REPO, Server, mixture_data, module_sqlite_server
 
 pytestmark = pytest.mark.e2e
 
@@ -39,16 +39,7 @@ RATINGS = (
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    folder = tmp_path_factory.mktemp("missing")
-    server = Server(
-        database_url=f"sqlite:///{folder / 'mixreg.db'}",
-        log_path=folder / "server.log",
-        settings={},
-    )
-    server.start()
-    yield server
-    server.stop()
-    server.client.close()
+    yield from module_sqlite_server(tmp_path_factory, "missing")
 
 
 def upload_csv(server: Server, fields: list[tuple[str, str]], text: str = RATINGS):

@@ -24,7 +24,7 @@ from service.api.docs import (
 )
 from tests.ci import service_unavailable
 
-from .conftest import Server, mixture_data
+from .conftest import Server, mixture_data, module_sqlite_server
 
 pytestmark = pytest.mark.e2e
 
@@ -40,16 +40,7 @@ TEXT_MEDIA_TYPES = ("application/json", "multipart/form-data", "text/csv")
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One server (SQLite, JSON logs) for the tests of this module."""
-    folder = tmp_path_factory.mktemp("ui")
-    server = Server(
-        database_url=f"sqlite:///{folder / 'mixreg.db'}",
-        log_path=folder / "server.log",
-        settings={"MIXREG_LOG_FORMAT": "json"},
-    )
-    server.start()
-    yield server
-    server.stop()
-    server.client.close()
+    yield from module_sqlite_server(tmp_path_factory, "ui", MIXREG_LOG_FORMAT="json")
 
 
 @pytest.fixture(scope="module")

@@ -60,17 +60,19 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keyed]:
         log_path=folder / "server.log",
         settings={"MIXREG_API_KEYS_FILE": str(key_file)},
     )
-    server.start()
-    server.client.headers["Authorization"] = f"Bearer {write}"
-    X, y = mixture_data(n_rows=150, seed=12)
-    job = server.wait_for_job(
-        server.fit({"data": {"X": X.tolist(), "y": y.tolist()}, "k": 2, "params": FAST})
-    )
-    assert job["status"] == "succeeded"
-    server.client.headers.pop("Authorization")
-    yield Keyed(server, key_file, read, write)
-    server.stop()
-    server.client.close()
+    try:  # stopped even when the fit below fails: no teardown runs for a failed setup
+        server.start()
+        server.client.headers["Authorization"] = f"Bearer {write}"
+        X, y = mixture_data(n_rows=150, seed=12)
+        job = server.wait_for_job(
+            server.fit({"data": {"X": X.tolist(), "y": y.tolist()}, "k": 2, "params": FAST})
+        )
+        assert job["status"] == "succeeded"
+        server.client.headers.pop("Authorization")
+        yield Keyed(server, key_file, read, write)
+    finally:
+        server.stop()
+        server.client.close()
 
 
 class Browser:

@@ -52,12 +52,10 @@ def _model(session, *, dataset_id: str) -> str:
 
 
 @pytest.fixture
-def database(migrated_sqlite_template: Path, tmp_path: Path) -> str:
+def database(migrated_sqlite_url: str) -> str:
     """A SQLite file at head holding a model of a stored dataset, an imported model (no
     dataset), a keyed model of 3 keys whose dataset was deleted, and a registered name."""
-    path = tmp_path / "mixreg.db"
-    path.write_bytes(migrated_sqlite_template.read_bytes())
-    url = f"sqlite:///{path}"
+    url = migrated_sqlite_url
     engine = make_engine(url)
     try:
         with session_scope(sessionmaker(engine)) as session:
@@ -144,10 +142,8 @@ def test_undoing_keyed_models_names_only_that_loss(database):
     assert migrate.current_revision(database) == "0011" and _models(database) == 3
 
 
-def test_a_downgrade_of_an_empty_database_asks_nothing(migrated_sqlite_template, tmp_path):
-    path = tmp_path / "empty.db"
-    path.write_bytes(migrated_sqlite_template.read_bytes())
-    url = f"sqlite:///{path}"
+def test_a_downgrade_of_an_empty_database_asks_nothing(migrated_sqlite_url):
+    url = migrated_sqlite_url
     done = _db(url, "downgrade", "0006")
     assert done.returncode == 0, done.stderr
     assert migrate.current_revision(url) == "0006"

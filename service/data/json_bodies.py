@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
@@ -34,6 +35,10 @@ _executor: ProcessPoolExecutor | None = None
 _warm_up: Future[int] | None = None
 _executor_lock = threading.Lock()
 _niceness = 0
+# The pipe whose write end only this (the server's) process holds: a parser reads its end and
+# ends itself at end of file, when the server is gone (a parser waiting for work reads its own
+# task queue, of which it holds both ends, and would never notice).
+_server_alive: tuple[Connection, Connection] | None = None
 
 PARSER_RETRY_AFTER_S = 1
 """The ``Retry-After`` of the 503 sent when the process parsing a body ended before it
@@ -49,15 +54,32 @@ def set_parser_niceness(niceness: int) -> None:
         _niceness = niceness
 
 
+def _start_parser(niceness: int, server_alive: Connection) -> None:
+    """A parser's start: ``niceness`` steps nicer, and a thread that ends the process once
+    the server is gone (``server_alive``: the read end of a pipe only the server writes to)."""
+    os.nice(niceness)
+
+    def watch() -> None:
+        try:
+            server_alive.recv_bytes()
+        except (EOFError, OSError):
+            os._exit(0)
+
+    threading.Thread(target=watch, name="mixreg-parser-server-watch", daemon=True).start()
+
+
 def _parsers() -> ProcessPoolExecutor:
-    global _executor
+    global _executor, _server_alive
     with _executor_lock:
         if _executor is None:
+            context = multiprocessing.get_context("forkserver")
+            if _server_alive is None:
+                _server_alive = context.Pipe(duplex=False)
             _executor = ProcessPoolExecutor(
                 max_workers=_PARSERS,
-                mp_context=multiprocessing.get_context("forkserver"),
-                initializer=os.nice,
-                initargs=(_niceness,),
+                mp_context=context,
+                initializer=_start_parser,
+                initargs=(_niceness, _server_alive[0]),
             )
         return _executor
 

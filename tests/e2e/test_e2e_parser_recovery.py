@@ -144,3 +144,20 @@ def test_the_upload_whose_parser_is_killed_is_a_503_and_the_next_one_is_stored(
         headers={"content-type": "application/json"},
     )
     assert fit.status_code == 202, fit.text
+
+
+def test_parsers_end_when_their_server_is_killed(make_sqlite_server: ServerFactory):
+    # A parser waiting for work reads its own task queue (it holds both ends of that pipe):
+    # only the pipe from the server tells it the server is gone.
+    server = make_sqlite_server()
+    assert upload(server, json_dataset(5_000, seed=0)).status_code == 201
+    children = parser_children(server)
+    assert children
+    assert server.process is not None
+    server.process.kill()
+    server.process.wait()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in children):
+        time.sleep(0.1)
+    alive = {pid for pid in children if Path(f"/proc/{pid}").exists()}
+    assert not alive, f"parsers {sorted(alive)} outlived their server"

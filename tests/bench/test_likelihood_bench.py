@@ -15,6 +15,7 @@ import numpy as np
 from bench.likelihood import (
     SE_AGREEMENT,
     agreeing_se_differences,
+    annotate_refit_point,
     build_section,
     flexmix_lines,
     flexmix_standard_errors,
@@ -29,7 +30,9 @@ from bench.likelihood import (
     refit_log_likelihood,
     refit_point,
     se_verdict,
+    set_verdict,
     sets_table,
+    standard_errors_at,
     sweep_summary,
     update_runs,
 )
@@ -164,6 +167,48 @@ def test_standard_errors_are_judged_at_refits_point_when_it_is_known() -> None:
     assert table[0][header.index("refit() log-lik")] == "-451.69"  # -451.695 to 2 places
     far = {**row, "flexmix_refit_log_likelihood": -451.72}
     assert se_verdict(far) == "n/a (other maximum)"
+
+
+def test_a_flexmix_maximum_with_a_line_of_too_few_rows_is_marked_not_failed() -> None:
+    # One feature: 2 coefficients, so a proper line owns at least 5 rows.
+    row = {**set_row(-53.71, -49.71), "flexmix_fit": {"coef": [[0.07], [0.31]]}}
+    assert set_verdict(row) == "**no**"
+    assert (
+        set_verdict({**row, "flexmix_smallest_rows": 2.9})
+        == "flexmix spurious (a line of 2.9 rows)"
+    )
+    assert set_verdict({**row, "flexmix_smallest_rows": 5.0}) == "**no**"
+    assert set_verdict({**row, "mixreg_log_likelihood": -49.70}) == "yes"
+
+
+def test_refit_point_annotation_compares_standard_errors_at_one_point() -> None:
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, size=(120, 1))
+    owner = rng.integers(0, 2, size=120)
+    y = np.where(owner == 0, 1.0 + 3.0 * X[:, 0], -2.0 + 0.5 * X[:, 0]) + rng.normal(size=120)
+    coef = {
+        "model.1_Comp.1_coef.(Intercept)": 1.0,
+        "model.1_Comp.1_coef.x1": 3.0,
+        "model.1_Comp.1_log(sigma)": 0.0,
+        "model.1_Comp.2_coef.(Intercept)": -2.0,
+        "model.1_Comp.2_coef.x1": 0.5,
+        "model.1_Comp.2_log(sigma)": 0.0,
+        "concomitant_Comp.2.alpha": 0.0,
+    }
+    fit: dict[str, Any] = {"n_kept": 2, "refit_coef": coef, "prior": [0.5, 0.5]}
+    point = refit_point(fit, 1)
+    assert point is not None
+    ours = standard_errors_at(X, y, point)
+    assert ours is not None and ours.shape == (2, 2) and np.all(ours > 0)
+    # refit()'s standard errors 1 % above mixreg's at the same point.
+    fit["coef_se"] = [[value] for value in 1.01 * ours[:, 0]]
+    fit["intercept_se"] = list(1.01 * ours[:, 1])
+    row = annotate_refit_point({**set_row(-1.0, -1.0), "flexmix_fit": fit}, X, y)
+    assert abs(row["se_at_refit_point_difference"] - (1 - 1 / 1.01)) < 1e-12
+    assert row["flexmix_smallest_rows"] == 60.0
+    assert row["flexmix_refit_log_likelihood"] == refit_log_likelihood(X, y, point)
+    header, table = sets_table([row])
+    assert table[0][header.index("SEs at refit()'s point")] == "0.990 %"
 
 
 def test_a_copied_score_is_two_equal_values_in_a_row() -> None:

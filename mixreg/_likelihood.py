@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from ._em import default_variance_floor, em, em_batch, initial_parameters
+from ._em import EMBatchResult, default_variance_floor, em, em_batch, initial_parameters
 from ._inference import (
     POLISH_MAX_ITER,
     POLISH_TOL,
@@ -221,7 +221,6 @@ def best_maximum_likelihood(
     MaximumLikelihoodFit
     """
     n_samples, n_params = Z.shape
-    n_components = theta.shape[0]
     default_floor = default_variance_floor(y, sample_weight)
     floor = default_floor if variance_floor is None else variance_floor
     # Near EM's default floor (a tiny fraction of var(y)) a variance on it has collapsed onto a
@@ -232,11 +231,91 @@ def best_maximum_likelihood(
     n_observations = float(n_samples if sample_weight is None else np.sum(sample_weight))
     sampled = grouping is None and n_samples > ML_SAMPLE_ROWS
     rows = np.sort(rng.choice(n_samples, size=ML_SAMPLE_ROWS, replace=False)) if sampled else None
+    names, batch, sample_observations = _starts_on_sample(
+        Z, y, theta, starts, rows, n_restarts, rng, sample_weight, grouping, floor
+    )
+    chosen = _finalists(batch, sample_observations, n_params, collapsed_below)
+
+    def admissible(fit: MaximumLikelihoodFit) -> bool:
+        return not spurious(
+            fit.params.weights,
+            fit.params.variances,
+            n_observations=n_observations,
+            n_params=n_params,
+            collapsed_below=collapsed_below,
+        )
+
+    def polish(
+        lines: FloatArray, weights: FloatArray | None, variances: FloatArray | None
+    ) -> MaximumLikelihoodFit:
+        # Newton's method knows no floor: it finishes only the fits whose floor is EM's tiny
+        # default, so that every maximum compared here respects the same floor.
+        return _polish(
+            Z,
+            y,
+            lines,
+            weights,
+            variances,
+            sample_weight,
+            grouping,
+            floor,
+            n_observations,
+            near_default,
+        )
+
+    lines = polish(theta, None, None)
+    if rows is not None:
+        # EM from the lines on all rows may climb to another maximum than on the sample; the
+        # sample's maximum goes on to all rows too, and the higher is the lines' (restarts that
+        # merely tie with it on the sample are not polished).
+        from_sample = polish(batch.thetas[0], batch.weights[0], batch.variances[0])
+        if admissible(from_sample) and (
+            not admissible(lines) or from_sample.log_likelihood > lines.log_likelihood
+        ):
+            lines = from_sample
+
+    # A spurious maximum reached from the lines is kept only when no start reaches a proper one.
+    best, best_name, best_proper = lines, LINES_START, admissible(lines)
+    for index in chosen:
+        # The start's lines in the order of the min-loss lines, so the kept fit pairs with them.
+        order = match_lines(theta, batch.thetas[index])
+        candidate = polish(
+            batch.thetas[index][order], batch.weights[index][order], batch.variances[index][order]
+        )
+        if admissible(candidate) and (
+            not best_proper or candidate.log_likelihood > best.log_likelihood
+        ):
+            best, best_name, best_proper = candidate, names[index], True
+    return MaximumLikelihoodFit(
+        params=best.params,
+        log_likelihood=best.log_likelihood,
+        start=best_name,
+        lines_log_likelihood=lines.log_likelihood,
+        n_iter=best.n_iter,
+        converged=best.converged,
+        at_maximum=best.at_maximum,
+    )
+
+
+def _starts_on_sample(
+    Z: FloatArray,
+    y: FloatArray,
+    theta: FloatArray,
+    starts: Sequence[tuple[str, MixtureParameters]],
+    rows: NDArray[np.intp] | None,
+    n_restarts: int,
+    rng: np.random.Generator,
+    sample_weight: FloatArray | None,
+    grouping: Grouping | None,
+    floor: float,
+) -> tuple[list[str], EMBatchResult, float]:
+    """EM from the min-loss lines, the caller's starts and ``n_restarts`` random partitions, all
+    at once on ``rows`` (all rows when None): each start's name, EM's batch and the sample's
+    observations (its weight)."""
     Z_s = Z if rows is None else Z[rows]
     y_s = y if rows is None else y[rows]
-    w_s = None if sample_weight is None or rows is None else sample_weight[rows]
-    if rows is None:
-        w_s = sample_weight
+    w_s = sample_weight if sample_weight is None or rows is None else sample_weight[rows]
+    n_components = theta.shape[0]
     names = [LINES_START, *(name for name, _ in starts)]
     all_starts = [theta, *(start.theta for _, start in starts)]
     if n_components > 1 and n_restarts > 0:
@@ -264,7 +343,15 @@ def best_maximum_likelihood(
         start_weights=start_weights,
         start_variances=start_variances,
     )
-    sample_observations = float(Z_s.shape[0] if w_s is None else np.sum(w_s))
+    return names, batch, float(Z_s.shape[0] if w_s is None else np.sum(w_s))
+
+
+def _finalists(
+    batch: EMBatchResult, sample_observations: float, n_params: int, collapsed_below: float
+) -> list[int]:
+    """The starts (indices into ``batch``, the lines' at 0) that go on to all rows: at most
+    :data:`ML_FINALISTS`, the highest on the sample, proper, distinct, and above the lines'
+    maximum there by :data:`ML_BETTER_BY` (any proper maximum, when the lines' is spurious)."""
     reached = np.array([history[-1] for history in batch.log_likelihood_histories])
 
     def spurious_on_sample(index: int) -> bool:
@@ -276,8 +363,6 @@ def best_maximum_likelihood(
             collapsed_below=collapsed_below,
         )
 
-    # A start goes on to all rows when it beats the lines' maximum on the sample (any proper
-    # maximum does when the lines' is spurious).
     to_beat = -np.inf if spurious_on_sample(0) else reached[0] + ML_BETTER_BY
     chosen: list[int] = []
     for index in np.argsort(-reached[1:], kind="stable") + 1:
@@ -288,71 +373,7 @@ def best_maximum_likelihood(
         if any(np.allclose(batch.thetas[index], batch.thetas[other]) for other in chosen):
             continue
         chosen.append(int(index))
-    # Newton's method knows no floor: it finishes only the fits whose floor is EM's tiny
-    # default, so that every maximum compared here respects the same floor.
-    newton = near_default
-
-    def admissible(fit: MaximumLikelihoodFit) -> bool:
-        return not spurious(
-            fit.params.weights,
-            fit.params.variances,
-            n_observations=n_observations,
-            n_params=n_params,
-            collapsed_below=collapsed_below,
-        )
-
-    lines = _polish(Z, y, theta, None, None, sample_weight, grouping, floor, n_observations, newton)
-    if rows is not None:
-        # EM from the lines on all rows may climb to another maximum than on the sample; the
-        # sample's maximum goes on to all rows too, and the higher is the lines' (restarts that
-        # merely tie with it on the sample are not polished).
-        from_sample = _polish(
-            Z,
-            y,
-            batch.thetas[0],
-            batch.weights[0],
-            batch.variances[0],
-            sample_weight,
-            grouping,
-            floor,
-            n_observations,
-            newton,
-        )
-        if admissible(from_sample) and (
-            not admissible(lines) or from_sample.log_likelihood > lines.log_likelihood
-        ):
-            lines = from_sample
-
-    # A spurious maximum reached from the lines is kept only when no start reaches a proper one.
-    best, best_name, best_proper = lines, LINES_START, admissible(lines)
-    for index in chosen:
-        # The start's lines in the order of the min-loss lines, so the kept fit pairs with them.
-        order = match_lines(theta, batch.thetas[index])
-        candidate = _polish(
-            Z,
-            y,
-            batch.thetas[index][order],
-            batch.weights[index][order],
-            batch.variances[index][order],
-            sample_weight,
-            grouping,
-            floor,
-            n_observations,
-            newton,
-        )
-        if admissible(candidate) and (
-            not best_proper or candidate.log_likelihood > best.log_likelihood
-        ):
-            best, best_name, best_proper = candidate, names[index], True
-    return MaximumLikelihoodFit(
-        params=best.params,
-        log_likelihood=best.log_likelihood,
-        start=best_name,
-        lines_log_likelihood=lines.log_likelihood,
-        n_iter=best.n_iter,
-        converged=best.converged,
-        at_maximum=best.at_maximum,
-    )
+    return chosen
 
 
 def _polish(

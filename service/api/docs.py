@@ -35,6 +35,8 @@ EXAMPLE_MODEL_ID = "0123456789abcdef0123456789abcdef"
 """Stands for a model id in the examples: replace it with the id of a fitted model."""
 EXAMPLE_DATASET_ID = "fedcba9876543210fedcba9876543210"
 """Stands for a dataset id in the examples: replace it with the id ``POST /datasets`` gave."""
+EXAMPLE_REQUEST_ID = "00000000-0000-4000-8000-000000000000"
+"""Stands for the ``X-Request-ID`` of a logged predict answer in the examples."""
 
 
 class ValidationProblemItem(BaseModel):

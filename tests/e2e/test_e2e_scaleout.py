@@ -58,7 +58,7 @@ def compose_command(service: str) -> list[str]:
 # Settings of the containers that do not apply here: the test database replaces the URL, and
 # the API key file is a path inside the api container (the tests talk to 127.0.0.1, which
 # needs no key when none is configured).
-CONTAINER_ONLY = ("MIXREG_DATABASE_URL", "MIXREG_API_KEYS_FILE")
+CONTAINER_ONLY = ("MIXREG_DATABASE_URL", "MIXREG_API_KEYS_FILE", "MIXREG_DATABASE_PASSWORD_FILE")
 
 
 def compose_environment(service: str) -> dict[str, str]:

@@ -7,6 +7,7 @@ import io
 import json
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from mixreg.datasets import make_gated, make_shared_accounts
 from service.api.docs import (
     EXAMPLE_DATASET_ID,
     EXAMPLE_MODEL_ID,
+    EXAMPLE_REQUEST_ID,
     OWN_ERROR_SHAPE_PREFIXES,
     Problem,
 )
@@ -388,7 +390,9 @@ def test_every_request_body_has_an_example_that_works(live: Server, fitted):
         "POST", "/models/import", params={"registered_model": "example"}, json=exported.json()
     )
     assert registered.status_code == 201, registered.text
+    substitutes[EXAMPLE_REQUEST_ID] = logged_request_id(live, substitutes[EXAMPLE_MODEL_ID])
     path_values = {
+        "{target}": substitutes[EXAMPLE_MODEL_ID],
         "{model_id}": substitutes[EXAMPLE_MODEL_ID],
         "{name}": "example",
         "{version}": "1",
@@ -415,6 +419,26 @@ def test_every_request_body_has_an_example_that_works(live: Server, fitted):
                 method, path, content=text, params=parameters, headers={"Content-Type": media_type}
             )
         assert 200 <= response.status_code < 300, (path, media_type, name, response.text)
+
+
+def logged_request_id(live: Server, model_id: str) -> str:
+    """The ``X-Request-ID`` of a predict request of ``model_id`` once the prediction log holds
+    it (its writer flushes in the background), for the outcome example."""
+    rate = live.request("PUT", f"/prediction-log/settings/{model_id}", json={"sample_rate": 1})
+    assert rate.status_code == 200, rate.text
+    answer = live.request("POST", "/predict", json={"model_id": model_id, "X": [[0.5, -1.0]]})
+    assert answer.status_code == 200, answer.text
+    for _ in range(100):
+        metrics = live.request("GET", "/metrics").text
+        written = re.search(
+            r'^mixreg_prediction_log_rows(?:_total)?\{state="written"\} ([0-9.e+]+)$',
+            metrics,
+            re.MULTILINE,
+        )
+        if written and float(written.group(1)) >= 1:
+            return str(answer.headers["X-Request-ID"])
+        time.sleep(0.1)
+    raise AssertionError("the predict request was not logged within 10 s")
 
 
 def fitted_two_feature_model(live: Server) -> str:

@@ -8,11 +8,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Path, Query, Request, Response
 
 from models_store import prediction_log
 from models_store.tables import PredictionLogSetting
 from service.api.deps import SessionDep, SettingsDep
+from service.api.docs import EXAMPLE_REQUEST_ID
 from service.auth.middleware import ApiKeyDep
 from service.data import model_references
 from service.errors import InvalidInputError, LimitExceededError, NotFoundError
@@ -69,7 +70,17 @@ def get_settings(session: SessionDep, settings: SettingsDep) -> LogSettingsOut:
 )
 def put_setting(
     target: Target,
-    body: SampleRateIn,
+    body: Annotated[
+        SampleRateIn,
+        Body(
+            openapi_examples={
+                "every-request": {
+                    "summary": "log every predict request of the model or alias",
+                    "value": {"sample_rate": 1},
+                }
+            }
+        ),
+    ],
     request: Request,
     session: SessionDep,
     api_key: ApiKeyDep,
@@ -120,7 +131,21 @@ def delete_setting(target: Target, request: Request, session: SessionDep) -> Res
         },
     },
 )
-def post_outcomes(body: OutcomesIn, session: SessionDep, settings: SettingsDep) -> OutcomesOut:
+def post_outcomes(
+    body: Annotated[
+        OutcomesIn,
+        Body(
+            openapi_examples={
+                "one-outcome": {
+                    "summary": "the realised target of row 0 of a logged predict request",
+                    "value": {"outcomes": [{"request_id": EXAMPLE_REQUEST_ID, "row": 0, "y": 4.0}]},
+                }
+            }
+        ),
+    ],
+    session: SessionDep,
+    settings: SettingsDep,
+) -> OutcomesOut:
     """Realised targets of logged predictions, by the ``X-Request-ID`` of the predict answer
     and the row (from 0) of its request; all are stored, or none."""
     limit = settings.max_outcomes_per_request

@@ -72,6 +72,31 @@ class _ReadInOrder:
             yield function(self.read(index), *args)  # type: ignore[attr-defined]
 
 
+class _CountedChunks:
+    """The sizes of a source that counted its chunks' rows up front (``_rows``,
+    ``_n_features``, ``_has_weights``, set by the subclass)."""
+
+    _rows: list[int]
+    _n_features: int
+    _has_weights: bool
+
+    @property
+    def n_rows(self) -> int:
+        return int(sum(self._rows))
+
+    @property
+    def n_features(self) -> int:
+        return self._n_features
+
+    @property
+    def chunk_rows(self) -> list[int]:
+        return list(self._rows)
+
+    @property
+    def has_weights(self) -> bool:
+        return self._has_weights
+
+
 def _checked_chunk(
     X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None, where: str
 ) -> Chunk:
@@ -152,7 +177,7 @@ class ArrayChunks(_ReadInOrder):
         )
 
 
-class NpyChunks(_ReadInOrder):
+class NpyChunks(_CountedChunks, _ReadInOrder):
     """Row chunks stored as ``.npy`` files in a directory, read memory-mapped.
 
     Chunk ``i`` is ``X_{i}.npy`` (n_rows, n_features), ``y_{i}.npy`` and, when the dataset has
@@ -179,22 +204,6 @@ class NpyChunks(_ReadInOrder):
         self._rows = rows
         self._n_features = n_features
         self._has_weights = (self.directory / "w_0.npy").exists()
-
-    @property
-    def n_rows(self) -> int:
-        return int(sum(self._rows))
-
-    @property
-    def n_features(self) -> int:
-        return self._n_features
-
-    @property
-    def chunk_rows(self) -> list[int]:
-        return list(self._rows)
-
-    @property
-    def has_weights(self) -> bool:
-        return self._has_weights
 
     def read(self, index: int) -> Chunk:
         def load(name: str) -> FloatArray:

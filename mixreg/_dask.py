@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ._chunks import Chunk, ChunkSource, _checked_chunk
+from ._chunks import Chunk, ChunkSource, _checked_chunk, _CountedChunks
 
 
 def _on_chunk(source: ChunkSource, index: int, function: Callable[..., Any], *args: Any) -> Any:
@@ -97,7 +97,7 @@ def _block_chunk(X: Any, y: Any, weights: Any, index: int) -> Chunk:
     return Chunk(checked.X, checked.y, checked.sample_weight, index)
 
 
-class DaskArrayChunks:
+class DaskArrayChunks(_CountedChunks):
     """Dask arrays (or a DataFrame) as row chunks held by the cluster: one per row block.
 
     Parameters
@@ -154,22 +154,6 @@ class DaskArrayChunks:
         self._rows = [int(rows) for rows in row_chunks]
         self._n_features = int(X_arr.shape[1])
         self._has_weights = sample_weight is not None
-
-    @property
-    def n_rows(self) -> int:
-        return int(sum(self._rows))
-
-    @property
-    def n_features(self) -> int:
-        return self._n_features
-
-    @property
-    def chunk_rows(self) -> list[int]:
-        return list(self._rows)
-
-    @property
-    def has_weights(self) -> bool:
-        return self._has_weights
 
     def read(self, index: int) -> Chunk:
         chunk: Chunk = self._chunks[index].result()

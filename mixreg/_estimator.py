@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numbers
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ from sklearn.exceptions import NotFittedError
 
 from ._am import SolverResult, assign_many, refit_exactly_until_stable
 from ._auto import AutoResult, default_n_init, fit_auto
-from ._document import gate_document, lines_document, read_lines
+from ._document_methods import DocumentMethods
 from ._em import EMResult
 from ._fit_data import FitData, check_fit_data
 from ._fit_warnings import (
@@ -95,7 +95,12 @@ def _scaled_loss(ctx: FitContext, theta: FloatArray) -> float:
     return float(weighted_mean(squared[0], ctx.sample_weight))
 
 
-class MixtureOfLinearRegressions(InferenceMethods, GatedPredictions, BaseEstimator):  # type: ignore[misc]
+class MixtureOfLinearRegressions(
+    InferenceMethods,
+    GatedPredictions,
+    DocumentMethods,
+    BaseEstimator,  # type: ignore[misc]
+):
     """Mixture of k linear regressions with list-decoded predictions.
 
     Fits k lines ``y ~ <x, coef_j> + intercept_j`` that minimise the min-loss
@@ -650,102 +655,6 @@ class MixtureOfLinearRegressions(InferenceMethods, GatedPredictions, BaseEstimat
             )
         mixture.set_on(self)
         errors.set_on(self)
-
-    def to_dict(
-        self,
-        feature_names: Sequence[str] | None = None,
-        concomitant_names: Sequence[str] | None = None,
-    ) -> dict[str, Any]:
-        """The fitted lines as a JSON-ready document (plain numbers and names, never pickle)
-        that :meth:`from_dict` reads back to the same predictions, bit for bit.
-
-        Parameters
-        ----------
-        feature_names : sequence of str, optional
-            One name per feature; default ``x0, x1, ...``.
-        concomitant_names : sequence of str, optional
-            One name per concomitant column of a gate fitted on ``concomitant``; default
-            ``z0, z1, ...``.
-
-        Returns
-        -------
-        document : dict
-            ``format`` (``"mixreg-model"``), ``format_version``, ``n_components``,
-            ``n_features``, ``feature_names``, ``fit_intercept``, ``coef`` (k lists of d
-            numbers), ``intercept`` and ``shares`` (k numbers), ``gate`` (None without a gate;
-            else ``concomitant`` — None when the gate reads the features, else the column
-            names —, ``coef`` (k lists of q numbers), ``intercept``, ``noise_variance`` (k
-            numbers), ``log_likelihood``, ``bic``), ``algorithm`` and ``params`` (the
-            estimator's JSON-representable parameters).
-        """
-        self._check_fitted()
-        gate = None
-        if hasattr(self, "gate_coef_"):
-            gate = gate_document(
-                coef=self.gate_coef_,
-                intercept=self.gate_intercept_,
-                noise_variance=self.noise_variance_,
-                log_likelihood=self.log_likelihood_,
-                bic=self.bic_,
-                concomitant_names=None
-                if self.gate_on_features_
-                else (
-                    concomitant_names
-                    if concomitant_names is not None
-                    else [f"z{j}" for j in range(self.n_concomitant_in_)]
-                ),
-            )
-        params = {
-            name: value
-            for name, value in self.get_params().items()
-            if name not in ("n_components", "algorithm", "fit_intercept", "gating")
-            and (value is None or isinstance(value, str | int | float | bool | np.ndarray | list))
-        }
-        return lines_document(
-            coef=self.coef_,
-            intercept=self.intercept_,
-            shares=self.shares_,
-            fit_intercept=bool(self.fit_intercept),
-            feature_names=feature_names,
-            algorithm=str(self.algorithm),
-            params=params,
-            gate=gate,
-        )
-
-    @classmethod
-    def from_dict(cls, document: Mapping[str, Any]) -> MixtureOfLinearRegressions:
-        """A fitted estimator with the lines of a :meth:`to_dict` document (members that the
-        document may carry besides, such as a service's metrics, are ignored).
-
-        Raises
-        ------
-        ValueError
-            Naming what the document lacks or holds wrong.
-        """
-        lines = read_lines(document)
-        params = {name: value for name, value in lines["params"].items() if name in PARAMETER_NAMES}
-        estimator = cls(
-            n_components=int(lines["coef"].shape[0]),
-            algorithm=lines["algorithm"],
-            fit_intercept=lines["fit_intercept"],
-            random_state=lines["params"].get("random_state"),
-            gating=lines["gate"] is not None,
-            **params,
-        )
-        estimator.coef_ = lines["coef"]
-        estimator.intercept_ = lines["intercept"]
-        estimator.shares_ = lines["shares"]
-        estimator.n_features_in_ = int(lines["coef"].shape[1])
-        gate = lines["gate"]
-        if gate is not None:
-            estimator.gate_coef_ = gate["coef"]
-            estimator.gate_intercept_ = gate["intercept"]
-            estimator.noise_variance_ = gate["noise_variance"]
-            estimator.log_likelihood_ = gate["log_likelihood"]
-            estimator.bic_ = gate["bic"]
-            estimator.gate_on_features_ = gate["concomitant"] is None
-            estimator.n_concomitant_in_ = int(gate["coef"].shape[1])
-        return estimator
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "coef_"):

@@ -140,12 +140,11 @@ def encode_keyed_chunk(arrays: Mapping[str, npt.ArrayLike]) -> bytes:
     return encode_arrays(arrays)
 
 
-def join_keyed_chunks(session: Session, query: Select[tuple[bytes]]) -> dict[str, npt.NDArray[Any]]:
+def join_keyed_chunks(session: Session, query: Select[Any]) -> dict[str, npt.NDArray[Any]]:
     """The chunks of keys ``query`` selects (the ``data`` of a keyed model's chunks or of a
     keyed job's shards, in key order) joined: name -> array. Read one row at a time."""
     parts: dict[str, list[npt.NDArray[Any]]] = {}
-    rows = session.execute(query, execution_options={"yield_per": 1})
-    for (data,) in rows:
+    for data in session.scalars(query, execution_options={"yield_per": 1}):
         for name, array in decode_arrays(bytes(data)).items():
             parts.setdefault(name, []).append(_compact_text(array))
     return {name: np.concatenate(arrays) for name, arrays in parts.items()}

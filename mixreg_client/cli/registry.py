@@ -9,11 +9,11 @@ import json
 from rich.table import Table
 
 from mixreg_client import RegisteredModel
-from mixreg_client.cli.user import EXIT_OK, _client, _command, _stdout
+from mixreg_client.cli.common import EXIT_OK, command, connect, stdout_console
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with connect(args) as client:
         job = client.cancel_job(args.job)
     if args.json:
         print(json.dumps(job.raw, indent=2))
@@ -28,7 +28,7 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _registered(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with connect(args) as client:
         if args.name is None:
             return _print_registered_models(args, client.list_registered_models(limit=args.limit))
         versions = client.list_versions(args.name, limit=args.limit)
@@ -45,7 +45,7 @@ def _registered(args: argparse.Namespace) -> int:
             version.model_id,
             version.created_at[:19].replace("T", " "),
         )
-    _stdout().print(table if versions else f"{args.name} has no versions yet")
+    stdout_console().print(table if versions else f"{args.name} has no versions yet")
     return EXIT_OK
 
 
@@ -63,7 +63,7 @@ def _print_registered_models(args: argparse.Namespace, registered: list[Register
         table.add_row(
             item.name, str(item.latest_version), aliases, item.created_at[:19].replace("T", " ")
         )
-    _stdout().print(table if registered else "no registered models yet")
+    stdout_console().print(table if registered else "no registered models yet")
     return EXIT_OK
 
 
@@ -81,7 +81,7 @@ def register(
     )
     cancel.add_argument("job", metavar="JOB", help="a job id")
     cancel.add_argument("--json", action="store_true", help="print the job as JSON")
-    cancel.set_defaults(handler=_command(_cancel))
+    cancel.set_defaults(handler=command(_cancel))
 
     registered = commands.add_parser(
         "registered",
@@ -94,4 +94,4 @@ def register(
     registered.add_argument("name", metavar="NAME", nargs="?", help="a registered model")
     registered.add_argument("--limit", type=int, help="at most this many")
     registered.add_argument("--json", action="store_true", help="print JSON")
-    registered.set_defaults(handler=_command(_registered))
+    registered.set_defaults(handler=command(_registered))

@@ -22,8 +22,8 @@ from models_store import prediction_log
 from models_store.prediction_log import OutcomeFilter, WindowSums
 from models_store.session import read_scope
 from models_store.tables import PredictionOutcome
+from service.data.model_references import parse_reference
 from service.errors import InvalidInputError
-from service.serving.references import parse_reference
 
 WINDOW_HOURS = {"hour": 1, "day": 24}
 """The windows metrics are given over, in hours."""

@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from models_store import prediction_log
 from models_store.session import read_scope, session_scope
+from service.data.model_references import parse_reference
 from service.errors import ServiceError
 from service.serving.prediction import (
     Concomitant,
@@ -46,7 +47,6 @@ from service.serving.prediction import (
     predict_gated,
     predict_rows,
 )
-from service.serving.references import parse_reference
 
 logger = logging.getLogger(__name__)
 

@@ -295,7 +295,12 @@ def _stage_csv_fast(
         reader = pa_csv.open_csv(
             source,
             read_options=pa_csv.ReadOptions(
-                skip_rows=header_lines, column_names=names, block_size=CSV_BLOCK_BYTES
+                skip_rows=header_lines,
+                column_names=names,
+                block_size=CSV_BLOCK_BYTES,
+                # One thread: pyarrow's pool would take both cores from the requests the API
+                # answers while a big upload is parsed (the upload is slower, the rest is not).
+                use_threads=False,
             ),
             parse_options=pa_csv.ParseOptions(delimiter=delimiter),
             convert_options=pa_csv.ConvertOptions(

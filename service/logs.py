@@ -152,7 +152,10 @@ class AccessLog:
     """
 
     FLUSH_DELAY_S = 0.05
-    MAX_PENDING = 256
+    # A line costs about 10 µs to write: 256 at once held the event loop for 2.5 ms, the p99 of
+    # every request behind them (single-row predict p99 2.65x the bare endpoint's at 32
+    # connections); 16 at once cost 0.2 ms (p99 0.98x), at the same throughput.
+    MAX_PENDING = 16
 
     def __init__(self) -> None:
         self._logger = logging.getLogger(ACCESS_LOGGER)
